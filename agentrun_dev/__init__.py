@@ -1,0 +1,1 @@
+"""agentrun_dev."""

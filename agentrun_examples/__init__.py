@@ -1,0 +1,1 @@
+"""Example graphs shipped with agentrun (the support-ticket demo)."""
