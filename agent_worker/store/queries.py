@@ -1,0 +1,52 @@
+"""Named SQL queries from ``sql/queries.sql``: blocks introduced by ``-- name: foo`` lines.
+
+Queries use psycopg named placeholders (``%(run_id)s``). Loading is pure text parsing, cached once.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.resources
+import re
+
+_NAME = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$")
+
+
+def parse(text: str) -> dict[str, str]:
+    """Split a queries file into {name: sql}. Comment lines inside a block are kept (harmless to Postgres)."""
+    queries: dict[str, str] = {}
+    current: str | None = None
+    lines: list[str] = []
+
+    def flush() -> None:
+        if current is not None:
+            body = "\n".join(lines).strip()
+            if not body:
+                raise ValueError(f"query {current!r} is empty")
+            queries[current] = body
+
+    for line in text.splitlines():
+        match = _NAME.match(line.strip())
+        if match:
+            flush()
+            current = match.group(1)
+            if current in queries:
+                raise ValueError(f"query {current!r} defined twice")
+            lines = []
+        elif current is not None:
+            lines.append(line)
+    flush()
+    return queries
+
+
+@functools.cache
+def all_queries() -> dict[str, str]:
+    path = importlib.resources.files("agent_worker.store") / "sql" / "queries.sql"
+    return parse(path.read_text(encoding="utf-8"))
+
+
+def get(name: str) -> str:
+    try:
+        return all_queries()[name]
+    except KeyError:
+        raise KeyError(f"no query named {name!r} in agent_worker/store/sql/queries.sql") from None
