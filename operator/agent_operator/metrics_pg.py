@@ -1,0 +1,160 @@
+"""The Postgres side of the ledger collector: read-only queries turned into a ``metrics.Snapshot``.
+
+Runs at scrape time, so it must be cheap and must fail fast: one small connection (re-opened after an
+error), a statement timeout, a read-only repeatable-read transaction so one scrape sees one consistent state.
+Ages are computed with the database's ``now()`` because the timestamps they are compared with were written by
+the same clock (``DEFAULT now()``), not by the operator's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from agent_operator import metrics
+
+RUNS = "SELECT namespace, status, count(*) FROM agentrun_runs GROUP BY 1, 2"
+
+EFFECTS = """
+SELECT r.namespace, e.tool, e.status, count(*), count(*) FILTER (WHERE e.needs_human),
+       coalesce(sum(e.attempts), 0), coalesce(sum(e.duplicates_prevented), 0)
+FROM agentrun_effects e JOIN agentrun_runs r USING (run_id)
+GROUP BY 1, 2, 3
+"""
+
+OLDEST_PENDING_EFFECT = """
+SELECT r.namespace, extract(epoch FROM now() - min(e.created_at))::float8
+FROM agentrun_effects e JOIN agentrun_runs r USING (run_id)
+WHERE e.status = 'pending'
+GROUP BY 1
+"""
+
+# Only heartbeats that still mean something: the worker's own beat of a running run, and beats of tool calls
+# whose effect is still pending (a finished call's last beat is history, not staleness).
+HEARTBEAT_AGES = """
+SELECT r.namespace, CASE WHEN h.key = 'worker' THEN 'worker' ELSE 'tool' END,
+       greatest(0, extract(epoch FROM now() - h.beat_at))::float8
+FROM agentrun_heartbeats h JOIN agentrun_runs r USING (run_id)
+WHERE r.status = 'running'
+  AND (h.key = 'worker' OR EXISTS (SELECT 1 FROM agentrun_effects e
+                                   WHERE e.idempotency_key = h.key AND e.status = 'pending'))
+"""
+
+APPROVALS_PENDING = """
+SELECT r.namespace, count(*), extract(epoch FROM min(a.deadline) - now())::float8
+FROM agentrun_approvals a JOIN agentrun_runs r USING (run_id)
+WHERE a.status = 'pending'
+GROUP BY 1
+"""
+
+APPROVALS_DECIDED = """
+SELECT r.namespace, a.status, count(*)
+FROM agentrun_approvals a JOIN agentrun_runs r USING (run_id)
+WHERE a.status <> 'pending'
+GROUP BY 1, 2
+"""
+
+DEADLINE_OUTCOMES = """
+SELECT r.namespace, coalesce(a.deadline_action, 'unknown'), count(*)
+FROM agentrun_approvals a JOIN agentrun_runs r USING (run_id)
+WHERE a.status = 'expired'
+GROUP BY 1, 2
+"""
+
+ATTEMPTS_ENDED = """
+SELECT r.namespace, t.outcome, count(*)
+FROM agentrun_attempts t JOIN agentrun_runs r USING (run_id)
+WHERE t.outcome IS NOT NULL
+GROUP BY 1, 2
+"""
+
+# (value expression, source table, filter) for each histogram read from rows.
+APPROVAL_WAIT = ("extract(epoch FROM decided_at - requested_at)::float8", "agentrun_approvals",
+                 "decided_at IS NOT NULL")
+STEP_DURATION = ("duration_seconds", "agentrun_step_events", "true")
+CHECKPOINT_DURATION = ("checkpoint_seconds", "agentrun_step_events", "checkpoint_seconds IS NOT NULL")
+
+
+def histogram_query(value: str, table: str, where: str, bounds: Sequence[float]) -> sql.Composed:
+    """Cumulative buckets computed in Postgres (one pass, one row per namespace): rows may be many, the
+    result is small. The pieces are constants of this module, never user input."""
+    filters = sql.SQL(", ").join(
+        sql.SQL("count(*) FILTER (WHERE v <= {})").format(sql.Literal(float(b))) for b in bounds
+    )
+    return sql.SQL(
+        "SELECT r.namespace, count(*), coalesce(sum(v), 0)::float8, {filters} "
+        "FROM (SELECT run_id, {value} AS v FROM {table} WHERE {where}) x "
+        "JOIN agentrun_runs r USING (run_id) GROUP BY 1"
+    ).format(filters=filters, value=sql.SQL(value), table=sql.Identifier(table), where=sql.SQL(where))
+
+
+def histograms(rows: Sequence[Sequence[Any]], bounds: Sequence[float]) -> dict[str, metrics.Histogram]:
+    return {
+        str(row[0]): metrics.Histogram(bounds=bounds, counts=[int(c) for c in row[3:]], count=int(row[1]),
+                                       total=float(row[2]))
+        for row in rows
+    }
+
+
+class SnapshotSource:
+    def __init__(self, dsn: str, *, statement_timeout_seconds: float = 2.0,
+                 connect_timeout_seconds: float = 3.0) -> None:
+        self._dsn = dsn
+        self._timeout_ms = max(1, int(statement_timeout_seconds * 1000))
+        self._connect_timeout = max(1, round(connect_timeout_seconds))
+        self._conn: psycopg.Connection[Any] | None = None
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed:
+            self._conn = psycopg.connect(
+                self._dsn, connect_timeout=self._connect_timeout, application_name="agentrun-metrics",
+                options=f"-c statement_timeout={self._timeout_ms}",
+            )
+            self._conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+            self._conn.read_only = True
+        return self._conn
+
+    def fetch(self) -> metrics.Snapshot:
+        conn = self._connection()
+        try:
+            snap = read_snapshot(conn)
+            conn.rollback()  # read-only: nothing to commit; ends the snapshot
+            return snap
+        except BaseException:
+            conn.close()  # re-opened on the next scrape (Postgres restarted, timeout, ...)
+            self._conn = None
+            raise
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def read_snapshot(conn: psycopg.Connection[Any]) -> metrics.Snapshot:
+    def rows(query: str | sql.Composed) -> list[tuple[Any, ...]]:
+        return conn.execute(query).fetchall()
+
+    return metrics.Snapshot(
+        runs=[(ns, st, int(n)) for ns, st, n in rows(RUNS)],
+        effects=[(ns, tool, st, int(n), int(nh), int(pc), int(dp))
+                 for ns, tool, st, n, nh, pc, dp in rows(EFFECTS)],
+        oldest_pending_effect={ns: float(age) for ns, age in rows(OLDEST_PENDING_EFFECT)},
+        heartbeat_ages=[(ns, kind, float(age)) for ns, kind, age in rows(HEARTBEAT_AGES)],
+        approvals_pending=[(ns, int(n), None if left is None else float(left))
+                           for ns, n, left in rows(APPROVALS_PENDING)],
+        approvals_decided=[(ns, st, int(n)) for ns, st, n in rows(APPROVALS_DECIDED)],
+        deadline_outcomes=[(ns, action, int(n)) for ns, action, n in rows(DEADLINE_OUTCOMES)],
+        attempts_ended=[(ns, outcome, int(n)) for ns, outcome, n in rows(ATTEMPTS_ENDED)],
+        approval_wait=histograms(rows(histogram_query(*APPROVAL_WAIT, metrics.APPROVAL_WAIT_BUCKETS)),
+                                 metrics.APPROVAL_WAIT_BUCKETS),
+        step_duration=histograms(rows(histogram_query(*STEP_DURATION, metrics.STEP_BUCKETS)),
+                                 metrics.STEP_BUCKETS),
+        checkpoint_duration=histograms(
+            rows(histogram_query(*CHECKPOINT_DURATION, metrics.CHECKPOINT_BUCKETS)),
+            metrics.CHECKPOINT_BUCKETS,
+        ),
+    )
