@@ -20,19 +20,24 @@ def seed(conn: psycopg.Connection[Any], ns: str = "team-a") -> None:
     for run_id, status in (("r1", "running"), ("r2", "parked"), ("r3", "failed"), ("r4", "succeeded")):
         conn.execute(
             "INSERT INTO agentrun_runs (run_id, namespace, name, graph, input, spec_hash, status)"
-            " VALUES (%s, %s, %s, 'm:g', '{}', 'h', %s)", (run_id, ns, f"run-{run_id}", status))
+            " VALUES (%s, %s, %s, 'm:g', '{}', 'h', %s)",
+            (run_id, ns, f"run-{run_id}", status),
+        )
     conn.execute(
         "INSERT INTO agentrun_effects (idempotency_key, run_id, step, action, tool, args_hash, args, status,"
         " attempts, duplicates_prevented, epoch, created_at, needs_human) VALUES"
-        " ('k1', 'r1', 's', 'send', 'email', 'a', '{}', 'pending', 1, 0, 1, now() - interval '90 seconds', true),"
+        " ('k1', 'r1', 's', 'send', 'email', 'a', '{}', 'pending', 1, 0, 1,"
+        " now() - interval '90 seconds', true),"
         " ('k2', 'r1', 's', 'send', 'email', 'b', '{}', 'sent', 1, 2, 1, now(), false),"
-        " ('k3', 'r4', 's', 'post', 'http', 'c', '{}', 'confirmed', 2, 1, 1, now(), false)")
+        " ('k3', 'r4', 's', 'post', 'http', 'c', '{}', 'confirmed', 2, 1, 1, now(), false)"
+    )
     conn.execute(
         "INSERT INTO agentrun_heartbeats (run_id, key, beat_at) VALUES"
         " ('r1', 'worker', now() - interval '20 seconds'),"
         " ('r1', 'k1', now() - interval '3 seconds'),"
-        " ('r1', 'k2', now() - interval '1 hour'),"   # effect already sent: history, not staleness
-        " ('r3', 'worker', now() - interval '2 hours')")  # run not running: ignored
+        " ('r1', 'k2', now() - interval '1 hour'),"  # effect already sent: history, not staleness
+        " ('r3', 'worker', now() - interval '2 hours')"
+    )  # run not running: ignored
     conn.execute(
         "INSERT INTO agentrun_approvals (approval_id, run_id, interrupt_id, prompt, requested_at, deadline,"
         " status, decided_by, decided_at, deadline_action) VALUES"
@@ -41,13 +46,16 @@ def seed(conn: psycopg.Connection[Any], ns: str = "team-a") -> None:
         " ('a-2', 'r4', 'i2', '{}', now() - interval '1 hour', now(), 'approved', 'alice',"
         "  now() - interval '55 minutes', NULL),"
         " ('a-3', 'r3', 'i3', '{}', now() - interval '2 days', now() - interval '1 day', 'expired', NULL,"
-        "  now() - interval '1 day', 'cancel')")
+        "  now() - interval '1 day', 'cancel')"
+    )
     conn.execute(
         "INSERT INTO agentrun_attempts (run_id, attempt, pod, outcome) VALUES"
-        " ('r1', 1, 'p1', 'lost'), ('r1', 2, 'p2', NULL), ('r4', 1, 'p3', 'succeeded')")
+        " ('r1', 1, 'p1', 'lost'), ('r1', 2, 'p2', NULL), ('r4', 1, 'p3', 'succeeded')"
+    )
     conn.execute(
         "INSERT INTO agentrun_step_events (run_id, attempt, step, started_at, duration_seconds,"
-        " checkpoint_seconds) VALUES ('r1', 1, 'a', now(), 0.2, 0.003), ('r1', 2, 'b', now(), 4.0, NULL)")
+        " checkpoint_seconds) VALUES ('r1', 1, 'a', now(), 0.2, 0.003), ('r1', 2, 'b', now(), 4.0, NULL)"
+    )
     conn.commit()
 
 
@@ -102,7 +110,9 @@ def _closed_port() -> int:
 
 def test_postgres_down_exports_collector_up_zero_over_http() -> None:
     reg = prometheus_client.CollectorRegistry()
-    collector = metrics.postgres_collector(f"postgresql://x@127.0.0.1:{_closed_port()}/x", connect_timeout_seconds=1)
+    collector = metrics.postgres_collector(
+        f"postgresql://x@127.0.0.1:{_closed_port()}/x", connect_timeout_seconds=1
+    )
     server = metrics.start_metrics_server(0, addr="127.0.0.1", registry=reg, collector=collector)
     try:
         started = time.monotonic()

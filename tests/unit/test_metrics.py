@@ -8,7 +8,9 @@ import pytest
 from agent_operator import metrics
 
 
-def _registry(snap: metrics.Snapshot | None = None, fail: bool = False) -> prometheus_client.CollectorRegistry:
+def _registry(
+    snap: metrics.Snapshot | None = None, fail: bool = False
+) -> prometheus_client.CollectorRegistry:
     def fetch() -> metrics.Snapshot:
         if fail:
             raise OSError("connection refused")
@@ -28,8 +30,11 @@ def _sample(reg: prometheus_client.CollectorRegistry, name: str, **labels: str) 
 def _snapshot() -> metrics.Snapshot:
     return metrics.Snapshot(
         runs=[("ns-a", "running", 2), ("ns-a", "parked", 1), ("ns-b", "failed", 3), ("ns-b", "weird", 1)],
-        effects=[("ns-a", "email", "pending", 1, 1, 1, 0), ("ns-a", "email", "sent", 4, 0, 5, 2),
-                 ("ns-a", "http", "confirmed", 2, 0, 2, 1)],
+        effects=[
+            ("ns-a", "email", "pending", 1, 1, 1, 0),
+            ("ns-a", "email", "sent", 4, 0, 5, 2),
+            ("ns-a", "http", "confirmed", 2, 0, 2, 1),
+        ],
         oldest_pending_effect={"ns-a": 42.5},
         heartbeat_ages=[("ns-a", "worker", 2.0), ("ns-a", "worker", 40.0), ("ns-a", "tool", 7.0)],
         approvals_pending=[("ns-a", 1, 3600.0)],
@@ -65,8 +70,12 @@ def test_effects_by_tool_and_status() -> None:
 
 def test_heartbeat_distribution_and_stalest() -> None:
     reg = _registry(_snapshot())
-    assert _sample(reg, "agentrun_heartbeat_age_seconds_bucket", namespace="ns-a", kind="worker", le="5.0") == 1
-    assert _sample(reg, "agentrun_heartbeat_age_seconds_bucket", namespace="ns-a", kind="worker", le="60.0") == 2
+    assert (
+        _sample(reg, "agentrun_heartbeat_age_seconds_bucket", namespace="ns-a", kind="worker", le="5.0") == 1
+    )
+    assert (
+        _sample(reg, "agentrun_heartbeat_age_seconds_bucket", namespace="ns-a", kind="worker", le="60.0") == 2
+    )
     assert _sample(reg, "agentrun_heartbeat_age_seconds_gcount", namespace="ns-a", kind="worker") == 2
     assert _sample(reg, "agentrun_heartbeat_oldest_age_seconds", namespace="ns-a") == 40.0
     assert _sample(reg, "agentrun_heartbeat_oldest_age_seconds", namespace="ns-b") == 0
@@ -90,7 +99,9 @@ def test_step_and_checkpoint_histograms() -> None:
     reg = _registry(_snapshot())
     assert _sample(reg, "agentrun_step_duration_seconds_bucket", namespace="ns-a", le="0.5") == 2
     assert _sample(reg, "agentrun_step_duration_seconds_count", namespace="ns-a") == 3
-    assert _sample(reg, "agentrun_checkpoint_write_duration_seconds_bucket", namespace="ns-a", le="0.005") == 1
+    assert (
+        _sample(reg, "agentrun_checkpoint_write_duration_seconds_bucket", namespace="ns-a", le="0.005") == 1
+    )
     assert _sample(reg, "agentrun_attempts_ended_total", namespace="ns-a", outcome="lost") == 2
 
 
@@ -118,8 +129,15 @@ def test_bucketize_is_cumulative() -> None:
 
 @pytest.mark.parametrize(
     ("given", "label"),
-    [("evicted", "evicted"), ("OOMKilled", "OOMKilled"), ("oomkilled", "OOMKilled"),
-     ("lease-expired", "lease_expired"), ("Evicted", "evicted"), ("run-1234", "other"), ("", "other")],
+    [
+        ("evicted", "evicted"),
+        ("OOMKilled", "OOMKilled"),
+        ("oomkilled", "OOMKilled"),
+        ("lease-expired", "lease_expired"),
+        ("Evicted", "evicted"),
+        ("run-1234", "other"),
+        ("", "other"),
+    ],
 )
 def test_attempt_reasons_are_a_closed_set(given: str, label: str) -> None:
     assert metrics.normalize_reason(given) == label
@@ -153,7 +171,12 @@ def test_exported_names_cover_unobserved_labelled_metrics() -> None:
     reg = prometheus_client.CollectorRegistry()
     reg.register(metrics.LedgerCollector(lambda: metrics.Snapshot()))
     names = metrics.exported_names(reg) | metrics.exported_names(metrics.REGISTRY)
-    for name in ("agentrun_attempts_started_total", "agentrun_resume_latency_seconds_bucket",
-                 "agentrun_runs", "agentrun_approval_wait_seconds_bucket", "agentrun_collector_up",
-                 "agentrun_heartbeat_age_seconds_bucket"):
+    for name in (
+        "agentrun_attempts_started_total",
+        "agentrun_resume_latency_seconds_bucket",
+        "agentrun_runs",
+        "agentrun_approval_wait_seconds_bucket",
+        "agentrun_collector_up",
+        "agentrun_heartbeat_age_seconds_bucket",
+    ):
         assert name in names
