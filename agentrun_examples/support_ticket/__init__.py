@@ -1,0 +1,24 @@
+"""The support-ticket agent of the demo: analyze → retrieve → draft → manager approval → send the email.
+
+Graph reference for an AgentRun: ``agentrun_examples.support_ticket:graph`` (an uncompiled ``StateGraph``;
+the worker compiles it with its Postgres checkpointer). ``build_graph`` is the same as a factory.
+
+``graph`` is built on first access so that importing the pure parts (``retrieval``, ``analysis``,
+``drafting``) does not import LangGraph or the worker.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def build_graph() -> Any:
+    from agentrun_examples.support_ticket import graph as graph_module
+
+    return graph_module.build()
+
+
+def __getattr__(name: str) -> Any:
+    if name == "graph":
+        return build_graph()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
