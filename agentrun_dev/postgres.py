@@ -85,7 +85,9 @@ def _run_as() -> str | None:
     except KeyError:
         subprocess.run(
             ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", SYSTEM_USER],
-            check=True, capture_output=True, text=True,
+            check=True,
+            capture_output=True,
+            text=True,
         )
     return SYSTEM_USER
 
@@ -121,8 +123,16 @@ def _pg(exe: str, args: list[str], user: str | None, timeout: float = 120) -> No
         ent = pwd.getpwnam(user)
         ids = {"user": ent.pw_uid, "group": ent.pw_gid, "extra_groups": []}
     res = subprocess.run(
-        cmd, env=env, cwd="/", stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True, timeout=timeout, check=False, **ids,  # type: ignore[call-overload]
+        cmd,
+        env=env,
+        cwd="/",
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=timeout,
+        check=False,
+        **ids,  # type: ignore[call-overload]
     )
     if res.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({res.returncode}):\n{res.stdout[-3000:]}")
@@ -179,13 +189,40 @@ def ensure_running(s: settings_mod.Settings) -> Info:
                 os.chown(p, ent.pw_uid, ent.pw_gid)
         data.chmod(0o700)
         if not (data / "PG_VERSION").exists():
-            _pg("initdb", ["-D", str(data), "-U", SUPERUSER, "--auth=trust", "--encoding=UTF8", "--no-locale",
-                           "--no-instructions"], user)
+            _pg(
+                "initdb",
+                [
+                    "-D",
+                    str(data),
+                    "-U",
+                    SUPERUSER,
+                    "--auth=trust",
+                    "--encoding=UTF8",
+                    "--no-locale",
+                    "--no-instructions",
+                ],
+                user,
+            )
             with open(data / "postgresql.conf", "a") as fh:
                 fh.write(_CONF)
         _clear_stale_pidfile(s)
-        _pg("pg_ctl", ["-D", str(data), "-l", str(log), "-w", "-t", "60",
-                       "-o", f"-c listen_addresses=127.0.0.1 -p {port}", "start"], user, timeout=90)
+        _pg(
+            "pg_ctl",
+            [
+                "-D",
+                str(data),
+                "-l",
+                str(log),
+                "-w",
+                "-t",
+                "60",
+                "-o",
+                f"-c listen_addresses=127.0.0.1 -p {port}",
+                "start",
+            ],
+            user,
+            timeout=90,
+        )
         deadline = time.monotonic() + 30
         while not healthy(s):
             if time.monotonic() > deadline:
