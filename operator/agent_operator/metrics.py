@@ -62,6 +62,8 @@ PHASE_BY_STATUS = {
 }
 EFFECT_STATUSES = ("pending", "sent", "confirmed", "failed")
 DECISIONS = ("approved", "rejected", "expired")
+DEADLINE_ACTIONS = ("escalate", "cancel", "read_only")
+ATTEMPT_OUTCOMES = ("succeeded", "failed", "parked", "drained", "fenced", "needs_human", "lost")
 
 ATTEMPTS_STARTED = prometheus_client.Counter(
     "agentrun_attempts_started_total", "Worker attempts started by the operator, by reason.",
@@ -105,6 +107,19 @@ def lease_takeover(namespace: str = "") -> None:
 
 def lease_renew_failure(namespace: str = "") -> None:
     LEASE_RENEW_FAILURES.labels(namespace=namespace).inc()
+
+
+def init_namespaces(namespaces: Iterable[str]) -> None:
+    """Create the in-process series of each namespace at 0. Prometheus's increase()/rate() only see a
+    counter's first increment if the series existed before it, so the first takeover of a namespace would be
+    invisible otherwise. The collector calls this with the namespaces it finds in Postgres."""
+    for ns in namespaces:
+        LEASE_TAKEOVERS.labels(namespace=ns)
+        LEASE_RENEW_FAILURES.labels(namespace=ns)
+        for reason in ATTEMPT_REASONS:
+            ATTEMPTS_STARTED.labels(namespace=ns, reason=reason)
+    for reason in ATTEMPT_REASONS:
+        RESUME_LATENCY.labels(reason=reason)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -208,21 +223,33 @@ def families(snap: Snapshot) -> list[core.Metric]:
 
     ended = core.CounterMetricFamily("agentrun_attempts_ended", "Worker attempts ended, by outcome.",
                                      labels=["namespace", "outcome"])
-    for ns, outcome, n in sorted(snap.attempts_ended):
+    per_outcome = {(ns, o): 0 for ns in namespaces for o in ATTEMPT_OUTCOMES}
+    for ns, outcome, n in snap.attempts_ended:
+        per_outcome[(ns, outcome)] = per_outcome.get((ns, outcome), 0) + n
+    for (ns, outcome), n in sorted(per_outcome.items()):
         ended.add_metric([ns, outcome], n)
     out.append(ended)
 
-    for name, doc, data in (
+    for name, doc, data, bounds in (
         ("agentrun_step_duration_seconds", "Duration of graph steps, reported by workers.",
-         snap.step_duration),
+         snap.step_duration, STEP_BUCKETS),
         ("agentrun_checkpoint_write_duration_seconds", "Duration of checkpoint writes, reported by workers.",
-         snap.checkpoint_duration),
+         snap.checkpoint_duration, CHECKPOINT_BUCKETS),
     ):
         fam = core.HistogramMetricFamily(name, doc, labels=["namespace"])
-        for ns, h in sorted(data.items()):
+        for ns, h in sorted(_with_zeros(data, namespaces, bounds).items()):
             fam.add_metric([ns], _buckets(h), h.total)
         out.append(fam)
     return out
+
+
+def _with_zeros(
+    data: dict[str, Histogram], namespaces: list[str], bounds: Sequence[float]
+) -> dict[str, Histogram]:
+    """Row-derived histograms start at 0 for every namespace with runs: a series born with count 1 hides
+    its first observation from rate(), and a namespace's first approval would never reach a quantile."""
+    zero = Histogram(bounds=bounds, counts=[0] * len(bounds), count=0, total=0.0)
+    return {**{ns: zero for ns in namespaces}, **data}
 
 
 def _heartbeat_families(snap: Snapshot, namespaces: list[str]) -> list[core.Metric]:
@@ -273,13 +300,16 @@ def _approval_families(snap: Snapshot, namespaces: list[str]) -> list[core.Metri
     outcomes = core.CounterMetricFamily("agentrun_approval_deadline_outcomes",
                                         "Approvals that reached their deadline, by the action taken.",
                                         labels=["namespace", "action"])
-    for ns, action, n in sorted(snap.deadline_outcomes):
+    per_action = {(ns, a): 0 for ns in namespaces for a in DEADLINE_ACTIONS}
+    for ns, action, n in snap.deadline_outcomes:
+        per_action[(ns, action)] = per_action.get((ns, action), 0) + n
+    for (ns, action), n in sorted(per_action.items()):
         outcomes.add_metric([ns, action], n)
 
     wait = core.HistogramMetricFamily("agentrun_approval_wait_seconds",
                                       "Time from an approval being requested to its decision.",
                                       labels=["namespace"])
-    for ns, h in sorted(snap.approval_wait.items()):
+    for ns, h in sorted(_with_zeros(snap.approval_wait, namespaces, APPROVAL_WAIT_BUCKETS).items()):
         wait.add_metric([ns], _buckets(h), h.total)
     return [pending, remaining, decided, outcomes, wait]
 
@@ -288,8 +318,10 @@ class LedgerCollector:
     """Collector evaluated at scrape time. ``fetch`` returns a Snapshot; if it raises (Postgres down, a
     statement timeout) the scrape still succeeds with ``agentrun_collector_up 0`` and no ledger figures."""
 
-    def __init__(self, fetch: Callable[[], Snapshot]) -> None:
+    def __init__(self, fetch: Callable[[], Snapshot],
+                 on_namespaces: Callable[[Iterable[str]], None] = init_namespaces) -> None:
         self._fetch = fetch
+        self._on_namespaces = on_namespaces
         self._lock = threading.Lock()  # the HTTP server is threaded; one fetch at a time
 
     def describe(self) -> list[core.Metric]:
@@ -301,6 +333,7 @@ class LedgerCollector:
             with self._lock:
                 snap = self._fetch()
             fams, up = families(snap), 1.0
+            self._on_namespaces({ns for ns, _, _ in snap.runs})
         except Exception as exc:  # a broken scrape would hide every other metric too
             log.warning("ledger collector failed: %s", exc)
             fams, up = [], 0.0
