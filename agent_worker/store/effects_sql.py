@@ -1,0 +1,157 @@
+"""The effect ledger's SQL: reserve and record are ONE statement (one round trip) each, fencing included."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Literal
+
+from psycopg.types.json import Jsonb
+
+from agent_worker import errors
+from agent_worker.store import db, rows
+
+ReserveOutcome = Literal["reserved", "existing"]
+
+# Legal transitions: target status -> statuses it may come from.
+_FROM: dict[str, list[str]] = {
+    "pending": ["pending"],  # a failed attempt that will be retried, or needs_human marked
+    "sent": ["pending"],
+    "failed": ["pending"],
+    "confirmed": ["pending", "sent"],
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Reservation:
+    outcome: ReserveOutcome
+    effect: rows.Effect
+
+
+def reserve_effect(
+    conn: db.Conn,
+    *,
+    key: str,
+    run_id: str,
+    epoch: int,
+    step: str,
+    action: str,
+    tool: str,
+    occurrence: int,
+    args_hash: str,
+    args: Any,
+) -> Reservation:
+    """Insert a ``pending`` row for ``key`` or return the existing one; ``Fenced`` / ``ReadOnlyRun``."""
+    row = db.fetch_one(
+        conn,
+        "reserve_effect",
+        {
+            "key": key,
+            "run_id": run_id,
+            "epoch": epoch,
+            "step": step,
+            "action": action,
+            "tool": tool,
+            "occurrence": occurrence,
+            "args_hash": args_hash,
+            "args": Jsonb(args),
+        },
+    )
+    return reservation_from_row(row, key=key, run_id=run_id, epoch=epoch)
+
+
+def reservation_from_row(row: dict[str, Any] | None, *, key: str, run_id: str, epoch: int) -> Reservation:
+    """Decide the reserve outcome from the statement's single row (pure)."""
+    if row is None:
+        raise errors.RunNotFound(f"run {run_id} is not admitted")
+    if row["current_epoch"] != epoch:
+        raise errors.Fenced(
+            f"effect {key}: write refused, epoch {epoch} is not current ({row['current_epoch']})",
+            epoch=epoch,
+            current_epoch=row["current_epoch"],
+        )
+    if row["inserted"] is not None:
+        return Reservation("reserved", rows.pack_json(rows.Effect, row["inserted"]))
+    if row["existing"] is not None:
+        return Reservation("existing", rows.pack_json(rows.Effect, row["existing"]))
+    if row["read_only"]:
+        raise errors.ReadOnlyRun(f"run {run_id} is read-only: new effect {key} refused")
+    # Inserted concurrently by a transaction our snapshot does not see; only possible for two writers of
+    # the same epoch, which the Lease rules out. Refuse rather than guess.
+    raise errors.Fenced(
+        f"effect {key}: concurrent reservation by another writer of epoch {epoch}", epoch=epoch
+    )
+
+
+def record_effect(
+    conn: db.Conn,
+    *,
+    key: str,
+    run_id: str,
+    epoch: int,
+    status: str,
+    calls: int = 0,
+    result: Any = None,
+    provider_ref: str | None = None,
+    error: str | None = None,
+    needs_human: bool = False,
+) -> rows.Effect:
+    """Move ``key`` to ``status`` (fenced, one statement). ``calls``: provider calls since last record."""
+    if status not in _FROM:
+        raise ValueError(f"unknown effect status {status!r}")
+    row = db.fetch_one(
+        conn,
+        "record_effect",
+        {
+            "key": key,
+            "run_id": run_id,
+            "epoch": epoch,
+            "status": status,
+            "calls": calls,
+            "result": None if result is None else Jsonb(result),
+            "provider_ref": provider_ref,
+            "error": error,
+            "needs_human": needs_human,
+            "from_statuses": _FROM[status],
+        },
+    )
+    if row is None:
+        raise errors.RunNotFound(f"run {run_id} is not admitted")
+    if row["current_epoch"] != epoch:
+        raise errors.Fenced(
+            f"effect {key}: record refused, epoch {epoch} is not current ({row['current_epoch']})",
+            epoch=epoch,
+            current_epoch=row["current_epoch"],
+        )
+    if row["updated"] is None:
+        raise RuntimeError(f"effect {key}: illegal transition {row['previous_status']!r} -> {status!r}")
+    return rows.pack_json(rows.Effect, row["updated"])
+
+
+def confirm_effect(
+    conn: db.Conn, *, key: str, result: Any = None, provider_ref: str | None = None
+) -> rows.Effect | None:
+    """The provider confirmed ``key`` later (poll, webhook): ``pending``/``sent`` → ``confirmed``."""
+    row = db.fetch_one(
+        conn,
+        "confirm_effect",
+        {"key": key, "result": None if result is None else Jsonb(result), "provider_ref": provider_ref},
+    )
+    return rows.pack(rows.Effect, row) if row else None
+
+
+def get_effect(conn: db.Conn, key: str) -> rows.Effect | None:
+    row = db.fetch_one(conn, "get_effect", {"key": key})
+    return rows.pack(rows.Effect, row) if row else None
+
+
+def list_effects(conn: db.Conn, run_id: str) -> list[rows.Effect]:
+    return [rows.pack(rows.Effect, r) for r in db.fetch_all(conn, "list_effects", {"run_id": run_id})]
+
+
+def effect_counts(conn: db.Conn, run_id: str) -> dict[str, int]:
+    """{pending, sent, confirmed, failed, needsHuman} for the AgentRun status."""
+    counts = {s: 0 for s in rows.EFFECT_STATUSES} | {"needsHuman": 0}
+    for r in db.fetch_all(conn, "effect_counts", {"run_id": run_id}):
+        counts[r["status"]] = int(r["n"])
+        counts["needsHuman"] += int(r["needs_human"])
+    return counts

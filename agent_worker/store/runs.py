@@ -1,0 +1,303 @@
+"""Runs, attempts, approvals, heartbeats and step events (the operator's and the worker's calls)."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from agent_worker import errors
+from agent_worker.store import db, rows
+
+
+def admit_run(
+    conn: db.Conn,
+    *,
+    run_id: str,
+    namespace: str,
+    name: str,
+    graph: str,
+    input: Any,
+    spec_hash: str,
+    durability: str = "sync",
+    approval_policy: dict[str, Any] | None = None,
+) -> rows.Run:
+    """Insert-or-return the admission row: admitting the same run id again returns the first row."""
+    if durability not in rows.DURABILITIES:
+        raise ValueError(f"durability must be one of {rows.DURABILITIES}, not {durability!r}")
+    row = db.fetch_one(
+        conn,
+        "admit_run",
+        {
+            "run_id": run_id,
+            "namespace": namespace,
+            "name": name,
+            "graph": graph,
+            "input": Jsonb(input),
+            "spec_hash": spec_hash,
+            "durability": durability,
+            "approval_policy": Jsonb(approval_policy or {}),
+        },
+    )
+    assert row is not None  # insert-or-return always yields the row
+    return rows.pack(rows.Run, row)
+
+
+def get_run(conn: db.Conn, run_id: str) -> rows.Run | None:
+    row = db.fetch_one(conn, "get_run", {"run_id": run_id})
+    return rows.pack(rows.Run, row) if row else None
+
+
+def list_runs(
+    conn: db.Conn, *, namespace: str | None = None, statuses: list[str] | None = None
+) -> list[rows.Run]:
+    found = db.fetch_all(conn, "list_runs", {"namespace": namespace, "statuses": statuses})
+    return [rows.pack(rows.Run, r) for r in found]
+
+
+def claim_run(conn: db.Conn, *, run_id: str, epoch: int, holder: str) -> rows.Run:
+    """Raise ``lease_epoch`` to the epoch just acquired and mark the run running; ``Fenced`` if older."""
+    row = db.fetch_one(conn, "claim_run", {"run_id": run_id, "epoch": epoch, "holder": holder})
+    if row is None:
+        current = get_run(conn, run_id)
+        if current is None:
+            raise errors.RunNotFound(f"run {run_id} is not admitted")
+        raise errors.Fenced(
+            f"run {run_id}: cannot claim epoch {epoch} (run has epoch {current.lease_epoch}, "
+            f"holder {current.holder}, status {current.status})",
+            epoch=epoch,
+            current_epoch=current.lease_epoch,
+        )
+    return rows.pack(rows.Run, row)
+
+
+def finish_run(
+    conn: db.Conn,
+    *,
+    run_id: str,
+    epoch: int,
+    status: str,
+    result: Any = None,
+    error: str | None = None,
+    reason: str | None = None,
+    current_step: str | None = None,
+) -> rows.Run:
+    """Set the run's outcome (fenced). ``Fenced`` when a newer epoch holds it or it is already final."""
+    if status not in rows.RUN_STATUSES:
+        raise ValueError(f"unknown run status {status!r}")
+    row = db.fetch_one(
+        conn,
+        "finish_run",
+        {
+            "run_id": run_id,
+            "epoch": epoch,
+            "status": status,
+            "result": None if result is None else Jsonb(result),
+            "error": error,
+            "reason": reason,
+            "current_step": current_step,
+        },
+    )
+    if row is None:
+        current = get_run(conn, run_id)
+        raise errors.Fenced(
+            f"run {run_id}: outcome {status!r} refused for epoch {epoch} "
+            f"(run epoch {current.lease_epoch if current else '?'}, "
+            f"status {current.status if current else '?'})",
+            epoch=epoch,
+            current_epoch=current.lease_epoch if current else None,
+        )
+    return rows.pack(rows.Run, row)
+
+
+def set_current_step(conn: db.Conn, *, run_id: str, epoch: int, step: str) -> bool:
+    return db.execute(conn, "set_current_step", {"run_id": run_id, "epoch": epoch, "step": step}) == 1
+
+
+def fail_unclaimed_run(conn: db.Conn, *, run_id: str, error: str, reason: str) -> bool:
+    """Fail a run before any lease is held (unknown graph reference): no fencing epoch yet."""
+    return (
+        db.fetch_one(conn, "fail_unclaimed_run", {"run_id": run_id, "error": error, "reason": reason})
+        is not None
+    )
+
+
+def set_read_only(conn: db.Conn, run_id: str, read_only: bool) -> bool:
+    """Refuse (True) or allow (False) new effects. True if the run exists."""
+    return db.fetch_one(conn, "set_read_only", {"run_id": run_id, "read_only": read_only}) is not None
+
+
+def cancel_run(conn: db.Conn, run_id: str, reason: str) -> bool:
+    """Mark the run cancelled unless already final. True if this call cancelled it."""
+    return db.fetch_one(conn, "cancel_run", {"run_id": run_id, "reason": reason}) is not None
+
+
+def record_attempt_start(
+    conn: db.Conn,
+    *,
+    run_id: str,
+    attempt: int,
+    pod: str,
+    epoch: int | None = None,
+    start_reason: str | None = None,
+) -> rows.Attempt:
+    """Insert-or-update the attempt row (operator: at pod creation with a reason; worker: with its epoch)."""
+    row = db.fetch_one(
+        conn,
+        "record_attempt_start",
+        {"run_id": run_id, "attempt": attempt, "pod": pod, "epoch": epoch, "start_reason": start_reason},
+    )
+    assert row is not None
+    return rows.pack(rows.Attempt, row)
+
+
+def record_attempt_end(
+    conn: db.Conn, *, run_id: str, attempt: int, outcome: str, detail: str | None = None
+) -> bool:
+    row = db.fetch_one(
+        conn,
+        "record_attempt_end",
+        {"run_id": run_id, "attempt": attempt, "outcome": outcome, "detail": detail},
+    )
+    return row is not None
+
+
+def list_attempts(conn: db.Conn, run_id: str) -> list[rows.Attempt]:
+    return [rows.pack(rows.Attempt, r) for r in db.fetch_all(conn, "list_attempts", {"run_id": run_id})]
+
+
+# ---------------------------------------------------------------------------------------------- approvals
+
+
+def record_approval(
+    conn: db.Conn,
+    *,
+    run_id: str,
+    epoch: int,
+    approval_id: str,
+    interrupt_id: str,
+    prompt: Any,
+    timeout_seconds: float | None,
+    reason: str | None = None,
+) -> rows.Approval:
+    """Record the pending approval (idempotent per id) and park the run, fenced, in one statement."""
+    row = db.fetch_one(
+        conn,
+        "record_approval",
+        {
+            "run_id": run_id,
+            "epoch": epoch,
+            "approval_id": approval_id,
+            "interrupt_id": interrupt_id,
+            "prompt": Jsonb(prompt),
+            "timeout_seconds": timeout_seconds,
+            "reason": reason,
+        },
+    )
+    if row is None:
+        raise errors.RunNotFound(f"run {run_id} is not admitted")
+    if row["current_epoch"] != epoch:
+        raise errors.Fenced(
+            f"run {run_id}: approval write refused for epoch {epoch} (current {row['current_epoch']})",
+            epoch=epoch,
+            current_epoch=row["current_epoch"],
+        )
+    if row["approval"] is None:
+        raise RuntimeError(f"approval {approval_id} neither inserted nor found (another pending approval?)")
+    return rows.pack_json(rows.Approval, row["approval"])
+
+
+def get_approval(conn: db.Conn, approval_id: str) -> rows.Approval | None:
+    row = db.fetch_one(conn, "get_approval", {"approval_id": approval_id})
+    return rows.pack(rows.Approval, row) if row else None
+
+
+def list_approvals(conn: db.Conn, run_id: str) -> list[rows.Approval]:
+    return [rows.pack(rows.Approval, r) for r in db.fetch_all(conn, "list_approvals", {"run_id": run_id})]
+
+
+def decide_approval(
+    conn: db.Conn,
+    *,
+    approval_id: str,
+    run_id: str,
+    decision: str,
+    decided_by: str | None,
+    comment: str | None = None,
+    deadline_action: str | None = None,
+) -> bool:
+    """Decide a pending approval exactly once (True the one time it changes). One statement.
+
+    ``decision='expired'`` with ``deadline_action`` ``read_only`` (or ``readOnly``) also makes the run
+    read-only. The resume payload is stored on the row; the next worker passes it to ``Command(resume=...)``.
+    """
+    payload = rows.resume_payload(
+        approval_id=approval_id,
+        decision=decision,
+        decided_by=decided_by,
+        comment=comment,
+        deadline_action=deadline_action,
+    )
+    row = db.fetch_one(
+        conn,
+        "decide_approval",
+        {
+            "approval_id": approval_id,
+            "run_id": run_id,
+            "decision": decision,
+            "decided_by": decided_by,
+            "comment": comment,
+            "payload": Jsonb(payload),
+            "deadline_action": deadline_action,
+            "read_only": bool(payload.get("read_only")),
+        },
+    )
+    return bool(row and row["decided"] == 1)
+
+
+def mark_approval_resumed(conn: db.Conn, approval_id: str) -> bool:
+    return db.execute(conn, "mark_approval_resumed", {"approval_id": approval_id}) == 1
+
+
+# ------------------------------------------------------------------------------------ heartbeats, events
+
+
+def heartbeat(conn: db.Conn, *, run_id: str, key: str, details: Any) -> None:
+    db.execute(conn, "heartbeat", {"run_id": run_id, "key": key, "details": Jsonb(details)})
+
+
+def list_heartbeats(conn: db.Conn, run_id: str) -> list[rows.Heartbeat]:
+    return [rows.pack(rows.Heartbeat, r) for r in db.fetch_all(conn, "list_heartbeats", {"run_id": run_id})]
+
+
+def record_step_event(
+    conn: db.Conn,
+    *,
+    run_id: str,
+    attempt: int,
+    step: str,
+    checkpoint_id: str | None,
+    started_at: datetime.datetime,
+    duration_seconds: float,
+    checkpoint_seconds: float | None = None,
+    effect_keys: list[str] | None = None,
+) -> None:
+    db.execute(
+        conn,
+        "record_step_event",
+        {
+            "run_id": run_id,
+            "attempt": attempt,
+            "step": step,
+            "checkpoint_id": checkpoint_id,
+            "started_at": started_at,
+            "duration_seconds": duration_seconds,
+            "checkpoint_seconds": checkpoint_seconds,
+            "effect_keys": list(effect_keys or []),
+        },
+    )
+
+
+def list_step_events(conn: db.Conn, run_id: str) -> list[rows.StepEvent]:
+    return [rows.pack(rows.StepEvent, r) for r in db.fetch_all(conn, "list_step_events", {"run_id": run_id})]

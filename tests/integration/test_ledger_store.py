@@ -1,0 +1,235 @@
+"""agent_worker.store against real Postgres: admission, fencing, ledger transitions, approvals."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from agent_worker import errors, store
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def conn(pg_dsn: str) -> psycopg.Connection[object]:
+    with psycopg.connect(pg_dsn, autocommit=True) as c:
+        yield c  # type: ignore[misc]
+
+
+def _admit(conn: psycopg.Connection[object], run_id: str = "r1") -> store.Run:
+    return store.admit_run(
+        conn,
+        run_id=run_id,
+        namespace="ns",
+        name="n",
+        graph="m:g",
+        input={"a": 1},
+        spec_hash="h",
+        durability="sync",
+        approval_policy={"timeoutSeconds": 60},
+    )
+
+
+def _reserve(conn: psycopg.Connection[object], key: str = "k1", epoch: int = 1) -> store.Reservation:
+    return store.reserve_effect(
+        conn,
+        key=key,
+        run_id="r1",
+        epoch=epoch,
+        step="n:1",
+        action="a",
+        tool="t",
+        occurrence=0,
+        args_hash="x",
+        args={"to": "x"},
+    )
+
+
+def test_migrate_is_idempotent(conn: psycopg.Connection[object]) -> None:
+    assert store.migrate(conn) == []
+    assert store.schema_version(conn) >= 1
+
+
+def test_admit_is_insert_or_return(conn: psycopg.Connection[object]) -> None:
+    first = _admit(conn)
+    again = store.admit_run(
+        conn, run_id="r1", namespace="ns", name="n", graph="other:g", input={}, spec_hash="h2"
+    )
+    assert again.graph == "m:g" and again.admitted_at == first.admitted_at
+    assert first.status == "admitted" and first.input == {"a": 1}
+    got = store.get_run(conn, "r1")
+    assert got is not None and got.approval_policy == {"timeoutSeconds": 60}
+    assert store.get_run(conn, "nope") is None
+    assert [r.run_id for r in store.list_runs(conn, namespace="ns")] == ["r1"]
+    assert store.list_runs(conn, statuses=["parked"]) == []
+
+
+def test_claim_only_raises_epoch(conn: psycopg.Connection[object]) -> None:
+    _admit(conn)
+    assert store.claim_run(conn, run_id="r1", epoch=2, holder="pod-a").lease_epoch == 2
+    assert store.claim_run(conn, run_id="r1", epoch=2, holder="pod-a").status == "running"  # same holder
+    with pytest.raises(errors.Fenced):
+        store.claim_run(conn, run_id="r1", epoch=2, holder="pod-b")
+    with pytest.raises(errors.Fenced):
+        store.claim_run(conn, run_id="r1", epoch=1, holder="pod-old")
+    assert store.claim_run(conn, run_id="r1", epoch=3, holder="pod-b").holder == "pod-b"
+    with pytest.raises(errors.RunNotFound):
+        store.claim_run(conn, run_id="zz", epoch=9, holder="x")
+
+
+def test_reserve_record_and_fencing(conn: psycopg.Connection[object]) -> None:
+    _admit(conn)
+    store.claim_run(conn, run_id="r1", epoch=1, holder="a")
+    first = _reserve(conn)
+    assert first.outcome == "reserved" and first.effect.status == "pending"
+    second = _reserve(conn)
+    assert second.outcome == "existing" and second.effect.status == "pending"
+    sent = store.record_effect(
+        conn, key="k1", run_id="r1", epoch=1, status="sent", calls=1, result={"id": 7}, provider_ref="p7"
+    )
+    assert sent.status == "sent" and sent.attempts == 1 and sent.result == {"id": 7} and sent.sent_at
+    hit = _reserve(conn)
+    assert hit.outcome == "existing" and hit.effect.result == {"id": 7}
+    assert hit.effect.duplicates_prevented == 1
+    with pytest.raises(RuntimeError, match="illegal transition"):
+        store.record_effect(conn, key="k1", run_id="r1", epoch=1, status="failed")
+    # A newer worker takes over: the old epoch can neither reserve nor record.
+    store.claim_run(conn, run_id="r1", epoch=2, holder="b")
+    with pytest.raises(errors.Fenced):
+        _reserve(conn, key="k2", epoch=1)
+    assert store.get_effect(conn, "k2") is None
+    with pytest.raises(errors.Fenced):
+        store.record_effect(conn, key="k1", run_id="r1", epoch=1, status="confirmed")
+    confirmed = store.record_effect(conn, key="k1", run_id="r1", epoch=2, status="confirmed")
+    assert confirmed.status == "confirmed" and confirmed.confirmed_at
+    assert store.effect_counts(conn, "r1") == {
+        "pending": 0,
+        "sent": 0,
+        "confirmed": 1,
+        "failed": 0,
+        "needsHuman": 0,
+    }
+
+
+def test_read_only_refuses_new_effects_but_returns_recorded(conn: psycopg.Connection[object]) -> None:
+    _admit(conn)
+    store.claim_run(conn, run_id="r1", epoch=1, holder="a")
+    _reserve(conn)
+    store.record_effect(conn, key="k1", run_id="r1", epoch=1, status="sent", calls=1, result=1)
+    assert store.set_read_only(conn, "r1", True)
+    assert _reserve(conn).outcome == "existing"
+    with pytest.raises(errors.ReadOnlyRun):
+        _reserve(conn, key="k2")
+
+
+def test_confirm_effect_later(conn: psycopg.Connection[object]) -> None:
+    _admit(conn)
+    store.claim_run(conn, run_id="r1", epoch=1, holder="a")
+    _reserve(conn)
+    store.record_effect(conn, key="k1", run_id="r1", epoch=1, status="sent", calls=1)
+    got = store.confirm_effect(conn, key="k1", provider_ref="msg-1")
+    assert got is not None and got.status == "confirmed" and got.provider_ref == "msg-1"
+    assert store.confirm_effect(conn, key="k1") is None
+
+
+def test_approvals_decided_exactly_once(conn: psycopg.Connection[object]) -> None:
+    _admit(conn)
+    store.claim_run(conn, run_id="r1", epoch=1, holder="a")
+    approval = store.record_approval(
+        conn,
+        run_id="r1",
+        epoch=1,
+        approval_id="a-1",
+        interrupt_id="i1",
+        prompt={"q": "ok?"},
+        timeout_seconds=60,
+    )
+    assert approval.status == "pending" and approval.deadline is not None
+    again = store.record_approval(
+        conn,
+        run_id="r1",
+        epoch=1,
+        approval_id="a-1",
+        interrupt_id="i1",
+        prompt={"q": "ok?"},
+        timeout_seconds=60,
+    )
+    assert again.requested_at == approval.requested_at
+    run = store.get_run(conn, "r1")
+    assert run is not None and run.status == "parked"
+    decide = dict(approval_id="a-1", run_id="r1", decision="approved", decided_by="alice", comment="fine")
+    assert store.decide_approval(conn, **decide) is True  # type: ignore[arg-type]
+    assert store.decide_approval(conn, **decide) is False  # type: ignore[arg-type]
+    decided = store.get_approval(conn, "a-1")
+    assert decided is not None and decided.payload == {
+        "approved": True,
+        "approval_id": "a-1",
+        "by": "alice",
+        "comment": "fine",
+    }
+    assert [a.approval_id for a in store.list_approvals(conn, "r1")] == ["a-1"]
+    with pytest.raises(errors.Fenced):
+        store.record_approval(
+            conn, run_id="r1", epoch=0, approval_id="a-2", interrupt_id="i2", prompt=1, timeout_seconds=None
+        )
+
+
+def test_expiry_read_only(conn: psycopg.Connection[object]) -> None:
+    _admit(conn)
+    store.claim_run(conn, run_id="r1", epoch=1, holder="a")
+    store.record_approval(
+        conn, run_id="r1", epoch=1, approval_id="a-1", interrupt_id="i1", prompt="p", timeout_seconds=1
+    )
+    assert store.decide_approval(
+        conn, approval_id="a-1", run_id="r1", decision="expired", decided_by=None, deadline_action="read_only"
+    )
+    run = store.get_run(conn, "r1")
+    assert run is not None and run.read_only
+    approval = store.get_approval(conn, "a-1")
+    assert approval is not None and approval.payload["expired"] is True and approval.payload["read_only"]
+
+
+def test_finish_cancel_attempts_events(conn: psycopg.Connection[object]) -> None:
+    import datetime
+
+    _admit(conn)
+    store.record_attempt_start(conn, run_id="r1", attempt=1, pod="p1", start_reason="first")
+    store.claim_run(conn, run_id="r1", epoch=1, holder="p1")
+    attempt = store.record_attempt_start(conn, run_id="r1", attempt=1, pod="p1", epoch=1)
+    assert attempt.start_reason == "first" and attempt.epoch == 1
+    store.record_step_event(
+        conn,
+        run_id="r1",
+        attempt=1,
+        step="n:1",
+        checkpoint_id="c",
+        duration_seconds=0.1,
+        started_at=datetime.datetime.now(datetime.UTC),
+        effect_keys=["k"],
+    )
+    assert store.list_step_events(conn, "r1")[0].effect_keys == ["k"]
+    store.heartbeat(conn, run_id="r1", key="worker", details={"x": 1})
+    assert store.list_heartbeats(conn, "r1")[0].details == {"x": 1}
+    with pytest.raises(errors.Fenced):
+        store.finish_run(conn, run_id="r1", epoch=0, status="succeeded")
+    done = store.finish_run(conn, run_id="r1", epoch=1, status="succeeded", result={"ok": True})
+    assert done.status == "succeeded" and done.finished_at and done.result == {"ok": True}
+    assert store.record_attempt_end(conn, run_id="r1", attempt=1, outcome="succeeded")
+    assert store.list_attempts(conn, "r1")[0].outcome == "succeeded"
+    assert store.cancel_run(conn, "r1", "late") is False  # final already
+    _admit(conn, "r2")
+    assert store.cancel_run(conn, "r2", "user asked") is True
+    assert store.fail_unclaimed_run(conn, run_id="r2", error="e", reason="r") is False
+
+
+def test_pool_and_non_autocommit_connections(pg_dsn: str) -> None:
+    import psycopg_pool
+
+    with psycopg_pool.ConnectionPool(pg_dsn, min_size=1, max_size=1, open=True) as pool:
+        _admit(pool)  # type: ignore[arg-type]
+    with psycopg.connect(pg_dsn) as c:
+        assert store.get_run(c, "r1") is not None
+        assert store.cancel_run(c, "r1", "x")
+    with psycopg.connect(pg_dsn) as c:
+        run = store.get_run(c, "r1")
+        assert run is not None and run.status == "cancelled"

@@ -1,0 +1,74 @@
+import os
+import subprocess
+import sys
+
+import pytest
+
+from agent_worker import canonical, keys
+
+_ARGS = {"to": "a@example.org", "tags": ["x", "y"], "n": 3, "meta": {"b": 1, "a": None}}
+
+
+def _key(occurrence: int = 0, step: keys.StepId | None = None) -> str:
+    return keys.derive(
+        "run-1", step or keys.StepId("send", 3), "send_email", canonical.digest(_ARGS), occurrence
+    )
+
+
+def test_deterministic_and_shaped() -> None:
+    assert _key() == _key()
+    assert _key().startswith("ak-") and len(_key()) == 43
+    assert set(_key()[3:]) <= set("0123456789abcdef")
+
+
+def test_every_component_matters() -> None:
+    base = _key()
+    assert _key(occurrence=1) != base
+    assert _key(step=keys.StepId("send", 4)) != base
+    assert _key(step=keys.StepId("other", 3)) != base
+    assert keys.derive("run-2", keys.StepId("send", 3), "send_email", canonical.digest(_ARGS), 0) != base
+    assert keys.derive("run-1", keys.StepId("send", 3), "other", canonical.digest(_ARGS), 0) != base
+    assert keys.derive("run-1", keys.StepId("send", 3), "send_email", canonical.digest({}), 0) != base
+
+
+def test_parts_are_length_prefixed() -> None:
+    assert keys.derive("a:b", "c", "x", "h", 0) != keys.derive("a", "b:c", "x", "h", 0)
+
+
+def test_equal_across_hash_seeds() -> None:
+    code = (
+        "from agent_worker import canonical, keys\n"
+        f"args = {_ARGS!r}\n"
+        "print(keys.derive('run-1', keys.StepId('send', 3), 'send_email', canonical.digest(args), 0))\n"
+    )
+    seen = set()
+    for seed in ("0", "1", "12345", "random"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        out = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        )
+        seen.add(out.stdout.strip())
+    assert seen == {_key()}
+
+
+def test_step_from_metadata() -> None:
+    md = {
+        "langgraph_node": "send",
+        "langgraph_step": 3,
+        "langgraph_path": ("__pregel_pull", "send"),
+        "langgraph_checkpoint_ns": "send:0b1e",
+    }
+    assert str(keys.step_from_metadata(md)) == "send:3"
+    nested = {**md, "langgraph_checkpoint_ns": "outer:123|send:456"}
+    assert str(keys.step_from_metadata(nested)) == "outer/send:3"
+    pushed = {**md, "langgraph_path": ("__pregel_push", 2, False)}
+    assert str(keys.step_from_metadata(pushed)) == "send:3:push2"
+    with pytest.raises(LookupError):
+        keys.step_from_metadata({})
+
+
+def test_approval_id_contract() -> None:
+    import hashlib
+
+    expected = "a-" + hashlib.sha256(b"run-1:int-9").hexdigest()[:12]
+    assert keys.approval_id("run-1", "int-9") == expected
