@@ -1,0 +1,184 @@
+"""Leader election with one ``coordination.k8s.io/v1`` Lease (not kopf peering).
+
+Only the leader runs kopf's watchers and handlers; standby replicas wait in ``acquire``. A standby takes
+the Lease when it is free (released by a leader that shut down cleanly: failover at once) or when it has
+seen it unchanged for a full lease duration by its own monotonic clock (``lease_math.LeaseObserver``:
+no comparison of clocks across machines). The leader renews every third of the duration and exits the
+process when it cannot renew within the renew deadline (two thirds): by then a standby may take over, and
+a deposed leader must not reconcile a moment longer. Exiting, rather than "stepping down", leaves no
+half-stopped kopf state behind; the Deployment restarts the process as a standby.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from typing import Any
+
+from agent_operator import kube
+from agent_operator import settings as settings_
+from agent_worker import lease_math
+
+logger = logging.getLogger(__name__)
+
+EXIT_LEADERSHIP_LOST = 3
+
+
+class Elector:
+    def __init__(self, api: kube.ApiClient, cfg: settings_.LeaderSettings) -> None:
+        self.api = api
+        self.cfg = cfg
+        self.observer = lease_math.LeaseObserver(cfg.duration_seconds)
+        self.last_renewed_at: float | None = None  # monotonic start of the last successful write
+        self._body: dict[str, Any] | None = None
+
+    @property
+    def identity(self) -> str:
+        return self.cfg.identity
+
+    def _spec(self, transitions: int, acquire: bool) -> dict[str, Any]:
+        now = kube.micro_time()
+        spec: dict[str, Any] = {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": max(1, round(self.cfg.duration_seconds)),
+            "renewTime": now,
+            "leaseTransitions": transitions,
+        }
+        if acquire:
+            spec["acquireTime"] = now
+        elif self._body is not None:
+            spec["acquireTime"] = (self._body.get("spec") or {}).get("acquireTime", now)
+        return spec
+
+    def try_acquire(self) -> bool:
+        """One attempt (sync). True when this process holds the Lease afterwards."""
+        timeout = lease_math.request_timeout(self.cfg.duration_seconds)
+        started = time.monotonic()
+        try:
+            body = kube.get_lease(self.api, self.cfg.namespace, self.cfg.name, timeout=timeout)
+        except kube.NotFound:
+            try:
+                self._body = kube.create_lease(
+                    self.api,
+                    self.cfg.namespace,
+                    {
+                        "metadata": {
+                            "name": self.cfg.name,
+                            "namespace": self.cfg.namespace,
+                            "labels": {"app.kubernetes.io/name": "agentrun-operator"},
+                        },
+                        "spec": self._spec(1, acquire=True),
+                    },
+                    timeout=timeout,
+                )
+            except kube.AlreadyExists:
+                return False
+            self.last_renewed_at = started
+            return True
+        summary = lease_math.LeaseSummary.from_body(body)
+        state = self.observer.observe(summary, time.monotonic())
+        if summary.holder != self.identity and state == lease_math.LeaseState.HELD:
+            return False
+        transitions = lease_math.next_transitions(summary, self.identity)
+        new = {"metadata": body["metadata"], "spec": self._spec(transitions, acquire=True)}
+        try:
+            self._body = kube.replace_lease(self.api, self.cfg.namespace, self.cfg.name, new, timeout=timeout)
+        except (kube.Conflict, kube.NotFound):
+            return False
+        self.last_renewed_at = started
+        if summary.holder and summary.holder != self.identity:
+            logger.warning("took over leadership from %s (its Lease expired)", summary.holder)
+        return True
+
+    def renew(self) -> bool:
+        """Renew (sync). False when someone else holds the Lease now."""
+        timeout = lease_math.request_timeout(self.cfg.duration_seconds)
+        started = time.monotonic()
+        body = self._body
+        if body is None:
+            return False
+        spec = body.get("spec") or {}
+        new = {
+            "metadata": body["metadata"],
+            "spec": self._spec(int(spec.get("leaseTransitions") or 1), False),
+        }
+        try:
+            self._body = kube.replace_lease(self.api, self.cfg.namespace, self.cfg.name, new, timeout=timeout)
+        except kube.Conflict:
+            current = kube.get_lease(self.api, self.cfg.namespace, self.cfg.name, timeout=timeout)
+            if (current.get("spec") or {}).get("holderIdentity") != self.identity:
+                return False
+            self._body = current  # our own Lease, written by someone else (labels): retry on its version
+            return self.renew()
+        except kube.NotFound:
+            return False
+        self.last_renewed_at = started
+        return True
+
+    def release(self) -> None:
+        """Clear ``holderIdentity`` so a standby takes over without waiting for expiry."""
+        body = self._body
+        if body is None:
+            return
+        spec = dict(body.get("spec") or {})
+        if spec.get("holderIdentity") != self.identity:
+            return
+        spec["holderIdentity"] = ""
+        spec["renewTime"] = kube.micro_time()
+        try:
+            kube.replace_lease(
+                self.api,
+                self.cfg.namespace,
+                self.cfg.name,
+                {"metadata": body["metadata"], "spec": spec},
+                timeout=2.0,
+            )
+            logger.info("released leadership Lease %s/%s", self.cfg.namespace, self.cfg.name)
+        except kube.KubeError as exc:
+            logger.warning("could not release the leadership Lease: %s", exc)
+        self._body = None
+
+
+async def acquire(elector: Elector) -> None:
+    """Wait until this process is the leader."""
+    announced = False
+    while True:
+        try:
+            if await asyncio.to_thread(elector.try_acquire):
+                logger.info(
+                    "leader: %s holds Lease %s/%s", elector.identity, elector.cfg.namespace, elector.cfg.name
+                )
+                return
+        except kube.KubeError as exc:
+            logger.warning("leader election: %s", exc)
+        if not announced:
+            logger.info(
+                "standby: %s waits for Lease %s/%s", elector.identity, elector.cfg.namespace, elector.cfg.name
+            )
+            announced = True
+        await asyncio.sleep(lease_math.poll_interval(elector.cfg.duration_seconds))
+
+
+async def keep(elector: Elector) -> None:
+    """Renew until leadership is lost, then exit the process (``EXIT_LEADERSHIP_LOST``)."""
+    duration = elector.cfg.duration_seconds
+    while True:
+        await asyncio.sleep(lease_math.renew_interval(duration))
+        while True:
+            try:
+                if await asyncio.to_thread(elector.renew):
+                    break
+                _lost(elector, "another replica holds the Lease")
+            except kube.KubeError as exc:
+                logger.warning("leader: renewal failed: %s", exc)
+            if not lease_math.may_act(elector.last_renewed_at, time.monotonic(), duration):
+                _lost(elector, "no successful renewal within the renew deadline")
+            await asyncio.sleep(lease_math.retry_delay(duration))
+
+
+def _lost(elector: Elector, why: str) -> None:
+    logger.critical("leadership lost (%s): exiting so that only one replica reconciles", why)
+    logging.shutdown()
+    os._exit(EXIT_LEADERSHIP_LOST)

@@ -1,0 +1,63 @@
+"""``agentrun operator``: run the operator (kopf, one leader per Lease).
+
+    agentrun operator [--namespace NS ...] [--verbose]
+
+Settings come from the environment (``agent_operator.settings``); ``--namespace`` overrides
+``AGENTRUN_WATCH_NAMESPACES``. Equivalent: ``kopf run --standalone -m agent_operator.handlers -n NS``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from agent_operator import settings as settings_
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="agentrun operator", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "-n",
+        "--namespace",
+        action="append",
+        default=[],
+        help="watch this namespace (repeatable); default: AGENTRUN_WATCH_NAMESPACES or all",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument(
+        "--liveness", default=None, help="kopf liveness endpoint, e.g. http://0.0.0.0:8080/healthz"
+    )
+    args = parser.parse_args(argv)
+    if args.namespace:
+        os.environ["AGENTRUN_WATCH_NAMESPACES"] = ",".join(args.namespace)
+    try:
+        cfg = settings_.from_env()
+    except settings_.SettingsError as exc:
+        print(f"agentrun operator: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if not args.verbose:
+        logging.getLogger("kopf").setLevel(logging.WARNING)
+    import kopf
+
+    from agent_operator import handlers  # registers the handlers with kopf's default registry
+
+    kopf_settings = kopf.OperatorSettings()
+    handlers.configure_kopf(kopf_settings)
+    kopf.run(
+        standalone=True,
+        clusterwide=not cfg.namespaces,
+        namespaces=list(cfg.namespaces),
+        settings=kopf_settings,
+        liveness_endpoint=args.liveness,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""The worker Pod of an attempt (manifest building) and why an attempt's Pod ended. Pure."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from agent_operator import model
+from agent_operator import settings as settings_
+
+# Worker exit codes (docs/design.md, worker pod contract).
+EXIT_SUCCEEDED = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_PARKED = 10
+EXIT_DRAINED = 11
+EXIT_FENCED = 12
+EXIT_NEEDS_HUMAN = 13
+EXIT_OOM = 137
+
+# spec.worker.env entries named AGENTRUN_FAULT_POINTS_ATTEMPT_<n> become AGENTRUN_FAULT_POINTS in attempt n
+# only, so a test can crash the first attempt and let the second one finish.
+_ATTEMPT_FAULTS = re.compile(r"^AGENTRUN_FAULT_POINTS_ATTEMPT_(\d+)$")
+
+
+def _worker_env(
+    run: model.RunRef, spec: model.RunSpec, attempt: int, settings: settings_.Settings
+) -> list[dict[str, Any]]:
+    env: list[dict[str, Any]] = [
+        {"name": "AGENTRUN_RUN_ID", "value": run.uid},
+        {"name": "AGENTRUN_RUN_NAME", "value": run.name},
+        {"name": "AGENTRUN_NAMESPACE", "value": run.namespace},
+        {"name": "AGENTRUN_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "AGENTRUN_ATTEMPT", "value": str(attempt)},
+        {"name": "AGENTRUN_LEASE_NAME", "value": model.lease_name(run.name)},
+        {"name": "AGENTRUN_LEASE_DURATION_SECONDS", "value": str(spec.lease_duration_seconds)},
+    ]
+    if settings.worker.dsn_secret:
+        secret, _, key = settings.worker.dsn_secret.partition("/")
+        env.append({"name": "AGENTRUN_DSN", "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}})
+    else:
+        env.append({"name": "AGENTRUN_DSN", "value": settings.worker_dsn})
+    for item in spec.worker.get("env") or ():
+        name = str(item.get("name", ""))
+        match = _ATTEMPT_FAULTS.match(name)
+        if match:
+            if int(match.group(1)) == attempt:
+                env.append({"name": "AGENTRUN_FAULT_POINTS", "value": str(item.get("value", ""))})
+            continue
+        env.append(dict(item))
+    return env
+
+
+def manifest(
+    run: model.RunRef, spec: model.RunSpec, attempt: int, reason: str, settings: settings_.Settings
+) -> dict[str, Any]:
+    """The Pod for ``attempt``: owned by the AgentRun, labelled, never restarted in place.
+
+    ``restartPolicy: Never`` because a restart is a new attempt: the operator decides it (backoff, limit,
+    reason), and a new Pod name gives the new attempt its own Lease holder identity.
+    """
+    worker: Mapping[str, Any] = spec.worker
+    container: dict[str, Any] = {
+        "name": "worker",
+        "image": worker.get("image") or settings.worker.image,
+        "imagePullPolicy": settings.worker.image_pull_policy,
+        "command": list(worker.get("command") or settings.worker.command),
+        "env": _worker_env(run, spec, attempt, settings),
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+    if worker.get("args"):
+        container["args"] = list(worker["args"])
+    if worker.get("resources"):
+        container["resources"] = dict(worker["resources"])
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "serviceAccountName": worker.get("serviceAccountName") or settings.worker.service_account,
+        "terminationGracePeriodSeconds": settings.worker.termination_grace_seconds,
+        "enableServiceLinks": False,
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [container],
+    }
+    for key in ("nodeSelector", "tolerations", "priorityClassName"):
+        if worker.get(key):
+            pod_spec[key] = worker[key]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": model.pod_name(run.name, attempt),
+            "namespace": run.namespace,
+            "labels": {
+                model.LABEL_RUN: run.name,
+                model.LABEL_ATTEMPT: str(attempt),
+                model.LABEL_RUN_UID: run.uid,
+                "app.kubernetes.io/name": "agentrun-worker",
+                "app.kubernetes.io/managed-by": "agentrun-operator",
+            },
+            "annotations": {"agentrun.dev/start-reason": reason},
+            "ownerReferences": [
+                {
+                    "apiVersion": "agentrun.dev/v1alpha1",
+                    "kind": "AgentRun",
+                    "name": run.name,
+                    "uid": run.uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": pod_spec,
+    }
+
+
+def end_reason(pod: model.PodInfo | None) -> tuple[str, str]:
+    """Why an attempt's Pod ended, as (reason, message); the reason is an attempt-start reason label.
+
+    ``None`` means the Pod is gone from the API (deleted by someone, or garbage-collected).
+    """
+    if pod is None:
+        return "deleted", "the worker Pod was deleted"
+    code = pod.exit_code
+    if pod.reason == "Evicted":
+        return "evicted", f"the worker Pod was evicted: {pod.message or 'no message'}"
+    if pod.reason in {"Preempting", "Preempted"} or pod.terminated_reason == "Preempted":
+        return "preempted", "the worker Pod was preempted"
+    if pod.terminated_reason == "OOMKilled":
+        return "OOMKilled", f"the worker was OOM-killed (exit code {code})"
+    if code == EXIT_DRAINED:
+        return "drained", "the worker drained at a step boundary (SIGTERM)"
+    if pod.deleting and not pod.terminated:
+        return "deleted", "the worker Pod is being deleted"
+    if code is not None:
+        return "failed", f"the worker exited with code {code} ({pod.terminated_reason or 'Error'})"
+    if pod.deleting:
+        return "deleted", "the worker Pod was deleted"
+    return "failed", f"the worker Pod ended in phase {pod.phase}"

@@ -1,0 +1,50 @@
+"""Next-attempt decisions: backoff and the attempt limit. Pure."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+
+from agent_operator import model
+
+
+def backoff_seconds(policy: model.RetryPolicy, restarts: int) -> float:
+    """Delay before the attempt that follows the ``restarts``-th lost attempt (1-based).
+
+    ``backoffSeconds`` before the first restart, doubled for each further one, capped at
+    ``maxBackoffSeconds``.
+    """
+    if restarts <= 0:
+        return 0.0
+    exponent = min(restarts - 1, 30)  # 2**30 s is far past any cap; avoids huge floats
+    return float(min(policy.max_backoff_seconds, policy.backoff_seconds * (2**exponent)))
+
+
+@dataclasses.dataclass(frozen=True)
+class Loss:
+    """An attempt that ended without finishing or parking the run, as recorded in status.lastAttemptEnd."""
+
+    attempt: int
+    reason: str
+    message: str
+    restarts: int  # lost attempts so far, this one included
+    next_attempt_at: datetime.datetime | None  # None: the limit is reached, no further attempt
+
+    @property
+    def exhausted(self) -> bool:
+        return self.next_attempt_at is None
+
+
+def on_loss(
+    policy: model.RetryPolicy,
+    attempt: int,
+    reason: str,
+    message: str,
+    previous_restarts: int,
+    now: datetime.datetime,
+) -> Loss:
+    restarts = previous_restarts + 1
+    if restarts >= policy.max_attempts:
+        return Loss(attempt, reason, message, restarts, None)
+    delay = backoff_seconds(policy, restarts)
+    return Loss(attempt, reason, message, restarts, now + datetime.timedelta(seconds=delay))

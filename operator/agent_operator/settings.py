@@ -1,0 +1,144 @@
+"""Operator settings: one dataclass tree, built from the environment in one place (``from_env``).
+
+Every field says its unit and default. Nothing else in the operator reads ``os.environ``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import uuid
+from collections.abc import Mapping
+
+
+@dataclasses.dataclass(frozen=True)
+class LeaderSettings:
+    """Leader election through one ``coordination.k8s.io/v1`` Lease (not kopf peering)."""
+
+    enabled: bool = True  # AGENTRUN_LEADER_ELECTION (true/false)
+    namespace: str = "agentrun-system"  # AGENTRUN_LEADER_NAMESPACE
+    name: str = "agentrun-operator"  # AGENTRUN_LEADER_LEASE
+    duration_seconds: float = 15.0  # AGENTRUN_LEADER_DURATION_SECONDS: standby takes over after this
+    identity: str = ""  # AGENTRUN_LEADER_IDENTITY; default: hostname + short random suffix
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerDefaults:
+    """Worker Pod defaults, used where ``spec.worker`` says nothing."""
+
+    image: str = "agentrun:dev"  # AGENTRUN_WORKER_IMAGE
+    service_account: str = "agentrun-worker"  # AGENTRUN_WORKER_SERVICE_ACCOUNT
+    command: tuple[str, ...] = ("agentrun", "worker")  # AGENTRUN_WORKER_COMMAND (space separated)
+    # DSN handed to workers. Plain value (dev) unless dsn_secret is set (real clusters).
+    dsn: str = ""  # AGENTRUN_WORKER_DSN; default: the operator's own AGENTRUN_DSN
+    dsn_secret: str = ""  # AGENTRUN_WORKER_DSN_SECRET: "secret-name/key" → env valueFrom.secretKeyRef
+    termination_grace_seconds: int = 30  # AGENTRUN_WORKER_GRACE_SECONDS: SIGTERM drain time of a worker
+    image_pull_policy: str = "IfNotPresent"  # AGENTRUN_WORKER_IMAGE_PULL_POLICY
+
+
+@dataclasses.dataclass(frozen=True)
+class ReconcileSettings:
+    poll_seconds: float = 2.0  # AGENTRUN_POLL_SECONDS: max time between two looks at an active run
+    idle_poll_seconds: float = 30.0  # AGENTRUN_IDLE_POLL_SECONDS: same, for finished/parked runs
+    # Wait this long after creating a run's Pod before treating "no Pod in the cache" as "Pod deleted":
+    # the watch may lag the create by a moment.
+    pod_cache_grace_seconds: float = 5.0  # AGENTRUN_POD_CACHE_GRACE_SECONDS
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    dsn: str  # AGENTRUN_DSN: Postgres DSN (required)
+    namespaces: tuple[str, ...] = ()  # AGENTRUN_WATCH_NAMESPACES: comma list; empty = cluster-wide
+    metrics_port: int = 0  # AGENTRUN_METRICS_PORT: 0 = no /metrics endpoint
+    kubeconfig: str = ""  # KUBECONFIG (else in-cluster service account)
+    leader: LeaderSettings = dataclasses.field(default_factory=LeaderSettings)
+    worker: WorkerDefaults = dataclasses.field(default_factory=WorkerDefaults)
+    reconcile: ReconcileSettings = dataclasses.field(default_factory=ReconcileSettings)
+
+    @property
+    def worker_dsn(self) -> str:
+        return self.worker.dsn or self.dsn
+
+
+class SettingsError(ValueError):
+    """The environment does not describe a runnable operator."""
+
+
+def _bool(value: str, name: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off"}:
+        return False
+    raise SettingsError(f"{name}={value!r}: expected true or false")
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SettingsError(f"{name}={raw!r}: expected a number") from None
+    if value < 0:
+        raise SettingsError(f"{name}={raw!r}: must not be negative")
+    return value
+
+
+def default_identity() -> str:
+    return f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
+
+
+def from_env(env: Mapping[str, str] | None = None) -> Settings:
+    env = os.environ if env is None else env
+    dsn = env.get("AGENTRUN_DSN", "").strip()
+    if not dsn:
+        raise SettingsError("AGENTRUN_DSN is not set (the Postgres DSN of the run store)")
+    namespaces = tuple(n.strip() for n in env.get("AGENTRUN_WATCH_NAMESPACES", "").split(",") if n.strip())
+    leader_ns = env.get("AGENTRUN_LEADER_NAMESPACE", "").strip() or (
+        namespaces[0] if len(namespaces) == 1 else LeaderSettings.namespace
+    )
+    leader = LeaderSettings(
+        enabled=_bool(env.get("AGENTRUN_LEADER_ELECTION", "true"), "AGENTRUN_LEADER_ELECTION"),
+        namespace=leader_ns,
+        name=env.get("AGENTRUN_LEADER_LEASE", "").strip() or LeaderSettings.name,
+        duration_seconds=_float(env, "AGENTRUN_LEADER_DURATION_SECONDS", LeaderSettings.duration_seconds),
+        identity=env.get("AGENTRUN_LEADER_IDENTITY", "").strip() or default_identity(),
+    )
+    if leader.duration_seconds < 1:
+        raise SettingsError("AGENTRUN_LEADER_DURATION_SECONDS must be at least 1")
+    command = tuple(env.get("AGENTRUN_WORKER_COMMAND", "").split()) or WorkerDefaults.command
+    worker = WorkerDefaults(
+        image=env.get("AGENTRUN_WORKER_IMAGE", "").strip() or WorkerDefaults.image,
+        service_account=env.get("AGENTRUN_WORKER_SERVICE_ACCOUNT", "").strip()
+        or WorkerDefaults.service_account,
+        command=command,
+        dsn=env.get("AGENTRUN_WORKER_DSN", "").strip(),
+        dsn_secret=env.get("AGENTRUN_WORKER_DSN_SECRET", "").strip(),
+        termination_grace_seconds=int(
+            _float(env, "AGENTRUN_WORKER_GRACE_SECONDS", WorkerDefaults.termination_grace_seconds)
+        ),
+        image_pull_policy=env.get("AGENTRUN_WORKER_IMAGE_PULL_POLICY", "").strip()
+        or WorkerDefaults.image_pull_policy,
+    )
+    if worker.dsn_secret and "/" not in worker.dsn_secret:
+        raise SettingsError("AGENTRUN_WORKER_DSN_SECRET must be secret-name/key")
+    reconcile = ReconcileSettings(
+        poll_seconds=_float(env, "AGENTRUN_POLL_SECONDS", ReconcileSettings.poll_seconds),
+        idle_poll_seconds=_float(env, "AGENTRUN_IDLE_POLL_SECONDS", ReconcileSettings.idle_poll_seconds),
+        pod_cache_grace_seconds=_float(
+            env, "AGENTRUN_POD_CACHE_GRACE_SECONDS", ReconcileSettings.pod_cache_grace_seconds
+        ),
+    )
+    metrics_port = int(_float(env, "AGENTRUN_METRICS_PORT", 0))
+    return Settings(
+        dsn=dsn,
+        namespaces=namespaces,
+        metrics_port=metrics_port,
+        kubeconfig=env.get("KUBECONFIG", ""),
+        leader=leader,
+        worker=worker,
+        reconcile=reconcile,
+    )
