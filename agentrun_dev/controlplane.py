@@ -56,8 +56,7 @@ def hint_for(output: str) -> str:
     if (
         "requires go >=" in low
         or "go.mod requires go" in low
-        or ("toolchain" in low
-        and "not available" in low)
+        or ("toolchain" in low and "not available" in low)
     ):
         return (
             "Your Go toolchain is too old for this Kubernetes version. Install a newer Go "

