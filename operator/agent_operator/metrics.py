@@ -322,6 +322,7 @@ class LedgerCollector:
                  on_namespaces: Callable[[Iterable[str]], None] = init_namespaces) -> None:
         self._fetch = fetch
         self._on_namespaces = on_namespaces
+        self._up = True
         self._lock = threading.Lock()  # the HTTP server is threaded; one fetch at a time
 
     def describe(self) -> list[core.Metric]:
@@ -335,8 +336,12 @@ class LedgerCollector:
             fams, up = families(snap), 1.0
             self._on_namespaces({ns for ns, _, _ in snap.runs})
         except Exception as exc:  # a broken scrape would hide every other metric too
-            log.warning("ledger collector failed: %s", exc)
+            # Once per outage at warning level; every scrape of a long outage would flood the log.
+            log.log(logging.WARNING if self._up else logging.DEBUG, "ledger collector failed: %s", exc)
             fams, up = [], 0.0
+        if up and not self._up:
+            log.info("ledger collector reads Postgres again")
+        self._up = bool(up)
         yield from fams
         yield core.GaugeMetricFamily("agentrun_collector_up", "1 if the last ledger scrape read Postgres.",
                                      value=up)

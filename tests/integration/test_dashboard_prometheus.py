@@ -1,0 +1,412 @@
+"""Dashboards and alerts proven on a real Prometheus (Debian's package).
+
+Prometheus scrapes the operator's /metrics every second while a run goes through an eviction and an
+approval; then every panel query of both dashboards is evaluated over the run's window through the HTTP API
+and must return finite data, and every alert, staged in Postgres and in the operator's counters, must fire.
+A query naming a metric the code does not export returns nothing and fails the test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import pathlib
+import shutil
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+import yaml
+
+from agent_operator import metrics
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+RULES = ROOT / "deploy" / "alerts" / "agentrun.rules.yaml"
+DASHBOARDS = sorted((ROOT / "deploy" / "dashboards").glob("*.json"))
+RATE_INTERVAL = "15s"  # what Grafana's $__rate_interval becomes at a 1 s scrape interval over a short run
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        shutil.which("prometheus") is None, reason="prometheus not installed: run scripts/ensure-prometheus"
+    ),
+]
+
+# --- a real Prometheus -----------------------------------------------------------------------------
+
+PROMETHEUS = shutil.which("prometheus")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class Prometheus:
+    def __init__(self, url: str, proc: subprocess.Popen[bytes], log: pathlib.Path) -> None:
+        self.url = url
+        self.proc = proc
+        self.log = log
+
+    def api(self, path: str, **params: str) -> Any:
+        query = urllib.parse.urlencode(params)
+        try:
+            with urllib.request.urlopen(f"{self.url}/api/v1/{path}?{query}", timeout=10) as resp:
+                body = json.load(resp)
+        except urllib.error.HTTPError as exc:  # a bad query: show Prometheus's own message
+            raise AssertionError(f"{path} {params}: HTTP {exc.code}: {exc.read().decode()}") from exc
+        assert body["status"] == "success", body
+        return body["data"]
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self.api("query", query=expr)["result"]
+        return result
+
+    def query_range(self, expr: str, start: float, end: float, step: float = 1.0) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self.api(
+            "query_range", query=expr, start=f"{start:.3f}", end=f"{end:.3f}", step=str(step)
+        )["result"]
+        return result
+
+    def targets_up(self) -> dict[str, str]:
+        data = self.api("targets")
+        return {t["labels"]["job"]: t["health"] for t in data["activeTargets"]}
+
+    def firing(self) -> dict[str, list[dict[str, str]]]:
+        out: dict[str, list[dict[str, str]]] = {}
+        for alert in self.api("alerts")["alerts"]:
+            if alert["state"] == "firing":
+                out.setdefault(alert["labels"]["alertname"], []).append(alert["labels"])
+        return out
+
+    def wait_scraped(self, jobs: list[str], timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all(self.targets_up().get(j) == "up" for j in jobs):
+                return
+            time.sleep(0.25)
+        raise AssertionError(f"targets not up: {self.targets_up()}")
+
+
+def finite_values(result: list[dict[str, Any]]) -> list[float]:
+    values = [
+        float(v) for series in result for _, v in series.get("values", [series.get("value", [0, "NaN"])])
+    ]
+    return [v for v in values if not math.isnan(v) and not math.isinf(v)]
+
+
+@contextlib.contextmanager
+def running(
+    tmp: pathlib.Path, targets: dict[str, str], rule_files: list[pathlib.Path]
+) -> Iterator[Prometheus]:
+    """Start Prometheus scraping ``targets`` (job -> host:port) every second; stop it afterwards."""
+    assert PROMETHEUS is not None
+    config = {
+        "global": {"scrape_interval": "1s", "scrape_timeout": "900ms", "evaluation_interval": "1s"},
+        "rule_files": [str(p) for p in rule_files],
+        "scrape_configs": [
+            {"job_name": job, "static_configs": [{"targets": [addr]}]} for job, addr in targets.items()
+        ],
+    }
+    (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
+    port = free_port()
+    log = tmp / "prometheus.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [
+                PROMETHEUS,
+                f"--config.file={tmp / 'prometheus.yml'}",
+                f"--storage.tsdb.path={tmp / 'data'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--storage.tsdb.retention.time=1h",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    prom = Prometheus(f"http://127.0.0.1:{port}", proc, log)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"{prom.url}/-/ready", timeout=2) as resp:
+                    if resp.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"prometheus did not start:\n{log.read_text()[-3000:]}")
+            time.sleep(0.2)
+        yield prom
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+# --- what the dashboards and alerts say ------------------------------------------------------------------
+
+
+def panel_queries() -> list[tuple[str, str, str]]:
+    out = []
+    for path in DASHBOARDS:
+        for panel in json.loads(path.read_text())["panels"]:
+            for target in panel.get("targets", []):
+                out.append((path.stem, panel["title"], target["expr"]))
+    return out
+
+
+def grafana_expr(expr: str, namespace: str) -> str:
+    """What Grafana sends for one selected namespace."""
+    return expr.replace("$__rate_interval", RATE_INTERVAL).replace("$namespace", namespace)
+
+
+def fast_rules(tmp: pathlib.Path) -> pathlib.Path:
+    """The shipped rules with `for:` set to 0s, so staged conditions fire within a few evaluations."""
+    doc = yaml.safe_load(RULES.read_text())
+    for group in doc["groups"]:
+        group["interval"] = "1s"
+        for rule in group["rules"]:
+            rule["for"] = "0s"
+    path = tmp / "agentrun.fast.rules.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+# --- driving a run through the ledger (until the operator fixture drives a real one) ------------------
+
+
+class Ledger:
+    """Writes the rows worker and operator write, in the schema's own tables."""
+
+    def __init__(self, conn: psycopg.Connection[Any], namespace: str) -> None:
+        self.conn, self.ns = conn, namespace
+
+    def sql(self, query: str, *params: object) -> None:
+        self.conn.execute(query, params)  # type: ignore[arg-type]
+        self.conn.commit()
+
+    def admit(self, run_id: str, status: str = "admitted") -> None:
+        self.sql(
+            "INSERT INTO agentrun_runs (run_id, namespace, name, graph, input, spec_hash, status)"
+            " VALUES (%s, %s, %s, 'agentrun_examples.support_ticket:graph', '{}', 'h', %s)",
+            run_id,
+            self.ns,
+            f"run-{run_id}",
+            status,
+        )
+
+    def status(self, run_id: str, status: str) -> None:
+        self.sql("UPDATE agentrun_runs SET status = %s, updated_at = now() WHERE run_id = %s", status, run_id)
+
+
+def drive_run(ledger: Ledger, hold: float = 3.0) -> None:
+    """One run: attempt 1 runs two steps and sends an email, is evicted; attempt 2 resumes, parks on an
+    approval, is approved; attempt 3 finishes. Each state is held for a few scrapes."""
+    ns, run = ledger.ns, "e2e-1"
+    ledger.admit(run)
+    time.sleep(hold)  # the namespace's zero series exist before the first event
+    metrics.attempt_started("first", ns)
+    ledger.sql(
+        "INSERT INTO agentrun_attempts (run_id, attempt, pod, epoch, start_reason) VALUES"
+        " (%s, 1, 'run-e2e-1-1', 1, 'first')",
+        run,
+    )
+    ledger.status(run, "running")
+    ledger.sql("INSERT INTO agentrun_heartbeats (run_id, key) VALUES (%s, 'worker')", run)
+    ledger.sql(
+        "INSERT INTO agentrun_step_events (run_id, attempt, step, checkpoint_id, started_at,"
+        " duration_seconds, checkpoint_seconds) VALUES (%s, 1, 'classify', 'c1', now(), 0.4, 0.006)",
+        run,
+    )
+    ledger.sql(
+        "INSERT INTO agentrun_effects (idempotency_key, run_id, step, action, tool, args_hash, args,"
+        " epoch, attempts) VALUES ('k-email', %s, 'reply', 'send_email', 'email', 'a1', '{}', 1, 1)",
+        run,
+    )
+    time.sleep(hold)
+    ledger.sql(
+        "UPDATE agentrun_effects SET status = 'sent', sent_at = now() WHERE idempotency_key = 'k-email'"
+    )
+    ledger.sql(
+        "INSERT INTO agentrun_step_events (run_id, attempt, step, checkpoint_id, started_at,"
+        " duration_seconds, checkpoint_seconds) VALUES (%s, 1, 'reply', 'c2', now(), 1.2, 0.008)",
+        run,
+    )
+    ledger.sql("UPDATE agentrun_heartbeats SET beat_at = now() WHERE run_id = %s", run)
+    time.sleep(hold)
+    # eviction: the pod drains, the operator starts attempt 2, which hits the ledger for the sent email
+    ledger.sql("UPDATE agentrun_attempts SET ended_at = now(), outcome = 'drained' WHERE run_id = %s", run)
+    lost_at = time.monotonic()
+    ledger.sql(
+        "INSERT INTO agentrun_attempts (run_id, attempt, pod, epoch, start_reason) VALUES"
+        " (%s, 2, 'run-e2e-1-2', 2, 'evicted')",
+        run,
+    )
+    metrics.attempt_started("evicted", ns)
+    metrics.resume_latency(time.monotonic() - lost_at + 1.7, "evicted")
+    ledger.sql("UPDATE agentrun_effects SET duplicates_prevented = 1 WHERE idempotency_key = 'k-email'")
+    ledger.sql("UPDATE agentrun_heartbeats SET beat_at = now() WHERE run_id = %s", run)
+    time.sleep(hold)
+    # approval: attempt 2 parks
+    ledger.sql(
+        "INSERT INTO agentrun_approvals (approval_id, run_id, interrupt_id, prompt, deadline) VALUES"
+        " ('a-e2e', %s, 'i1', '{\"q\": \"refund?\"}', now() + interval '1 day')",
+        run,
+    )
+    ledger.sql(
+        "UPDATE agentrun_attempts SET ended_at = now(), outcome = 'parked' WHERE run_id = %s AND attempt = 2",
+        run,
+    )
+    ledger.status(run, "parked")
+    time.sleep(hold)
+    ledger.sql(
+        "UPDATE agentrun_approvals SET status = 'approved', decided_by = 'alice', decided_at = now()"
+        " WHERE approval_id = 'a-e2e'"
+    )
+    metrics.attempt_started("approval", ns)
+    ledger.sql(
+        "INSERT INTO agentrun_attempts (run_id, attempt, pod, epoch, start_reason) VALUES"
+        " (%s, 3, 'run-e2e-1-3', 3, 'approval')",
+        run,
+    )
+    ledger.status(run, "running")
+    ledger.sql("UPDATE agentrun_heartbeats SET beat_at = now() WHERE run_id = %s", run)
+    ledger.sql(
+        "INSERT INTO agentrun_step_events (run_id, attempt, step, checkpoint_id, started_at,"
+        " duration_seconds, checkpoint_seconds) VALUES (%s, 3, 'refund', 'c3', now(), 0.7, 0.004)",
+        run,
+    )
+    time.sleep(hold)
+    ledger.sql("UPDATE agentrun_effects SET status = 'confirmed', confirmed_at = now()")
+    ledger.sql(
+        "UPDATE agentrun_attempts SET ended_at = now(), outcome = 'succeeded' WHERE run_id = %s"
+        " AND attempt = 3",
+        run,
+    )
+    ledger.status(run, "succeeded")
+    time.sleep(hold)
+
+
+def stage_alerts(ledger: Ledger) -> None:
+    """Make every alert's condition true in namespace ``ledger.ns``."""
+    ns = ledger.ns
+    ledger.admit("st-stuck", "running")
+    ledger.sql(
+        "INSERT INTO agentrun_effects (idempotency_key, run_id, step, action, tool, args_hash, args,"
+        " epoch, needs_human, created_at) VALUES ('k-stuck', 'st-stuck', 's', 'send_email', 'email',"
+        " 'x', '{}', 1, true, now() - interval '1 hour')"
+    )
+    ledger.sql(
+        "INSERT INTO agentrun_heartbeats (run_id, key, beat_at) VALUES ('st-stuck', 'worker',"
+        " now() - interval '10 minutes')"
+    )
+    ledger.admit("st-wait", "parked")
+    ledger.sql(
+        "INSERT INTO agentrun_approvals (approval_id, run_id, interrupt_id, prompt, deadline) VALUES"
+        " ('a-st', 'st-wait', 'i', '{}', now() + interval '10 minutes')"
+    )
+    ledger.admit("st-fail", "running")
+    time.sleep(3)  # counters and the Failed gauge are seen at their old value first
+    ledger.status("st-fail", "failed")
+    for _ in range(4):
+        metrics.lease_takeover(ns)
+    metrics.lease_renew_failure(ns)
+
+
+@pytest.fixture
+def operator_metrics(pg_dsn: str) -> Iterator[str]:
+    """The operator's /metrics: in-process counters + the collector on this test's Postgres."""
+    collector = metrics.postgres_collector(pg_dsn)
+    server = metrics.start_metrics_server(0, addr="127.0.0.1", collector=collector)
+    try:
+        yield f"127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        metrics.REGISTRY.unregister(collector)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def broken_operator_metrics() -> Iterator[str]:
+    """An operator whose Postgres is gone: its scrape must still work and say agentrun_collector_up 0."""
+    import prometheus_client
+
+    collector = metrics.postgres_collector(
+        "postgresql://x@127.0.0.1:1/x", connect_timeout_seconds=1
+    )
+    server = metrics.start_metrics_server(
+        0, addr="127.0.0.1", registry=prometheus_client.CollectorRegistry(), collector=collector
+    )
+    try:
+        yield f"127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+
+
+def test_dashboards_and_alerts_on_a_real_prometheus(
+    tmp_path: pathlib.Path, pg_dsn: str, operator_metrics: str, broken_operator_metrics: str
+) -> None:
+    namespace = f"obs-e2e-{int(time.time())}"
+    targets = {"agentrun-operator": operator_metrics, "agentrun-operator-nodb": broken_operator_metrics}
+    with running(tmp_path, targets, [fast_rules(tmp_path)]) as prom, psycopg.connect(pg_dsn) as conn:
+        prom.wait_scraped(list(targets))
+        start = time.time()
+        drive_run(Ledger(conn, namespace))
+        end = time.time()
+
+        # every panel query returns finite data over the run's window
+        empty = []
+        for board, title, expr in panel_queries():
+            result = prom.query_range(grafana_expr(expr, namespace), start, end)
+            if not finite_values(result):
+                empty.append(f"{board} / {title}: {expr}")
+        assert not empty, "panels without data:\n" + "\n".join(empty)
+
+        # the figures tell the story of the run
+        def peak(expr: str) -> float:
+            return max(finite_values(prom.query_range(expr, start, end)))
+
+        sel = f'namespace="{namespace}"'
+        assert peak(f'agentrun_attempts_started_total{{{sel},reason="evicted"}}') == 1
+        assert peak(f'agentrun_approvals_decided_total{{{sel},decision="approved"}}') == 1
+        assert peak(f"agentrun_approvals_pending{{{sel}}}") == 1
+        assert peak(f"agentrun_effect_duplicates_prevented_total{{{sel}}}") == 1
+        assert peak(f"agentrun_step_duration_seconds_count{{{sel}}}") == 3
+        assert peak(f'agentrun_runs{{{sel},phase="Succeeded"}}') == 1
+
+        # nothing fires for a healthy run (the broken operator's collector is the one exception)
+        firing = prom.firing()
+        assert set(firing) <= {"AgentRunCollectorDown"}, firing
+
+        # staged: every alert fires, in the staged namespace
+        staged = f"{namespace}-staged"
+        stage_alerts(Ledger(conn, staged))
+        alerts = {r["alert"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]}
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            firing = prom.firing()
+            if alerts <= set(firing):
+                break
+            time.sleep(0.5)
+        assert alerts <= set(firing), f"not firing: {sorted(alerts - set(firing))}"
+        for name, labels in firing.items():
+            if name == "AgentRunCollectorDown":
+                assert [lb["job"] for lb in labels] == ["agentrun-operator-nodb"]
+            else:
+                assert [lb["namespace"] for lb in labels] == [staged], (name, labels)
+
+        # and every alert expression evaluated directly returns the staged series
+        for group in yaml.safe_load(RULES.read_text())["groups"]:
+            for rule in group["rules"]:
+                assert prom.query(rule["expr"]), rule["alert"]
