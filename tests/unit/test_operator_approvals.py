@@ -1,0 +1,191 @@
+"""Approvals from annotations (exactly the pending id, identity stamps) and deadlines (escalate/cancel/readOnly)."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+
+from test_operator_reconcile import NOW, pod, world
+
+from agent_operator import actions, model, reconcile
+
+PENDING = model.Approval(
+    approval_id="a-111111111111",
+    status="pending",
+    prompt={"q": "send?"},
+    deadline=NOW + datetime.timedelta(seconds=60),
+)
+OLD = model.Approval(
+    approval_id="a-000000000000",
+    status="approved",
+    decided_by="manager",
+    decided_at=NOW - datetime.timedelta(seconds=100),
+)
+
+
+def annotated(
+    value: str, *, key: str = model.ANN_APPROVE, by: str | None = "manager", **kw: object
+) -> model.World:
+    ann = {key: value, model.ANN_CREATED_BY: "alice"}
+    if by:
+        ann[model.ANN_DECIDED_BY] = by
+    return world(
+        db="parked",
+        status={"attempts": 1},
+        pods=[pod(phase="Succeeded", exit_code=10)],
+        annotations=ann,
+        approvals=(OLD, PENDING),
+        **kw,
+    )  # type: ignore[arg-type]
+
+
+def decides(plan: actions.Plan) -> list[actions.Decide]:
+    return [a for a in plan.actions if isinstance(a, actions.Decide)]
+
+
+def test_waiting_for_approval_shows_pending_id() -> None:
+    plan = reconcile.decide(
+        world(
+            db="parked",
+            status={"attempts": 1},
+            pods=[pod(phase="Succeeded", exit_code=10)],
+            approvals=(PENDING,),
+        )
+    )
+    assert plan.actions == []
+    assert plan.status is not None and plan.status["phase"] == "WaitingApproval"
+    assert plan.status["pendingApproval"]["id"] == PENDING.approval_id
+    assert plan.status["pendingApproval"]["deadline"] == "2026-01-01T12:01:00Z"
+    assert plan.requeue_after <= 60
+
+
+def test_approve_pending_id() -> None:
+    plan = reconcile.decide(annotated(PENDING.approval_id))
+    assert decides(plan) == [actions.Decide(PENDING.approval_id, "approved", "manager", None)]
+    assert actions.RemoveDecisionAnnotations() in plan.actions
+    assert plan.requeue_after == 0
+
+
+def test_reject_with_comment() -> None:
+    w = annotated(PENDING.approval_id, key=model.ANN_REJECT)
+    w = dataclasses.replace(
+        w,
+        run=dataclasses.replace(w.run, annotations={**w.run.annotations, model.ANN_COMMENT: "not this one"}),
+    )
+    (decide,) = decides(reconcile.decide(w))
+    assert decide.decision == "rejected" and decide.comment == "not this one"
+
+
+def test_stale_id_is_refused_with_warning() -> None:
+    plan = reconcile.decide(annotated(OLD.approval_id))
+    assert decides(plan) == []
+    assert [e.reason for e in plan.events] == ["ApprovalAlreadyDecided"] or [
+        e.reason for e in plan.events
+    ] == ["StaleApproval"]
+    assert actions.RemoveDecisionAnnotations() in plan.actions
+
+
+def test_unknown_id_is_refused_with_warning() -> None:
+    plan = reconcile.decide(annotated("a-ffffffffffff"))
+    assert decides(plan) == []
+    (event,) = plan.events
+    assert event.type == "Warning" and event.reason == "UnknownApproval"
+    assert PENDING.approval_id in event.message
+
+
+def test_unstamped_decision_is_refused() -> None:
+    plan = reconcile.decide(annotated(PENDING.approval_id, by=None))
+    assert decides(plan) == []
+    assert plan.events[0].reason == "ApprovalRefused"
+
+
+def test_self_approval_refused_by_the_operator_too() -> None:
+    plan = reconcile.decide(annotated(PENDING.approval_id, by="alice"))
+    assert decides(plan) == []
+    assert plan.events[0].reason == "SelfApprovalRefused"
+    allowed = annotated(PENDING.approval_id, by="alice", spec={"approval": {"allowSelfApproval": True}})
+    assert len(decides(reconcile.decide(allowed))) == 1
+
+
+def test_handled_annotations_are_not_processed_twice() -> None:
+    plan = reconcile.decide(annotated(PENDING.approval_id, annotations_handled=True))
+    assert decides(plan) == [] and plan.events == []
+
+
+def test_decided_approval_starts_next_attempt() -> None:
+    decided = dataclasses.replace(PENDING, status="approved", decided_by="manager", decided_at=NOW)
+    plan = reconcile.decide(
+        world(
+            db="parked",
+            status={"attempts": 1},
+            pods=[pod(phase="Succeeded", exit_code=10)],
+            approvals=(decided,),
+        )
+    )
+    assert plan.actions == [actions.CreatePod(2, "approval")]
+    assert plan.status is not None
+    assert plan.status["approvals"] == [
+        {"id": PENDING.approval_id, "decision": "approved", "by": "manager", "at": "2026-01-01T12:00:00Z"}
+    ]
+
+
+def overdue(on_timeout: str) -> model.World:
+    late = dataclasses.replace(PENDING, deadline=NOW - datetime.timedelta(seconds=1))
+    return world(
+        db="parked",
+        status={"attempts": 1},
+        pods=[pod(phase="Succeeded", exit_code=10)],
+        approvals=(late,),
+        spec={"approval": {"onTimeout": on_timeout}},
+    )
+
+
+def test_deadline_escalate_once_and_keep_waiting() -> None:
+    plan = reconcile.decide(overdue("escalate"))
+    assert decides(plan) == []
+    assert [e.reason for e in plan.events] == ["ApprovalEscalated"]
+    assert plan.status is not None and plan.status["pendingApproval"]["escalated"] is True
+    cond = {c["type"]: c["status"] for c in plan.status["conditions"]}
+    assert cond["ApprovalEscalated"] == "True" and cond["WaitingApproval"] == "True"
+    again = reconcile.decide(dataclasses.replace(overdue("escalate"), status=plan.status))
+    assert again.events == []
+
+
+def test_deadline_cancel_and_read_only_expire_in_postgres() -> None:
+    (cancel,) = decides(reconcile.decide(overdue("cancel")))
+    assert cancel.decision == "expired" and cancel.deadline_action == "cancel"
+    (ro,) = decides(reconcile.decide(overdue("readOnly")))
+    assert ro.decision == "expired" and ro.deadline_action == "read_only"
+
+
+def test_annotation_beats_deadline_in_the_same_reconcile() -> None:
+    w = overdue("cancel")
+    w = dataclasses.replace(
+        w,
+        run=dataclasses.replace(
+            w.run, annotations={model.ANN_APPROVE: PENDING.approval_id, model.ANN_DECIDED_BY: "manager"}
+        ),
+    )
+    (decide,) = decides(reconcile.decide(w))
+    assert decide.decision == "approved"
+
+
+def test_expired_cancel_is_followed_by_cancel_run_then_read_only_resumes() -> None:
+    expired = dataclasses.replace(PENDING, status="expired", deadline_action="cancel", decided_at=NOW)
+    plan = reconcile.decide(
+        world(
+            db="parked",
+            status={"attempts": 1},
+            approvals=(expired,),
+            pods=[pod(phase="Succeeded", exit_code=10)],
+        )
+    )
+    assert any(isinstance(a, actions.CancelRun) for a in plan.actions)
+    ro = dataclasses.replace(expired, deadline_action="read_only")
+    plan = reconcile.decide(
+        world(
+            db="parked", status={"attempts": 1}, approvals=(ro,), pods=[pod(phase="Succeeded", exit_code=10)]
+        )
+    )
+    assert actions.SetReadOnly() in plan.actions
+    assert actions.CreatePod(2, "deadline") in plan.actions

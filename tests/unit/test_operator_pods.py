@@ -1,0 +1,95 @@
+"""The worker Pod manifest (design.md worker contract) and the classification of ended Pods."""
+
+from __future__ import annotations
+
+from agent_operator import model, pods, settings
+
+RUN = model.RunRef(namespace="ns", name="r", uid="uid-1")
+
+
+def cfg(**env: str) -> settings.Settings:
+    return settings.from_env({"AGENTRUN_DSN": "postgresql://x/y", **env})
+
+
+def env_of(body: dict) -> dict[str, object]:  # type: ignore[type-arg]
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in body["spec"]["containers"][0]["env"]}
+
+
+def test_manifest_follows_the_worker_contract() -> None:
+    spec = model.RunSpec.from_body({"graph": "a.b:g", "lease": {"durationSeconds": 9}})
+    body = pods.manifest(RUN, spec, 2, "evicted", cfg())
+    meta = body["metadata"]
+    assert meta["name"] == "r-2"
+    assert meta["labels"][model.LABEL_RUN] == "r" and meta["labels"][model.LABEL_ATTEMPT] == "2"
+    owner = meta["ownerReferences"][0]
+    assert owner["kind"] == "AgentRun" and owner["uid"] == "uid-1" and owner["controller"] is True
+    assert body["spec"]["restartPolicy"] == "Never"
+    assert body["spec"]["serviceAccountName"] == "agentrun-worker"
+    env = env_of(body)
+    assert env["AGENTRUN_RUN_ID"] == "uid-1" and env["AGENTRUN_ATTEMPT"] == "2"
+    assert env["AGENTRUN_LEASE_NAME"] == "agentrun-r" and env["AGENTRUN_LEASE_DURATION_SECONDS"] == "9"
+    assert env["AGENTRUN_POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env["AGENTRUN_DSN"] == "postgresql://x/y"
+    assert body["spec"]["containers"][0]["command"] == ["agentrun", "worker"]
+
+
+def test_dsn_from_secret_when_configured() -> None:
+    spec = model.RunSpec.from_body({"graph": "a.b:g"})
+    env = env_of(pods.manifest(RUN, spec, 1, "first", cfg(AGENTRUN_WORKER_DSN_SECRET="pg/dsn")))
+    assert env["AGENTRUN_DSN"] == {"secretKeyRef": {"name": "pg", "key": "dsn"}}
+
+
+def test_attempt_scoped_fault_points() -> None:
+    spec = model.RunSpec.from_body(
+        {
+            "graph": "a.b:g",
+            "worker": {
+                "env": [
+                    {"name": "AGENTRUN_FAULT_POINTS_ATTEMPT_1", "value": "after_call"},
+                    {"name": "EXTRA", "value": "1"},
+                ]
+            },
+        }
+    )
+    first = env_of(pods.manifest(RUN, spec, 1, "first", cfg()))
+    second = env_of(pods.manifest(RUN, spec, 2, "evicted", cfg()))
+    assert first["AGENTRUN_FAULT_POINTS"] == "after_call" and first["EXTRA"] == "1"
+    assert "AGENTRUN_FAULT_POINTS" not in second and second["EXTRA"] == "1"
+
+
+def test_end_reasons() -> None:
+    assert pods.end_reason(None)[0] == "deleted"
+    assert pods.end_reason(model.PodInfo("p", 1, phase="Failed", reason="Evicted"))[0] == "evicted"
+    oom = model.PodInfo("p", 1, phase="Failed", terminated_reason="OOMKilled", exit_code=137)
+    assert pods.end_reason(oom)[0] == "OOMKilled"
+    assert pods.end_reason(model.PodInfo("p", 1, phase="Failed", exit_code=11))[0] == "drained"
+    assert pods.end_reason(model.PodInfo("p", 1, phase="Failed", exit_code=1))[0] == "failed"
+
+
+def test_pod_info_from_body() -> None:
+    info = model.PodInfo.from_body(
+        {
+            "metadata": {"name": "r-1", "labels": {model.LABEL_ATTEMPT: "1"}, "deletionTimestamp": "x"},
+            "status": {
+                "phase": "Failed",
+                "containerStatuses": [{"state": {"terminated": {"reason": "OOMKilled", "exitCode": 137}}}],
+            },
+        }
+    )
+    assert info.attempt == 1 and info.deleting and info.terminated
+    assert info.terminated_reason == "OOMKilled" and info.exit_code == 137
+
+
+def test_settings_from_env() -> None:
+    s = settings.from_env(
+        {
+            "AGENTRUN_DSN": "d",
+            "AGENTRUN_WATCH_NAMESPACES": "a, b",
+            "AGENTRUN_LEADER_DURATION_SECONDS": "6",
+            "AGENTRUN_METRICS_PORT": "9100",
+        }
+    )
+    assert s.namespaces == ("a", "b") and s.leader.duration_seconds == 6 and s.metrics_port == 9100
+    assert s.leader.namespace == "agentrun-system"
+    single = settings.from_env({"AGENTRUN_DSN": "d", "AGENTRUN_WATCH_NAMESPACES": "t1"})
+    assert single.leader.namespace == "t1"

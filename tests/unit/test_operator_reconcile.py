@@ -1,0 +1,257 @@
+"""The operator's pure reconcile: admission first, attempts, resume reasons, backoff, stops, Lease backstop."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from typing import Any
+
+from agent_operator import actions, model, reconcile
+
+NOW = datetime.datetime(2026, 1, 1, 12, 0, 0, tzinfo=datetime.UTC)
+
+
+def world(
+    *,
+    db: str | None = "admitted",
+    status: dict[str, Any] | None = None,
+    pods: list[model.PodInfo] | None = None,
+    spec: dict[str, Any] | None = None,
+    finalizers: tuple[str, ...] = (model.FINALIZER,),
+    deleting: bool = False,
+    annotations: dict[str, str] | None = None,
+    approvals: tuple[model.Approval, ...] = (),
+    **extra: Any,
+) -> model.World:
+    return model.World(
+        run=model.RunRef(
+            namespace="ns",
+            name="r",
+            uid="uid-1",
+            resource_version="7",
+            annotations=annotations or {},
+            finalizers=finalizers,
+            deleting=deleting,
+        ),
+        spec=model.RunSpec.from_body({"graph": "pkg.mod:graph", **(spec or {})}),
+        status=status or {},
+        now=NOW,
+        db=model.DbRun(status=db) if db else None,
+        pods={p.attempt: p for p in pods or ()},
+        approvals=approvals,
+        **extra,
+    )
+
+
+def pod(attempt: int = 1, **kw: Any) -> model.PodInfo:
+    return model.PodInfo(name=f"r-{attempt}", attempt=attempt, **kw)
+
+
+def kinds(plan: actions.Plan) -> list[type]:
+    return [type(a) for a in plan.actions]
+
+
+def test_finalizer_and_admission_come_before_any_pod() -> None:
+    plan = reconcile.decide(world(db=None, finalizers=()))
+    assert kinds(plan) == [actions.AddFinalizer, actions.Admit]
+    assert plan.status is not None and plan.status["phase"] == "Pending"
+    assert plan.requeue_after == 0
+
+
+def test_first_attempt_after_admission() -> None:
+    plan = reconcile.decide(world())
+    assert plan.actions == [actions.CreatePod(1, "first")]
+    assert plan.status is not None
+    assert plan.status["attempts"] == 1 and plan.status["workerPod"] == "r-1"
+    assert plan.status["attemptReason"] == "first"
+
+
+def test_running_pod_is_left_alone() -> None:
+    plan = reconcile.decide(world(db="running", status={"attempts": 1}, pods=[pod(phase="Running")]))
+    assert plan.actions == []
+    assert plan.status is not None and plan.status["phase"] == "Running"
+    cond = {c["type"]: c["status"] for c in plan.status["conditions"]}
+    assert cond["Running"] == "True" and cond["Succeeded"] == "False"
+
+
+def test_evicted_pod_resumes_with_reason_and_backoff() -> None:
+    evicted = pod(phase="Failed", reason="Evicted", message="node pressure")
+    plan = reconcile.decide(
+        world(db="running", status={"attempts": 1}, pods=[evicted], spec={"retry": {"backoffSeconds": 3}})
+    )
+    assert plan.actions == []  # backoff first
+    assert plan.status is not None
+    assert plan.status["lastAttemptEnd"]["reason"] == "evicted"
+    assert plan.status["restarts"] == 1
+    assert plan.status["nextAttemptAt"] == "2026-01-01T12:00:03Z"
+    assert plan.requeue_after <= 3.0
+    # three seconds later the next attempt starts, with the recorded reason
+    later = dataclasses.replace(
+        world(db="running", status=plan.status, pods=[evicted]), now=NOW + datetime.timedelta(seconds=3)
+    )
+    plan2 = reconcile.decide(later)
+    assert plan2.actions == [actions.CreatePod(2, "evicted", lost_observed=True)]
+    assert plan2.status is not None and plan2.status["attempts"] == 2
+
+
+def test_zero_backoff_starts_next_attempt_in_the_same_reconcile() -> None:
+    oom = pod(phase="Failed", terminated_reason="OOMKilled", exit_code=137)
+    plan = reconcile.decide(
+        world(db="running", status={"attempts": 1}, pods=[oom], spec={"retry": {"backoffSeconds": 0}})
+    )
+    assert plan.actions == [actions.CreatePod(2, "OOMKilled", lost_observed=True)]
+    assert any(e.reason == "AttemptLost" for e in plan.events)
+
+
+def test_deleted_pod_counts_as_lost() -> None:
+    plan = reconcile.decide(
+        world(db="running", status={"attempts": 1}, spec={"retry": {"backoffSeconds": 0}})
+    )
+    assert plan.actions == [actions.CreatePod(2, "deleted", lost_observed=True)]
+
+
+def test_just_created_pod_missing_from_cache_is_not_lost() -> None:
+    plan = reconcile.decide(world(status={"attempts": 1}, pod_created_ago=0.2))
+    assert plan.actions == []
+
+
+def test_attempt_limit_fails_the_run() -> None:
+    failed = pod(attempt=3, phase="Failed", exit_code=1)
+    plan = reconcile.decide(
+        world(
+            db="running",
+            status={"attempts": 3, "restarts": 2},
+            pods=[failed],
+            spec={"retry": {"maxAttempts": 3}},
+        )
+    )
+    assert plan.actions == []
+    assert plan.status is not None and plan.status["phase"] == "Failed"
+    failed_cond = next(c for c in plan.status["conditions"] if c["type"] == "Failed")
+    assert failed_cond["status"] == "True" and failed_cond["reason"] == "AttemptsExhausted"
+    # sticky: the next reconcile starts nothing
+    again = reconcile.decide(world(db="running", status=plan.status, pods=[failed]))
+    assert not any(isinstance(a, actions.CreatePod) for a in again.actions)
+
+
+def test_lease_expired_pod_is_force_deleted_and_replaced() -> None:
+    alive = pod(phase="Running")
+    plan = reconcile.decide(
+        world(
+            db="running",
+            status={"attempts": 1},
+            pods=[alive],
+            lease_expired_holder="r-1",
+            spec={"retry": {"backoffSeconds": 0}},
+        )
+    )
+    assert plan.actions == [
+        actions.DeletePod("r-1", "its Lease expired", force=True),
+        actions.CreatePod(2, "lease_expired", lost_observed=True),
+    ]
+    assert any(e.reason == "LeaseExpired" for e in plan.events)
+
+
+def test_expired_lease_of_an_older_holder_does_not_touch_the_current_pod() -> None:
+    plan = reconcile.decide(
+        world(
+            db="running", status={"attempts": 2}, pods=[pod(2, phase="Running")], lease_expired_holder="r-1"
+        )
+    )
+    assert plan.actions == []
+
+
+def test_draining_pod_is_waited_for() -> None:
+    plan = reconcile.decide(
+        world(db="running", status={"attempts": 1}, pods=[pod(phase="Running", deleting=True)])
+    )
+    assert plan.actions == []
+
+
+def test_succeeded_in_postgres_is_final() -> None:
+    plan = reconcile.decide(
+        world(db="succeeded", status={"attempts": 1}, pods=[pod(phase="Succeeded", exit_code=0)])
+    )
+    assert plan.actions == []
+    assert plan.status is not None and plan.status["phase"] == "Succeeded"
+    assert plan.status["completionTime"] == "2026-01-01T12:00:00Z"
+    cond = {c["type"]: c["status"] for c in plan.status["conditions"]}
+    assert cond["Succeeded"] == "True" and cond["Running"] == "False"
+
+
+def test_unknown_graph_failure_is_invalid_spec() -> None:
+    w = dataclasses.replace(
+        world(status={"attempts": 1}, pods=[pod(phase="Failed", exit_code=1)]),
+        db=model.DbRun(
+            status="failed", error="GraphLoadError: No module named 'nope'", status_reason="graph_load"
+        ),
+    )
+    plan = reconcile.decide(w)
+    assert plan.status is not None and plan.status["phase"] == "Failed"
+    failed = next(c for c in plan.status["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "InvalidSpec"
+    events = reconcile.transition_events({"phase": "Running"}, plan.status)
+    assert events and events[0].type == "Warning" and events[0].reason == "InvalidSpec"
+
+
+def test_ttl_deletes_finished_run() -> None:
+    status = {"phase": "Succeeded", "completionTime": "2026-01-01T11:59:00Z", "attempts": 1}
+    plan = reconcile.decide(world(db="succeeded", status=status, spec={"ttlSecondsAfterFinished": 30}))
+    assert actions.DeleteRun() in plan.actions
+    plan = reconcile.decide(world(db="succeeded", status=status, spec={"ttlSecondsAfterFinished": 600}))
+    assert actions.DeleteRun() not in plan.actions and plan.requeue_after <= 540
+
+
+def test_cancel_deletes_pod_then_cancels_in_postgres() -> None:
+    running = pod(phase="Running")
+    plan = reconcile.decide(
+        world(db="running", status={"attempts": 1}, pods=[running], spec={"cancel": True})
+    )
+    assert [type(a) for a in plan.actions] == [actions.DeletePod]
+    assert not plan.actions[0].force  # type: ignore[union-attr]
+    gone = reconcile.decide(world(db="running", status={"attempts": 1}, spec={"cancel": True}))
+    assert [type(a) for a in gone.actions] == [actions.CancelRun]
+    assert gone.status is not None and gone.status["phase"] == "Cancelled"
+
+
+def test_delete_waits_for_the_worker_then_is_done() -> None:
+    running = pod(phase="Running", deleting=True)
+    plan = reconcile.decide(world(db="running", status={"attempts": 1}, pods=[running], deleting=True))
+    assert not plan.done and plan.actions == []
+    plan = reconcile.decide(
+        world(db="running", status={"attempts": 1}, pods=[pod(phase="Failed")], deleting=True)
+    )
+    assert plan.done and [type(a) for a in plan.actions] == [actions.CancelRun]
+
+
+def test_suspend_and_resume() -> None:
+    plan = reconcile.decide(
+        world(
+            db="running",
+            status={"attempts": 1},
+            pods=[pod(phase="Failed", exit_code=11)],
+            spec={"suspend": True},
+        )
+    )
+    assert plan.status is not None and plan.status["phase"] == "Suspended"
+    resumed = reconcile.decide(
+        world(db="running", status=plan.status, pods=[pod(phase="Failed", exit_code=11)])
+    )
+    assert resumed.actions == [actions.CreatePod(2, "resumed")]
+    assert resumed.status is not None and resumed.status["restarts"] == 0
+
+
+def test_operator_restart_adopts_pod_created_before_status_was_written() -> None:
+    plan = reconcile.decide(
+        world(db="running", status={"attempts": 1}, pods=[pod(1, phase="Failed"), pod(2, phase="Running")])
+    )
+    assert plan.actions == []
+    assert plan.status is not None and plan.status["attempts"] == 2 and plan.status["workerPod"] == "r-2"
+
+
+def test_worker_usage_error_is_invalid_spec_without_retry() -> None:
+    plan = reconcile.decide(
+        world(db="admitted", status={"attempts": 1}, pods=[pod(phase="Failed", exit_code=2)])
+    )
+    assert plan.actions == []
+    assert plan.status is not None and plan.status["phase"] == "Failed"

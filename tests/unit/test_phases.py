@@ -1,0 +1,62 @@
+"""Conditions per the API conventions, status merge patches, result summaries, retry backoff."""
+
+from __future__ import annotations
+
+import datetime
+
+from agent_operator import model, phases, retry
+
+T0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+T1 = T0 + datetime.timedelta(minutes=5)
+
+
+def test_last_transition_time_changes_only_with_status() -> None:
+    first = phases.conditions(None, {"Running": (True, "AttemptRunning", "a")}, 1, T0)
+    same = phases.conditions(first, {"Running": (True, "AttemptRunning", "b")}, 2, T1)
+    assert same[0]["lastTransitionTime"] == "2026-01-01T00:00:00Z"
+    assert same[0]["message"] == "b" and same[0]["observedGeneration"] == 2
+    flipped = phases.conditions(same, {"Running": (False, "Succeeded", "")}, 2, T1)
+    assert flipped[0]["lastTransitionTime"] == "2026-01-01T00:05:00Z" and flipped[0]["status"] == "False"
+
+
+def test_core_conditions_always_present() -> None:
+    desired = phases.desired_conditions(
+        "Running", "AttemptRunning", "", admitted=True, escalated=False, read_only=False
+    )
+    assert list(desired) == list(phases.CORE_CONDITIONS)
+    cancelled = phases.desired_conditions(
+        "Cancelled", "Cancelled", "x", admitted=True, escalated=False, read_only=True
+    )
+    assert cancelled["Cancelled"][0] and cancelled["ReadOnly"][0]
+
+
+def test_status_patch_sets_changed_and_nulls_removed_keys() -> None:
+    old = {"phase": "WaitingApproval", "pendingApproval": {"id": "a-1"}, "attempts": 1}
+    new = {"phase": "Running", "attempts": 1}
+    assert phases.status_patch(old, new) == {"phase": "Running", "pendingApproval": None}
+    assert phases.status_patch(new, dict(new)) is None
+
+
+def test_large_results_are_summarised() -> None:
+    assert phases.summarise_result({"ok": True}) == {"ok": True}
+    big = phases.summarise_result({"text": "x" * 20000})
+    assert big["truncated"] is True and big["bytes"] > 20000
+
+
+def test_invalid_spec_markers() -> None:
+    assert phases.is_invalid_spec("invalid_spec", None)
+    assert phases.is_invalid_spec(None, "GraphLoadError: No module named 'x'")
+    assert not phases.is_invalid_spec("graph_failed", "ValueError: boom")
+
+
+def test_backoff_doubles_and_caps() -> None:
+    policy = model.RetryPolicy(max_attempts=10, backoff_seconds=2, max_backoff_seconds=10)
+    assert [retry.backoff_seconds(policy, n) for n in range(0, 6)] == [0, 2, 4, 8, 10, 10]
+
+
+def test_attempt_limit() -> None:
+    policy = model.RetryPolicy(max_attempts=2, backoff_seconds=1, max_backoff_seconds=5)
+    first = retry.on_loss(policy, 1, "evicted", "m", 0, T0)
+    assert not first.exhausted and first.next_attempt_at == T0 + datetime.timedelta(seconds=1)
+    second = retry.on_loss(policy, 2, "evicted", "m", first.restarts, T0)
+    assert second.exhausted and second.restarts == 2
