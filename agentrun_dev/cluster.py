@@ -285,6 +285,24 @@ def down(s: settings_mod.Settings | None = None, purge: bool = False, out: TextI
             print(f"purged {s.state_dir}", file=out)
 
 
+@dataclasses.dataclass(frozen=True)
+class Handle:
+    """What a caller of ``up`` needs to use the cluster (the ``dev_cluster`` fixture's value)."""
+
+    settings: settings_mod.Settings
+    kubeconfig: Path
+    """The admin kubeconfig."""
+    dsn: str
+    ports: components.Ports
+    env: dict[str, str]
+    """The ``agentrun dev env`` exports."""
+
+
+def handle(s: settings_mod.Settings | None = None) -> Handle:
+    s = s or settings_mod.from_env()
+    return Handle(settings=s, kubeconfig=s.kubeconfig, dsn=postgres.dsn(s), ports=ports(s), env=env(s))
+
+
 def env(s: settings_mod.Settings | None = None) -> dict[str, str]:
     s = s or settings_mod.from_env()
     return components.env_exports(s, ports(s), postgres.dsn(s))

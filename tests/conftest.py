@@ -16,12 +16,17 @@ import contextlib
 import itertools
 import os
 import re
-from collections.abc import Iterator
+import secrets
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
+import kubernetes
 import psycopg
 import pytest
 
-from agentrun_dev import postgres, state
+from agentrun_dev import cluster, identities, postgres, state
 from agentrun_dev import settings as dev_settings
 
 _PG_FIXTURES = {"pg_dsn", "dev_postgres", "pg_template"}
@@ -100,3 +105,65 @@ def pg_dsn(dev_settings_: dev_settings.Settings, pg_template: str) -> Iterator[s
     yield postgres.dsn(dev_settings_, name)
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+# --- the dev cluster ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def dev_cluster(dev_settings_: dev_settings.Settings) -> cluster.Handle:
+    """The dev cluster, brought up if needed and left running (other sessions share it)."""
+    cluster.up(dev_settings_, out=sys.stderr)
+    return cluster.handle(dev_settings_)
+
+
+@pytest.fixture(scope="session")
+def admin_kubeconfig(dev_cluster: cluster.Handle) -> Path:
+    return dev_cluster.kubeconfig
+
+
+@pytest.fixture(scope="session")
+def kube(admin_kubeconfig: Path) -> Iterator[kubernetes.client.ApiClient]:
+    """Admin ``ApiClient`` (group ``system:masters``)."""
+    api = kubernetes.config.new_client_from_config(config_file=str(admin_kubeconfig))
+    yield api
+    api.close()
+
+
+def _namespace_name(test_name: str) -> str:
+    base = re.sub(r"[^a-z0-9-]+", "-", test_name.lower().removeprefix("test_")).strip("-") or "t"
+    return f"{base[:50].rstrip('-')}-{secrets.token_hex(3)}"
+
+
+@pytest.fixture
+def namespace(request: pytest.FixtureRequest, kube: kubernetes.client.ApiClient) -> Iterator[str]:
+    """A fresh namespace for this test (labelled ``agentrun.dev/test``), deleted afterwards.
+
+    Waits for its ``default`` ServiceAccount (made by the controller-manager) so pods can be created at once.
+    """
+    core = kubernetes.client.CoreV1Api(kube)
+    name = _namespace_name(request.node.name)
+    labels = {"agentrun.dev/test": "true", "agentrun.dev/test-session": str(os.getpid())}
+    core.create_namespace({"metadata": {"name": name, "labels": labels}})
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            core.read_namespaced_service_account("default", name)
+            break
+        except kubernetes.client.ApiException as exc:
+            if exc.status != 404 or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+    yield name
+    with contextlib.suppress(kubernetes.client.ApiException):
+        core.delete_namespace(name, propagation_policy="Background")
+
+
+@pytest.fixture
+def identity(dev_cluster: cluster.Handle) -> Callable[..., Path]:
+    """``identity("alice", ["devs"])`` -> kubeconfig path of that user (a client cert from the dev CA)."""
+
+    def make(user: str, groups: list[str] | tuple[str, ...] = ()) -> Path:
+        return identities.kubeconfig_for(user, list(groups), dev_cluster.settings)
+
+    return make
