@@ -1,4 +1,4 @@
-"""Approvals from annotations (exactly the pending id, identity stamps) and deadlines (escalate/cancel/readOnly)."""
+"""Approvals from annotations (the pending id only, identity stamps) and deadlines."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The operator's pure reconcile: admission first, attempts, resume reasons, backoff, stops, Lease backstop."""
+"""The pure reconcile: admission first, attempts, resume reasons, backoff, stops, Lease backstop."""
 
 from __future__ import annotations
 
