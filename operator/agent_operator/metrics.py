@@ -255,7 +255,7 @@ def _with_zeros(
 def _heartbeat_families(snap: Snapshot, namespaces: list[str]) -> list[core.Metric]:
     dist = core.GaugeHistogramMetricFamily(
         "agentrun_heartbeat_age_seconds",
-        "Current age of heartbeats of running runs (worker and tool calls).",
+        "Current age of heartbeats of running runs (kind: worker, step, tool).",
         labels=["namespace", "kind"])
     stalest = core.GaugeMetricFamily("agentrun_heartbeat_oldest_age_seconds",
                                      "Age of the stalest heartbeat of a running run (0: none).",

@@ -32,15 +32,16 @@ WHERE e.status = 'pending'
 GROUP BY 1
 """
 
-# Only heartbeats that still mean something: the worker's own beat of a running run, and beats of tool calls
-# whose effect is still pending (a finished call's last beat is history, not staleness).
+# Only heartbeats that still mean something, of running runs: the worker's own ('worker'), the current step's
+# ('step:<name>'), and tool calls whose effect is still pending (a finished call's last beat is history).
 HEARTBEAT_AGES = """
-SELECT r.namespace, CASE WHEN h.key = 'worker' THEN 'worker' ELSE 'tool' END,
+SELECT r.namespace,
+       CASE WHEN h.key = 'worker' THEN 'worker' WHEN h.key LIKE 'step:%' THEN 'step' ELSE 'tool' END,
        greatest(0, extract(epoch FROM now() - h.beat_at))::float8
 FROM agentrun_heartbeats h JOIN agentrun_runs r USING (run_id)
 WHERE r.status = 'running'
-  AND (h.key = 'worker' OR EXISTS (SELECT 1 FROM agentrun_effects e
-                                   WHERE e.idempotency_key = h.key AND e.status = 'pending'))
+  AND (h.key = 'worker' OR h.key = 'step:' || r.current_step
+       OR EXISTS (SELECT 1 FROM agentrun_effects e WHERE e.idempotency_key = h.key AND e.status = 'pending'))
 """
 
 APPROVALS_PENDING = """

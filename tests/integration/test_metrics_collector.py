@@ -23,6 +23,7 @@ def seed(conn: psycopg.Connection[Any], ns: str = "team-a") -> None:
             " VALUES (%s, %s, %s, 'm:g', '{}', 'h', %s)",
             (run_id, ns, f"run-{run_id}", status),
         )
+    conn.execute("UPDATE agentrun_runs SET current_step = 'b' WHERE run_id = 'r1'")
     conn.execute(
         "INSERT INTO agentrun_effects (idempotency_key, run_id, step, action, tool, args_hash, args, status,"
         " attempts, duplicates_prevented, epoch, created_at, needs_human) VALUES"
@@ -34,6 +35,8 @@ def seed(conn: psycopg.Connection[Any], ns: str = "team-a") -> None:
     conn.execute(
         "INSERT INTO agentrun_heartbeats (run_id, key, beat_at) VALUES"
         " ('r1', 'worker', now() - interval '20 seconds'),"
+        " ('r1', 'step:b', now() - interval '4 seconds'),"  # the current step
+        " ('r1', 'step:a', now() - interval '1 hour'),"  # an earlier step: history"
         " ('r1', 'k1', now() - interval '3 seconds'),"
         " ('r1', 'k2', now() - interval '1 hour'),"  # effect already sent: history, not staleness
         " ('r3', 'worker', now() - interval '2 hours')"
@@ -86,6 +89,7 @@ def test_collector_reads_the_ledger(pg_dsn: str) -> None:
         assert stalest is not None and 19 <= stalest < 60
         assert v("agentrun_heartbeat_age_seconds_gcount", namespace="team-a", kind="worker") == 1
         assert v("agentrun_heartbeat_age_seconds_gcount", namespace="team-a", kind="tool") == 1
+        assert v("agentrun_heartbeat_age_seconds_gcount", namespace="team-a", kind="step") == 1
         assert v("agentrun_approvals_pending", namespace="team-a") == 1
         left = v("agentrun_approval_deadline_remaining_seconds", namespace="team-a")
         assert left is not None and 2900 < left <= 3000
