@@ -1,0 +1,86 @@
+"""`agentrun dev up` is idempotent and recovers a stale state (processes gone, as after a reboot).
+
+Runs a second, private dev cluster in a temporary state directory (same cached binaries), so the shared
+cluster other sessions use is never disturbed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import kubernetes
+import pytest
+
+from agentrun_dev import cluster, postgres, state
+from agentrun_dev import settings as dev_settings
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+
+@pytest.fixture
+def private(tmp_path: Path) -> Iterator[dev_settings.Settings]:
+    s = dataclasses.replace(dev_settings.from_env(), state_dir=tmp_path / "dev")
+    try:
+        yield s
+    finally:
+        cluster.down(s, purge=True, out=io.StringIO())
+
+
+def _pids(s: dev_settings.Settings) -> dict[str, int | None]:
+    return {p.name: p.pid for p in cluster.status(s)}
+
+
+def _namespaces(s: dev_settings.Settings) -> set[str]:
+    with kubernetes.config.new_client_from_config(config_file=str(s.kubeconfig)) as api:
+        return {n.metadata.name for n in kubernetes.client.CoreV1Api(api).list_namespace().items}
+
+
+def test_up_is_idempotent_and_recovers_after_processes_die(private: dev_settings.Settings) -> None:
+    s = private
+    ports = cluster.up(s, out=io.StringIO())
+    assert all(p.healthy for p in cluster.status(s)), cluster.status(s)
+    assert "kube-system" in _namespaces(s)
+    before = _pids(s)
+
+    t0 = time.monotonic()
+    assert cluster.up(s, out=io.StringIO()) == ports
+    assert time.monotonic() - t0 < 5
+    assert _pids(s) == before  # nothing restarted
+
+    # "Reboot": every process dies without cleaning up; one pid file now names an unrelated live process.
+    for name, pid in before.items():
+        if pid is not None:
+            os.killpg(pid, signal.SIGKILL) if name != "postgres" else os.kill(pid, signal.SIGKILL)
+    for pid in before.values():
+        if pid is not None:
+            while state.pid_alive(pid):
+                time.sleep(0.05)
+    state.write_pid(s, "kube-apiserver", os.getpid())
+    assert not any(p.healthy for p in cluster.status(s))
+
+    assert cluster.up(s, out=io.StringIO()) == ports  # same ports, so old kubeconfigs and DSNs stay valid
+    assert all(p.healthy for p in cluster.status(s)), cluster.status(s)
+    assert "kube-system" in _namespaces(s)  # etcd data and the CA survived
+    assert postgres.healthy(s)
+
+    env = {**os.environ, "AGENTRUN_DEV_HOME": str(s.state_dir)}
+    cli = [str(Path(sys.executable).parent / "agentrun"), "dev"]  # the console script
+    status = subprocess.run([*cli, "status"], env=env, capture_output=True, text=True, timeout=60)
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert "kube-apiserver" in status.stdout
+    exports = subprocess.run(
+        [*cli, "env"], env=env, capture_output=True, text=True, timeout=60, check=True
+    ).stdout
+    assert f"export KUBECONFIG={s.kubeconfig}" in exports
+    assert f"export AGENTRUN_DSN=postgresql://postgres@127.0.0.1:{ports.postgres}/agentrun" in exports
+
+    cluster.down(s, out=io.StringIO())
+    assert not any(p.healthy or p.pid for p in cluster.status(s))
