@@ -243,6 +243,8 @@ def ensure(s: settings_mod.Settings, out: TextIO = sys.stderr, *, force: bool = 
             f"{s.controlplane_dir}; the first build takes several minutes, later ones reuse Go's caches"
         )
         s.controlplane_dir.mkdir(parents=True, exist_ok=True)
+        for old in s.controlplane_dir.parent.glob(".build-*"):  # kept by failed builds for their logs
+            shutil.rmtree(old, ignore_errors=True)
         work = Path(tempfile.mkdtemp(prefix=".build-", dir=s.controlplane_dir.parent))
         out_dir = work / "bin"
         out_dir.mkdir()
