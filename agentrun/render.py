@@ -1,0 +1,216 @@
+"""Readable tables for the CLI, from the JSON-ready data of ``agentrun.trace`` (pure: strings out)."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [[str(h) for h in headers]] + [["-" if v is None or v == "" else str(v) for v in r] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    )
+
+
+def when(iso: str | None) -> str | None:
+    """Timestamps in UTC to the second: a trace is read next to logs and Events."""
+    if not iso:
+        return None
+    t = datetime.datetime.fromisoformat(iso)
+    return t.astimezone(datetime.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def seconds(value: float | None) -> str | None:
+    if value is None:
+        return None
+    return f"{value * 1000:.0f}ms" if value < 1 else f"{value:.2f}s"
+
+
+def age(iso: str | None, now: datetime.datetime) -> str:
+    if not iso:
+        return "-"
+    s = int((now - datetime.datetime.fromisoformat(iso.replace("Z", "+00:00"))).total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size:
+            return f"{s // size}{unit}"
+    return f"{max(s, 0)}s"
+
+
+def trace(data: Mapping[str, Any]) -> str:
+    run = data["run"]
+    out = [
+        f"AgentRun {run['namespace']}/{run['name']}  uid {run['uid']}",
+        f"phase {run['phase'] or '-'}  ledger {run['ledgerStatus'] or '-'}  step {run['currentStep'] or '-'}"
+        f"  attempts {run['attempts'] or len(data['attempts'])}",
+    ]
+    if run.get("error") or run.get("statusReason"):
+        out.append(f"reason {run.get('statusReason') or '-'}  error {run.get('error') or '-'}")
+    if run.get("pendingApproval"):
+        p = run["pendingApproval"]
+        out.append(f"pending approval {p.get('id')} (deadline {p.get('deadline') or '-'})")
+    out += [
+        "",
+        "ATTEMPTS",
+        table(
+            ["#", "POD", "EPOCH", "REASON", "STARTED", "ENDED", "OUTCOME", "DETAIL"],
+            [
+                [
+                    a["attempt"],
+                    a["pod"],
+                    a["epoch"],
+                    a["startReason"],
+                    when(a["startedAt"]),
+                    when(a["endedAt"]),
+                    a["outcome"] or ("running" if not a["endedAt"] else None),
+                    a["detail"],
+                ]
+                for a in data["attempts"]
+            ],
+        ),
+    ]
+    out += [
+        "",
+        "STEPS",
+        table(
+            ["ATTEMPT", "STEP", "CHECKPOINT", "STARTED", "DURATION", "CKPT-WRITE", "EFFECTS"],
+            [
+                [
+                    s["attempt"],
+                    s["step"],
+                    s["checkpointId"],
+                    when(s["startedAt"]),
+                    seconds(s["durationSeconds"]),
+                    seconds(s["checkpointSeconds"]),
+                    ", ".join(short(k) for k in s["effectKeys"]),
+                ]
+                for s in data["steps"]
+            ],
+        ),
+    ]
+    out += ["", "EFFECTS", effects_table(data["effects"], wide=False)]
+    out += [
+        "",
+        "APPROVALS",
+        table(
+            ["ID", "REQUESTED", "DEADLINE", "DECISION", "BY", "AT", "COMMENT"],
+            [
+                [
+                    a["id"],
+                    when(a["requestedAt"]),
+                    when(a["deadline"]),
+                    a["decision"],
+                    a["by"],
+                    when(a["at"]),
+                    a["comment"],
+                ]
+                for a in data["approvals"]
+            ],
+        ),
+    ]
+    if data["reruns"]:
+        out += ["", "RE-RUN STEPS"]
+        for r in data["reruns"]:
+            ran = ", ".join(str(a) for a in r["attempts"])
+            if not r["diverged"]:
+                out.append(
+                    f"  {r['step']}: ran in attempts {ran}; same effect keys (the ledger returned stored "
+                    "results)"
+                )
+                continue
+            out.append(f"  {r['step']}: ran in attempts {ran}; DIVERGED")
+            for k in r["only_earlier"]:
+                out.append(f"    only in the earlier attempt: {k}")
+            for k in r["only_later"]:
+                out.append(f"    only in the later attempt:   {k}")
+            for c in r["arg_changes"]:
+                out.append(
+                    f"    {c['action']}#{c['occurrence']} argument {c['field']!r}: "
+                    f"{c['earlier']!r} -> {c['later']!r}"
+                )
+    return "\n".join(out)
+
+
+def short(key: str) -> str:
+    return key if len(key) <= 20 else key[:18] + ".."
+
+
+def effects_table(effects: Sequence[Mapping[str, Any]], *, wide: bool) -> str:
+    if wide:
+        return table(
+            [
+                "KEY",
+                "STEP",
+                "ACTION",
+                "TOOL",
+                "#",
+                "STATUS",
+                "CALLS",
+                "DUPS-PREVENTED",
+                "PROVIDER-REF",
+                "EPOCH",
+                "CREATED",
+                "SENT",
+                "CONFIRMED",
+                "ERROR",
+            ],
+            [
+                [
+                    e["key"],
+                    e["step"],
+                    e["action"],
+                    e["tool"],
+                    e["occurrence"],
+                    e["status"] + (" (needs human)" if e["needsHuman"] else ""),
+                    e["attempts"],
+                    e["duplicatesPrevented"],
+                    e["providerRef"],
+                    e["epoch"],
+                    when(e["createdAt"]),
+                    when(e["sentAt"]),
+                    when(e["confirmedAt"]),
+                    e["error"],
+                ]
+                for e in effects
+            ],
+        )
+    return table(
+        ["KEY", "STEP", "ACTION", "TOOL", "STATUS", "CALLS", "DUPS-PREVENTED", "PROVIDER-REF"],
+        [
+            [
+                short(e["key"]),
+                e["step"],
+                e["action"],
+                e["tool"],
+                e["status"] + (" (needs human)" if e["needsHuman"] else ""),
+                e["attempts"],
+                e["duplicatesPrevented"],
+                e["providerRef"],
+            ]
+            for e in effects
+        ],
+    )
+
+
+def run_list(items: Sequence[Mapping[str, Any]], now: datetime.datetime, all_namespaces: bool) -> str:
+    rows = []
+    for item in items:
+        meta, st = item.get("metadata", {}), item.get("status", {}) or {}
+        eff = st.get("effects") or {}
+        effects = " ".join(
+            f"{k}={eff[k]}" for k in ("pending", "sent", "confirmed", "failed", "needsHuman") if eff.get(k)
+        )
+        row = [
+            meta.get("name"),
+            st.get("phase"),
+            st.get("currentStep"),
+            st.get("attempts"),
+            (st.get("pendingApproval") or {}).get("id"),
+            effects,
+            age(meta.get("creationTimestamp"), now),
+        ]
+        rows.append(([meta.get("namespace")] if all_namespaces else []) + row)
+    headers = ["NAME", "PHASE", "STEP", "ATTEMPTS", "PENDING-APPROVAL", "EFFECTS", "AGE"]
+    return table((["NAMESPACE"] if all_namespaces else []) + headers, rows)
