@@ -38,6 +38,19 @@ def _cmd_up(s: settings_mod.Settings, _: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_restart(s: settings_mod.Settings, args: argparse.Namespace) -> int:
+    known = {p.name for p in cluster.parts(s)}
+    unknown = set(args.parts) - known
+    if unknown:
+        print(
+            f"unknown part(s) {', '.join(sorted(unknown))}; parts: {', '.join(sorted(known))}",
+            file=sys.stderr,
+        )
+        return 2
+    cluster.stop_parts(s, args.parts or sorted(known))
+    return _cmd_up(s, args)
+
+
 def _cmd_build(s: settings_mod.Settings, args: argparse.Namespace) -> int:
     try:
         b = controlplane.ensure(s, force=args.force)
@@ -122,6 +135,10 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="agentrun dev", description="The local development cluster.")
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("up", help="start (idempotently) etcd, kube-apiserver, controller-manager, Postgres, ...")
+    r = sub.add_parser(
+        "restart", help="restart some parts (e.g. pod-runtime after changing its code), or all"
+    )
+    r.add_argument("parts", nargs="*", metavar="PART")
     b = sub.add_parser("build", help="build (or locate) the control-plane binaries")
     b.add_argument("--force", action="store_true", help="rebuild even if cached")
     sub.add_parser("env", help='print shell exports (eval "$(agentrun dev env)")')
@@ -148,8 +165,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 _COMMANDS = {
-    "up": _cmd_up, "build": _cmd_build, "env": _cmd_env, "status": _cmd_status, "down": _cmd_down,
-    "logs": _cmd_logs, "kubeconfig": _cmd_kubeconfig, "daemon-log": _cmd_daemon_log,
+    "up": _cmd_up, "restart": _cmd_restart, "build": _cmd_build, "env": _cmd_env, "status": _cmd_status,
+    "down": _cmd_down, "logs": _cmd_logs, "kubeconfig": _cmd_kubeconfig, "daemon-log": _cmd_daemon_log,
 }  # fmt: skip
 
 

@@ -268,16 +268,28 @@ def status(s: settings_mod.Settings | None = None) -> list[PartStatus]:
     return result
 
 
+def _stop(s: settings_mod.Settings, names: set[str], out: TextIO) -> None:
+    # Reverse order: the pod runtime first (it stops the pods' processes), Postgres and etcd last.
+    for part in reversed(parts(s)):
+        if part.name not in names:
+            continue
+        if part.name == "postgres":
+            postgres.stop(s)
+            print(f"stopped {part.name}", file=out)
+        elif procs.stop(s, part.name, part.marker):
+            print(f"stopped {part.name}", file=out)
+
+
+def stop_parts(s: settings_mod.Settings, names: list[str], out: TextIO = sys.stderr) -> None:
+    """Stop the named parts (``up`` starts them again)."""
+    with state.locked(s):
+        _stop(s, set(names), out)
+
+
 def down(s: settings_mod.Settings | None = None, purge: bool = False, out: TextIO = sys.stderr) -> None:
     s = s or settings_mod.from_env()
     with state.locked(s):
-        # Reverse order: the pod runtime first (it stops the pods' processes), Postgres and etcd last.
-        for part in reversed(parts(s)):
-            if part.name == "postgres":
-                postgres.stop(s)
-                print(f"stopped {part.name}", file=out)
-            elif procs.stop(s, part.name, part.marker):
-                print(f"stopped {part.name}", file=out)
+        _stop(s, {p.name for p in parts(s)}, out)
         if purge:
             for child in s.state_dir.iterdir():
                 if child.name != ".lock":

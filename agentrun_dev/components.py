@@ -125,9 +125,18 @@ def controller_manager(
     ]
 
 
+def python() -> str:
+    """This environment's interpreter under one stable name.
+
+    ``sys.executable`` is ``…/bin/python3`` from the console script but ``…/bin/python`` from pytest, and
+    ``up`` restarts a daemon whose command line changed."""
+    candidate = Path(sys.executable).parent / "python"
+    return str(candidate) if candidate.exists() else sys.executable
+
+
 def pod_runtime(s: settings_mod.Settings, admin_kubeconfig: Path) -> list[str]:
     return [
-        sys.executable, "-m", "agentrun_dev.podruntime",
+        python(), "-m", "agentrun_dev.podruntime",
         "--kubeconfig", str(admin_kubeconfig),
         "--state-dir", str(s.state_dir),
         "--node-name", s.node_name,
@@ -136,7 +145,7 @@ def pod_runtime(s: settings_mod.Settings, admin_kubeconfig: Path) -> list[str]:
 
 def smtp_sink(s: settings_mod.Settings, p: Ports) -> list[str]:
     return [
-        sys.executable, "-m", "agentrun_dev.smtp_sink",
+        python(), "-m", "agentrun_dev.smtp_sink",
         "--host", "127.0.0.1",
         "--port", str(p.smtp),
         "--api-port", str(p.smtp_api),

@@ -111,9 +111,15 @@ def pg_dsn(dev_settings_: dev_settings.Settings, pg_template: str) -> Iterator[s
 
 
 @pytest.fixture(scope="session")
-def dev_cluster(dev_settings_: dev_settings.Settings) -> cluster.Handle:
-    """The dev cluster, brought up if needed and left running (other sessions share it)."""
-    cluster.up(dev_settings_, out=sys.stderr)
+def dev_cluster(request: pytest.FixtureRequest, dev_settings_: dev_settings.Settings) -> cluster.Handle:
+    """The dev cluster, brought up if needed and left running (other sessions share it).
+
+    Output capture is suspended meanwhile, so a first-time control-plane build shows its progress.
+    """
+    capman = request.config.pluginmanager.getplugin("capturemanager")
+    ctx = capman.global_and_fixture_disabled() if capman is not None else contextlib.nullcontext()
+    with ctx:
+        cluster.up(dev_settings_, out=sys.stderr)
     return cluster.handle(dev_settings_)
 
 
