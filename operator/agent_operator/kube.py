@@ -117,19 +117,31 @@ def remove_annotations(api: ApiClient, namespace: str, name: str, keys: tuple[st
 def add_finalizer(
     api: ApiClient, namespace: str, name: str, finalizers: tuple[str, ...], resource_version: str
 ) -> Body:
-    """Set ``finalizers + [agentrun.dev/finalizer]``, guarded by resourceVersion (Conflict → retry later)."""
-    wanted = [*finalizers, model.FINALIZER] if model.FINALIZER not in finalizers else list(finalizers)
-    metadata: Body = {"finalizers": wanted}
-    if resource_version:
-        metadata["resourceVersion"] = resource_version
-    return _call(
-        api,
-        "PATCH",
-        _RUN,
-        {"namespace": namespace, "name": name},
-        {"metadata": metadata},
-        content_type="application/merge-patch+json",
-    )
+    """Add ``agentrun.dev/finalizer`` to ``finalizers``, guarded by resourceVersion.
+
+    On a conflict (kopf or a user wrote in between) the object is read again and the patch retried once.
+    """
+    for _ in range(2):
+        wanted = [*finalizers, model.FINALIZER] if model.FINALIZER not in finalizers else list(finalizers)
+        metadata: Body = {"finalizers": wanted}
+        if resource_version:
+            metadata["resourceVersion"] = resource_version
+        try:
+            return _call(
+                api,
+                "PATCH",
+                _RUN,
+                {"namespace": namespace, "name": name},
+                {"metadata": metadata},
+                content_type="application/merge-patch+json",
+            )
+        except Conflict:
+            fresh = get_run(api, namespace, name).get("metadata") or {}
+            finalizers = tuple(fresh.get("finalizers") or ())
+            resource_version = str(fresh.get("resourceVersion") or "")
+            if model.FINALIZER in finalizers:
+                return {}
+    raise Conflict(f"could not add the finalizer to {namespace}/{name}")
 
 
 def delete_run(api: ApiClient, namespace: str, name: str) -> None:

@@ -37,6 +37,7 @@ class RunMemory:
     lost_reason: str = "other"
     waiting_running: str | None = None  # pod name whose Running we wait for (resume latency)
     renew_failure_version: tuple[object, ...] | None = None
+    last_pod_error: str | None = None
 
 
 def spec_hash(spec: model.RunSpec) -> str:
@@ -189,7 +190,16 @@ class Runner:
                 store.record_attempt_start(
                     self.db, run_id=run.uid, attempt=attempt, pod=pod, start_reason=reason
                 )
-                created = kube.create_pod(self.api, ns, body)
+                try:
+                    created = kube.create_pod(self.api, ns, body)
+                except kube.KubeError as exc:
+                    refused = exc.status is not None and 400 <= exc.status < 500 and exc.status != 409
+                    # Tell the user once per distinct refusal (a missing ServiceAccount, quota, ...).
+                    if refused and memory.last_pod_error != str(exc):
+                        memory.last_pod_error = str(exc)
+                        self.event(run, actions.Event("Warning", "PodCreateFailed", f"{pod}: {exc}"))
+                    raise
+                memory.last_pod_error = None
                 memory.created_pods[pod] = time.monotonic()
                 if created:
                     metrics.attempt_started(reason, ns)
