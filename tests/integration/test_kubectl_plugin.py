@@ -1,0 +1,256 @@
+"""``kubectl agentrun …`` through the real kubectl plugin mechanism, on the dev cluster.
+
+kubectl finds ``kubectl-agentrun`` (the project's console script) on PATH and runs it with the user's
+KUBECONFIG; the ledger comes from AGENTRUN_DSN. The AgentRun's status and ledger rows are written here the
+way the operator and worker write them, so this test needs neither; approvals go through the real admission
+policies (the approver is a second real identity; a user without the `approve` verb is refused).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import kubernetes
+import psycopg
+import pytest
+
+GROUP, VERSION, PLURAL = "agentrun.dev", "v1alpha1", "agentruns"
+VENV_BIN = pathlib.Path(sys.executable).parent
+
+
+def kubectl(kubeconfig: pathlib.Path | str, dsn: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "KUBECONFIG": str(kubeconfig),
+        "AGENTRUN_DSN": dsn,
+    }
+    return subprocess.run(["kubectl", *args], capture_output=True, text=True, timeout=60, env=env)
+
+
+def bind(kube: kubernetes.client.ApiClient, namespace: str, user: str, cluster_role: str) -> None:
+    kubernetes.client.RbacAuthorizationV1Api(kube).create_namespaced_role_binding(
+        namespace,
+        {
+            "metadata": {"name": f"{user}-{cluster_role}"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_role},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+        },
+    )
+
+
+def seed_run(kube: kubernetes.client.ApiClient, namespace: str, dsn: str, name: str) -> dict[str, Any]:
+    """An AgentRun evicted once and now waiting on an approval, with its ledger."""
+    custom = kubernetes.client.CustomObjectsApi(kube)
+    obj = custom.create_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        namespace,
+        PLURAL,
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "AgentRun",
+            "metadata": {"name": name},
+            "spec": {"graph": "agentrun_examples.support_ticket:graph", "input": {"ticket": {"id": "T-1"}}},
+        },
+    )
+    uid = obj["metadata"]["uid"]
+    approval_id = "a-" + uid.replace("-", "")[:12]
+    custom.patch_namespaced_custom_object_status(
+        GROUP,
+        VERSION,
+        namespace,
+        PLURAL,
+        name,
+        {
+            "status": {
+                "phase": "WaitingApproval",
+                "attempts": 2,
+                "currentStep": "review",
+                "pendingApproval": {
+                    "id": approval_id,
+                    "prompt": {"question": "send this reply?"},
+                    "deadline": "2099-01-01T00:00:00Z",
+                },
+                "effects": {"pending": 0, "sent": 1, "confirmed": 0, "failed": 0, "needsHuman": 0},
+            }
+        },
+    )
+    with psycopg.connect(dsn) as conn:
+        conn.execute(
+            "INSERT INTO agentrun_runs (run_id, namespace, name, graph, input, spec_hash, status,"
+            " current_step) VALUES (%s, %s, %s, 'agentrun_examples.support_ticket:graph', '{}', 'h',"
+            " 'parked', 'review')",
+            (uid, namespace, name),
+        )
+        conn.execute(
+            "INSERT INTO agentrun_attempts (run_id, attempt, pod, epoch, start_reason, ended_at,"
+            " outcome, detail) VALUES (%s, 1, %s, 1, 'first', now(), 'drained', 'Evicted'),"
+            " (%s, 2, %s, 2, 'evicted', now(), 'parked', NULL)",
+            (uid, f"{name}-1", uid, f"{name}-2"),
+        )
+        conn.execute(
+            "INSERT INTO agentrun_step_events (run_id, attempt, step, checkpoint_id, started_at,"
+            " duration_seconds, checkpoint_seconds, effect_keys) VALUES"
+            " (%s, 1, 'analyze', 'ck-1', now(), 0.1, 0.003, '{}'),"
+            " (%s, 1, 'notify', 'ck-2', now(), 0.3, 0.004, '{k-notify}'),"
+            " (%s, 2, 'notify', 'ck-3', now(), 0.2, 0.004, '{k-notify}')",
+            (uid, uid, uid),
+        )
+        conn.execute(
+            "INSERT INTO agentrun_effects (idempotency_key, run_id, step, action, tool, args_hash,"
+            " args, status, attempts, duplicates_prevented, provider_ref, epoch) VALUES"
+            " ('k-notify', %s, 'notify', 'send_email', 'email', 'h1', '{\"to\": \"ada@example.com\"}',"
+            " 'sent', 1, 1, 'smtp-42', 2)",
+            (uid,),
+        )
+        conn.execute(
+            "INSERT INTO agentrun_approvals (approval_id, run_id, interrupt_id, prompt, deadline)"
+            " VALUES (%s, %s, 'i1', '{}', '2099-01-01')",
+            (approval_id, uid),
+        )
+    return {"uid": uid, "approval_id": approval_id}
+
+
+def apply_decision(
+    kube: kubernetes.client.ApiClient, namespace: str, dsn: str, name: str, seeded: dict[str, Any], by: str
+) -> None:
+    """What the operator does with an approve annotation (here: record it, as the operator would)."""
+    with psycopg.connect(dsn) as conn:
+        conn.execute(
+            "UPDATE agentrun_approvals SET status = 'approved', decided_by = %s, decided_at = now()"
+            " WHERE approval_id = %s",
+            (by, seeded["approval_id"]),
+        )
+        conn.execute(
+            "INSERT INTO agentrun_attempts (run_id, attempt, pod, epoch, start_reason, ended_at, outcome)"
+            " VALUES (%s, 3, %s, 3, 'approval', now(), 'succeeded')",
+            (seeded["uid"], f"{name}-3"),
+        )
+        conn.execute("UPDATE agentrun_runs SET status = 'succeeded' WHERE run_id = %s", (seeded["uid"],))
+    kubernetes.client.CustomObjectsApi(kube).patch_namespaced_custom_object_status(
+        GROUP,
+        VERSION,
+        namespace,
+        PLURAL,
+        name,
+        {"status": {"phase": "Succeeded", "pendingApproval": None, "attempts": 3}},
+    )
+
+
+def test_kubectl_agentrun_list_trace_ledger_approve(
+    kube: kubernetes.client.ApiClient,
+    namespace: str,
+    pg_dsn: str,
+    admin_kubeconfig: pathlib.Path,
+    identity: Callable[..., pathlib.Path],
+) -> None:
+    name = "ticket-1"
+    seeded = seed_run(kube, namespace, pg_dsn, name)
+
+    listed = kubectl(admin_kubeconfig, pg_dsn, "agentrun", "list", "-n", namespace)
+    assert listed.returncode == 0, listed.stderr
+    row = next(line.split() for line in listed.stdout.splitlines() if line.startswith(name))
+    assert row[:5] == [name, "WaitingApproval", "review", "2", seeded["approval_id"]]
+
+    traced = kubectl(admin_kubeconfig, pg_dsn, "agentrun", "trace", name, "-n", namespace)
+    assert traced.returncode == 0, traced.stderr
+    for fragment in (
+        f"{name}-1",
+        f"{name}-2",
+        "drained",
+        "evicted",
+        "smtp-42",
+        "ck-3",
+        "notify: ran in attempts 1, 2; same effect keys",
+    ):
+        assert fragment in traced.stdout, (fragment, traced.stdout)
+
+    ledger = kubectl(admin_kubeconfig, pg_dsn, "agentrun", "ledger", name, "-n", namespace, "-o", "json")
+    assert ledger.returncode == 0, ledger.stderr
+    (eff,) = json.loads(ledger.stdout)
+    assert (eff["key"], eff["status"], eff["attempts"], eff["providerRef"]) == (
+        "k-notify",
+        "sent",
+        1,
+        "smtp-42",
+    )
+
+    # a user who may edit runs but lacks the `approve` verb: the API server's refusal is shown as it is
+    bind(kube, namespace, "eve", "agentrun-editor")
+    refused = kubectl(identity("eve"), pg_dsn, "agentrun", "approve", name, "-n", namespace)
+    assert refused.returncode == 1
+    assert "agentrun: the API server refused" in refused.stderr or "denied" in refused.stderr, refused.stderr
+    print("refusal shown to eve:", refused.stderr.strip())
+
+    # no RBAC at all: even reading the run is refused, with the server's words
+    nobody = kubectl(identity("mallory"), pg_dsn, "agentrun", "trace", name, "-n", namespace)
+    assert nobody.returncode == 1
+    assert 'User "mallory" cannot get resource "agentruns"' in nobody.stderr, nobody.stderr
+
+    # the approver: annotated with the current pending approval id, stamped by the admission policy
+    bind(kube, namespace, "alice", "agentrun-approver")
+    approved = kubectl(
+        identity("alice"), pg_dsn, "agentrun", "approve", name, "-n", namespace, "--comment", "looks right"
+    )
+    assert approved.returncode == 0, approved.stderr
+    annotations = kubernetes.client.CustomObjectsApi(kube).get_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, name
+    )["metadata"]["annotations"]
+    assert annotations["agentrun.dev/approve"] == seeded["approval_id"]
+    assert annotations["agentrun.dev/comment"] == "looks right"
+    assert annotations.get("agentrun.dev/decided-by") == "alice"
+
+    apply_decision(kube, namespace, pg_dsn, name, seeded, by=annotations["agentrun.dev/decided-by"])
+    final = kubectl(admin_kubeconfig, pg_dsn, "agentrun", "trace", name, "-n", namespace)
+    assert final.returncode == 0, final.stderr
+    assert "alice" in final.stdout and "approved" in final.stdout
+    print(final.stdout)
+
+    again = kubectl(identity("alice"), pg_dsn, "agentrun", "approve", name, "-n", namespace)
+    assert again.returncode == 1
+    assert f"AgentRun {namespace}/{name} has no pending approval (phase Succeeded)" in again.stderr
+
+
+def test_kubectl_agentrun_errors_are_clear(
+    kube: kubernetes.client.ApiClient, namespace: str, pg_dsn: str, admin_kubeconfig: pathlib.Path
+) -> None:
+    missing = kubectl(admin_kubeconfig, pg_dsn, "agentrun", "trace", "nope", "-n", namespace)
+    assert missing.returncode == 1
+    assert missing.stderr.strip() == f'agentrun: AgentRun "nope" not found in namespace "{namespace}"'
+    empty = kubectl(admin_kubeconfig, pg_dsn, "agentrun", "list", "-n", namespace)
+    assert empty.returncode == 0 and "No AgentRuns found" in empty.stdout
+    usage = kubectl(admin_kubeconfig, pg_dsn, "agentrun", "trace")
+    assert usage.returncode == 2 and "usage" in usage.stderr
+    started = time.monotonic()
+    nodb = kubectl(admin_kubeconfig, "postgresql://x@127.0.0.1:1/x", "agentrun", "list", "-n", namespace)
+    assert nodb.returncode == 0  # list needs only the API server
+    assert time.monotonic() - started < 30
+
+
+@pytest.mark.parametrize("cmd", ["approve", "reject"])
+def test_no_pending_approval(
+    kube: kubernetes.client.ApiClient, namespace: str, pg_dsn: str, admin_kubeconfig: pathlib.Path, cmd: str
+) -> None:
+    kubernetes.client.CustomObjectsApi(kube).create_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        namespace,
+        PLURAL,
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "AgentRun",
+            "metadata": {"name": "idle"},
+            "spec": {"graph": "agentrun_examples.support_ticket:graph", "input": {}},
+        },
+    )
+    result = kubectl(admin_kubeconfig, pg_dsn, "agentrun", cmd, "idle", "-n", namespace)
+    assert result.returncode == 1
+    assert "has no pending approval" in result.stderr
