@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import datetime
+
 import pytest
 
-from agent_worker import lease_math
+from agent_worker import kube, lease_math
 from agent_worker.lease_math import LeaseObserver, LeaseState, LeaseSummary
 
 
@@ -128,3 +130,14 @@ def test_summary_from_json_body() -> None:
 )
 def test_next_transitions(current: LeaseSummary | None, me: str, min_epoch: int, expected: int) -> None:
     assert lease_math.next_transitions(current, me, min_epoch) == expected
+
+
+def test_micro_time_always_has_six_fraction_digits() -> None:
+    # MicroTime parsing on the API server wants exactly six digits; isoformat() drops them at .000000.
+    whole = datetime.datetime(2026, 12, 2, 17, 16, 1, tzinfo=datetime.UTC)
+    assert kube.micro_time(whole) == "2026-12-02T17:16:01.000000Z"
+    east = datetime.timezone(datetime.timedelta(hours=2))
+    assert (
+        kube.micro_time(datetime.datetime(2026, 1, 1, 2, 0, 0, 5, tzinfo=east))
+        == "2026-01-01T00:00:00.000005Z"
+    )
