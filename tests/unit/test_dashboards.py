@@ -132,3 +132,16 @@ def test_prometheusrule_matches_the_plain_rule_file() -> None:
     assert cr["spec"] == yaml.safe_load(RULES.read_text())
     kust = yaml.safe_load((ROOT / "deploy/alerts/kustomization.yaml").read_text())
     assert kust["resources"] == ["prometheusrule.yaml"]
+
+
+def test_monitoring_component_scrapes_the_operator_service_and_ships_the_rules() -> None:
+    mon = ROOT / "deploy/monitoring"
+    kust = yaml.safe_load((mon / "kustomization.yaml").read_text())
+    assert kust["kind"] == "Component"
+    cr = yaml.safe_load((mon / "prometheusrule.yaml").read_text())
+    assert cr["spec"] == yaml.safe_load(RULES.read_text())
+    sm = yaml.safe_load((mon / "servicemonitor.yaml").read_text())
+    service = yaml.safe_load((ROOT / "deploy/base/service.yaml").read_text())
+    assert sm["metadata"]["namespace"] == service["metadata"]["namespace"]
+    assert sm["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert sm["spec"]["endpoints"][0]["port"] in {p["name"] for p in service["spec"]["ports"]}
