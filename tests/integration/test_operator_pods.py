@@ -1,0 +1,99 @@
+"""The operator's side alone (worker command replaced by small stand-ins): admission first, the Pod contract,
+retries with reasons until the attempt limit, restart of the operator without duplicate Pods."""
+
+from __future__ import annotations
+
+import datetime
+
+import kubernetes
+import psycopg
+from conftest import OperatorHandle, condition, create_run, events, pods, wait_for, wait_phase
+
+from agent_worker import store
+
+
+def test_admission_row_before_pod_and_pod_contract(
+    kube: kubernetes.client.ApiClient, operator: OperatorHandle, pg_dsn: str
+) -> None:
+    ns = operator.namespace
+    body = create_run(
+        kube,
+        ns,
+        "contract",
+        {
+            "graph": "pkg.mod:graph",
+            "input": {"x": 1},
+            "lease": {"durationSeconds": 6},
+            "worker": {"command": ["sleep", "60"]},
+        },
+    )
+    (pod,) = wait_for(lambda: pods(kube, ns, "contract"), 30, "the first Pod", on_timeout=operator.logs)
+    with psycopg.connect(pg_dsn) as conn:
+        row = store.get_run(conn, body["metadata"]["uid"])
+        attempts = store.list_attempts(conn, body["metadata"]["uid"])
+    assert row is not None and row.graph == "pkg.mod:graph" and row.input == {"x": 1}
+    created = pod.metadata.creation_timestamp
+    assert row.admitted_at <= created + datetime.timedelta(seconds=1)  # API timestamps have 1 s resolution
+    assert [(a.attempt, a.start_reason, a.pod) for a in attempts] == [(1, "first", "contract-1")]
+    assert pod.metadata.name == "contract-1"
+    assert pod.metadata.labels["agentrun.dev/run"] == "contract"
+    owner = pod.metadata.owner_references[0]
+    assert (owner.kind, owner.name, owner.controller) == ("AgentRun", "contract", True)
+    assert pod.spec.restart_policy == "Never" and pod.spec.service_account_name == "agentrun-worker"
+    env = {e.name: e.value for e in pod.spec.containers[0].env}
+    assert env["AGENTRUN_RUN_ID"] == body["metadata"]["uid"] and env["AGENTRUN_ATTEMPT"] == "1"
+    assert env["AGENTRUN_LEASE_NAME"] == "agentrun-contract" and env["AGENTRUN_LEASE_DURATION_SECONDS"] == "6"
+    assert env["AGENTRUN_DSN"] == pg_dsn
+    run = wait_phase(kube, ns, "contract", "Running", 30, operator)
+    assert (
+        "agentrun.dev/finalizer"
+        in (
+            kubernetes.client.CustomObjectsApi(kube).get_namespaced_custom_object(
+                "agentrun.dev", "v1alpha1", ns, "agentruns", "contract"
+            )["metadata"]["finalizers"]
+        )
+    )
+    assert condition(run, "Admitted")["status"] == "True"
+    assert condition(run, "Running")["status"] == "True"
+
+
+def test_failing_attempts_retry_until_the_limit(
+    kube: kubernetes.client.ApiClient, operator: OperatorHandle, pg_dsn: str
+) -> None:
+    ns = operator.namespace
+    body = create_run(
+        kube,
+        ns,
+        "crashy",
+        {
+            "graph": "pkg.mod:graph",
+            "retry": {"maxAttempts": 3, "backoffSeconds": 1, "maxBackoffSeconds": 2},
+            "worker": {"command": ["python", "-c", "import sys; sys.exit(7)"]},
+        },
+    )
+    status = wait_phase(kube, ns, "crashy", "Failed", 60, operator)
+    failed = condition(status, "Failed")
+    assert failed["status"] == "True" and failed["reason"] == "AttemptsExhausted"
+    assert status["attempts"] == 3 and status["restarts"] == 3
+    assert [p.metadata.name for p in pods(kube, ns, "crashy")] == ["crashy-1", "crashy-2", "crashy-3"]
+    with psycopg.connect(pg_dsn) as conn:
+        reasons = [a.start_reason for a in store.list_attempts(conn, body["metadata"]["uid"])]
+    assert reasons == ["first", "failed", "failed"]
+    reasons_seen = [e.reason for e in events(kube, ns, "crashy")]
+    assert reasons_seen.count("AttemptLost") == 3 and "AttemptsExhausted" in reasons_seen
+
+
+def test_operator_restart_adopts_running_pod(
+    kube: kubernetes.client.ApiClient, operator: OperatorHandle
+) -> None:
+    ns = operator.namespace
+    create_run(kube, ns, "adopt", {"graph": "pkg.mod:graph", "worker": {"command": ["sleep", "60"]}})
+    wait_phase(kube, ns, "adopt", "Running", 30, operator)
+    operator.restart()  # SIGKILL, then a fresh process (standby until the old Lease expires)
+    operator.wait_leader(kube, timeout=30)
+    wait_for(lambda: "holds Lease" in operator.current.logs(), 30, "new leader", on_timeout=operator.logs)
+    import time
+
+    time.sleep(3)
+    assert [p.metadata.name for p in pods(kube, ns, "adopt")] == ["adopt-1"]
+    assert wait_phase(kube, ns, "adopt", "Running", 10, operator)["attempts"] == 1
