@@ -1,0 +1,100 @@
+"""The Lease backstop: a worker that looks alive but stopped renewing its Lease (hung process) is deleted and
+replaced after the Lease expired by the operator's own observation; the next attempt takes the Lease with a
+higher epoch (the fencing token), so the stale holder is fenced off."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+
+import kubernetes
+import pytest
+from conftest import OperatorHandle, create_run, events, pods, wait_for, wait_phase
+
+from agentrun_dev.podruntime import control
+
+# A stand-in worker: holds the run's Lease with the worker's own LeaseKeeper, then idles. Attempt 2 waits
+# for the Lease like a real worker would.
+HOLDER = """
+import os, time
+from agent_worker import kube, lease
+api = kube.load_api_client()
+cfg = lease.LeaseConfig(os.environ["AGENTRUN_NAMESPACE"], os.environ["AGENTRUN_LEASE_NAME"],
+                        holder=os.environ["AGENTRUN_POD_NAME"],
+                        duration_seconds=int(os.environ["AGENTRUN_LEASE_DURATION_SECONDS"]),
+                        labels={"agentrun.dev/run": os.environ["AGENTRUN_RUN_NAME"]})
+keeper = lease.LeaseKeeper(api, cfg)
+print("epoch", keeper.acquire(wait_seconds=60), flush=True)
+keeper.start()
+time.sleep(600)
+"""
+
+
+@pytest.fixture
+def unfreeze() -> Iterator[None]:
+    yield
+    with contextlib.suppress(Exception):
+        control.reset()
+
+
+def lease_of(kube: kubernetes.client.ApiClient, namespace: str, name: str) -> object:
+    coord = kubernetes.client.CoordinationV1Api(kube)
+    try:
+        return coord.read_namespaced_lease(f"agentrun-{name}", namespace).spec
+    except kubernetes.client.ApiException:
+        return None
+
+
+def test_hung_worker_lease_expiry_takeover(
+    kube: kubernetes.client.ApiClient, operator: OperatorHandle, unfreeze: None
+) -> None:
+    ns, duration = operator.namespace, 3
+    create_run(
+        kube,
+        ns,
+        "hung",
+        {
+            "graph": "pkg.mod:graph",
+            "lease": {"durationSeconds": duration},
+            "retry": {"backoffSeconds": 0},
+            "worker": {"command": ["python", "-c", HOLDER]},
+        },
+    )
+    wait_phase(kube, ns, "hung", "Running", 30, operator)
+    first = wait_for(
+        lambda: (s := lease_of(kube, ns, "hung")) and s.holder_identity == "hung-1" and s,
+        30,
+        "attempt 1 to hold the Lease",
+        on_timeout=operator.logs,
+    )
+    assert first.lease_transitions == 1
+
+    control.freeze_pod(ns, "hung-1")  # SIGSTOP: still Running in the API, no more renewals
+    frozen_at = time.monotonic()
+    wait_for(
+        lambda: "hung-2" in [p.metadata.name for p in pods(kube, ns, "hung")],
+        30,
+        "attempt 2",
+        interval=0.05,
+        on_timeout=operator.logs,
+    )
+    replaced_after = time.monotonic() - frozen_at
+    second = wait_for(
+        lambda: (s := lease_of(kube, ns, "hung")) and s.holder_identity == "hung-2" and s,
+        30,
+        "attempt 2 to take the Lease",
+        on_timeout=operator.logs,
+    )
+    assert second.lease_transitions == 2  # the new fencing epoch
+    assert (
+        "hung-1" not in [p.metadata.name for p in pods(kube, ns, "hung")]
+        or pods(kube, ns, "hung")[0].metadata.deletion_timestamp is not None
+    )
+    reasons = [e.reason for e in events(kube, ns, "hung")]
+    assert "LeaseExpired" in reasons
+    status = wait_phase(kube, ns, "hung", "Running", 10, operator)
+    assert status["attempts"] == 2 and status["attemptReason"] == "lease_expired"
+    # expiry is judged by locally observed time: at least one duration after the last renewal was seen
+    assert duration - 1.5 <= replaced_after <= duration + 4, replaced_after
+    print(f"hung worker: freeze -> next attempt's Pod created in {replaced_after:.2f}s (lease {duration}s)")
