@@ -144,6 +144,7 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="agentrun dev node", description="simulate a lost node or a hung pod")
     p.add_argument("--state-dir", default=None, help="dev-cluster state dir (default: $AGENTRUN_DEV_HOME)")
     p.add_argument("--no-wait", action="store_true", help="do not wait for the runtime to apply it")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the runtime (default 10)")
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("freeze", help="SIGSTOP all pods, stop node/lease/pod status updates")
     sub.add_parser("thaw", help="undo freeze")
@@ -153,7 +154,7 @@ def main(argv: list[str]) -> int:
     sub.add_parser("reset", help="thaw the node and all pods")
     sub.add_parser("status", help="print the control state")
     a = p.parse_args(argv)
-    wait = None if a.no_wait else 10.0
+    wait = None if a.no_wait else a.timeout
     try:
         if a.cmd == "status":
             st = read(a.state_dir)
