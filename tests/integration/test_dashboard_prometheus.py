@@ -342,9 +342,7 @@ def broken_operator_metrics() -> Iterator[str]:
     """An operator whose Postgres is gone: its scrape must still work and say agentrun_collector_up 0."""
     import prometheus_client
 
-    collector = metrics.postgres_collector(
-        "postgresql://x@127.0.0.1:1/x", connect_timeout_seconds=1
-    )
+    collector = metrics.postgres_collector("postgresql://x@127.0.0.1:1/x", connect_timeout_seconds=1)
     server = metrics.start_metrics_server(
         0, addr="127.0.0.1", registry=prometheus_client.CollectorRegistry(), collector=collector
     )
@@ -354,59 +352,66 @@ def broken_operator_metrics() -> Iterator[str]:
         server.shutdown()
 
 
-def test_dashboards_and_alerts_on_a_real_prometheus(
+def assert_panels_have_data(prom: Prometheus, namespace: str, start: float, end: float) -> None:
+    """Every panel query, as Grafana sends it for this namespace, returns finite data over the window."""
+    empty = []
+    for board, title, expr in panel_queries():
+        result = prom.query_range(grafana_expr(expr, namespace), start, end)
+        if not finite_values(result):
+            empty.append(f"{board} / {title}: {expr}")
+    assert not empty, "panels without data:\n" + "\n".join(empty)
+
+
+def peak(prom: Prometheus, expr: str, start: float, end: float) -> float:
+    values = finite_values(prom.query_range(expr, start, end))
+    assert values, f"no data for {expr}"
+    return max(values)
+
+
+def assert_alerts_fire_when_staged(
+    prom: Prometheus, conn: psycopg.Connection[Any], staged: str, broken_job: str
+) -> None:
+    # nothing fires for a healthy run (an operator whose Postgres is gone is the one exception)
+    firing = prom.firing()
+    assert set(firing) <= {"AgentRunCollectorDown"}, firing
+    stage_alerts(Ledger(conn, staged))
+    alerts = {r["alert"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]}
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        firing = prom.firing()
+        if alerts <= set(firing):
+            break
+        time.sleep(0.5)
+    assert alerts <= set(firing), f"not firing: {sorted(alerts - set(firing))}"
+    for name, labels in firing.items():
+        if name == "AgentRunCollectorDown":
+            assert [lb["job"] for lb in labels] == [broken_job]
+        else:
+            assert {lb["namespace"] for lb in labels} == {staged}, (name, labels)
+    # and every alert expression evaluated directly through the API returns the staged series
+    for group in yaml.safe_load(RULES.read_text())["groups"]:
+        for rule in group["rules"]:
+            assert prom.query(rule["expr"]), rule["alert"]
+
+
+def test_dashboards_and_alerts_on_ledger_rows(
     tmp_path: pathlib.Path, pg_dsn: str, operator_metrics: str, broken_operator_metrics: str
 ) -> None:
-    namespace = f"obs-e2e-{int(time.time())}"
+    """The collector and the in-process metrics of this process, fed by rows written as worker and operator
+    write them: fast, and independent of the worker and operator (the real run is the next test)."""
+    namespace = f"obs-rows-{int(time.time())}"
     targets = {"agentrun-operator": operator_metrics, "agentrun-operator-nodb": broken_operator_metrics}
     with running(tmp_path, targets, [fast_rules(tmp_path)]) as prom, psycopg.connect(pg_dsn) as conn:
         prom.wait_scraped(list(targets))
         start = time.time()
         drive_run(Ledger(conn, namespace))
         end = time.time()
-
-        # every panel query returns finite data over the run's window
-        empty = []
-        for board, title, expr in panel_queries():
-            result = prom.query_range(grafana_expr(expr, namespace), start, end)
-            if not finite_values(result):
-                empty.append(f"{board} / {title}: {expr}")
-        assert not empty, "panels without data:\n" + "\n".join(empty)
-
-        # the figures tell the story of the run
-        def peak(expr: str) -> float:
-            return max(finite_values(prom.query_range(expr, start, end)))
-
+        assert_panels_have_data(prom, namespace, start, end)
         sel = f'namespace="{namespace}"'
-        assert peak(f'agentrun_attempts_started_total{{{sel},reason="evicted"}}') == 1
-        assert peak(f'agentrun_approvals_decided_total{{{sel},decision="approved"}}') == 1
-        assert peak(f"agentrun_approvals_pending{{{sel}}}") == 1
-        assert peak(f"agentrun_effect_duplicates_prevented_total{{{sel}}}") == 1
-        assert peak(f"agentrun_step_duration_seconds_count{{{sel}}}") == 3
-        assert peak(f'agentrun_runs{{{sel},phase="Succeeded"}}') == 1
-
-        # nothing fires for a healthy run (the broken operator's collector is the one exception)
-        firing = prom.firing()
-        assert set(firing) <= {"AgentRunCollectorDown"}, firing
-
-        # staged: every alert fires, in the staged namespace
-        staged = f"{namespace}-staged"
-        stage_alerts(Ledger(conn, staged))
-        alerts = {r["alert"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]}
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            firing = prom.firing()
-            if alerts <= set(firing):
-                break
-            time.sleep(0.5)
-        assert alerts <= set(firing), f"not firing: {sorted(alerts - set(firing))}"
-        for name, labels in firing.items():
-            if name == "AgentRunCollectorDown":
-                assert [lb["job"] for lb in labels] == ["agentrun-operator-nodb"]
-            else:
-                assert [lb["namespace"] for lb in labels] == [staged], (name, labels)
-
-        # and every alert expression evaluated directly returns the staged series
-        for group in yaml.safe_load(RULES.read_text())["groups"]:
-            for rule in group["rules"]:
-                assert prom.query(rule["expr"]), rule["alert"]
+        assert peak(prom, f'agentrun_attempts_started_total{{{sel},reason="evicted"}}', start, end) == 1
+        assert peak(prom, f'agentrun_approvals_decided_total{{{sel},decision="approved"}}', start, end) == 1
+        assert peak(prom, f"agentrun_approvals_pending{{{sel}}}", start, end) == 1
+        assert peak(prom, f"agentrun_effect_duplicates_prevented_total{{{sel}}}", start, end) == 1
+        assert peak(prom, f"agentrun_step_duration_seconds_count{{{sel}}}", start, end) == 3
+        assert peak(prom, f'agentrun_runs{{{sel},phase="Succeeded"}}', start, end) == 1
+        assert_alerts_fire_when_staged(prom, conn, f"{namespace}-staged", "agentrun-operator-nodb")
