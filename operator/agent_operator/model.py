@@ -197,6 +197,7 @@ class PodInfo:
     terminated_reason: str | None = None  # container state terminated reason (OOMKilled, Error, ...)
     exit_code: int | None = None
     message: str | None = None
+    disruption: str | None = None  # reason of a DisruptionTarget=True condition (EvictionByEvictionAPI, ...)
 
     @property
     def terminated(self) -> bool:
@@ -218,6 +219,10 @@ class PodInfo:
         terminated_reason = None
         exit_code = None
         message = status.get("message")
+        disruption = None
+        for cond in status.get("conditions") or ():
+            if cond.get("type") == "DisruptionTarget" and cond.get("status") == "True":
+                disruption = cond.get("reason") or "DisruptionTarget"
         for cs in status.get("containerStatuses") or ():
             term = (cs.get("state") or {}).get("terminated")
             if term:
@@ -234,6 +239,7 @@ class PodInfo:
             terminated_reason=terminated_reason,
             exit_code=int(exit_code) if exit_code is not None else None,
             message=message,
+            disruption=disruption,
         )
 
 
@@ -259,6 +265,9 @@ class World:
     # The decision annotations of this resourceVersion were already handled (the watch may still show
     # them after the operator removed them).
     annotations_handled: bool = False
+    # The current attempt's Pod as last seen, when it is gone from the cache now: why it ended
+    # (eviction, OOM) is often only visible in its last state.
+    last_seen_pod: PodInfo | None = None
 
     @property
     def pending_approval(self) -> Approval | None:

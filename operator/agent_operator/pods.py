@@ -124,6 +124,10 @@ def end_reason(pod: model.PodInfo | None) -> tuple[str, str]:
     if pod is None:
         return "deleted", "the worker Pod was deleted"
     code = pod.exit_code
+    if pod.disruption in {"PreemptionByScheduler", "PreemptionByKubeScheduler"}:
+        return "preempted", "the worker Pod was preempted"
+    if pod.disruption is not None and pod.disruption != "DeletionByPodGC":
+        return "evicted", f"the worker Pod was evicted ({pod.disruption})"
     if pod.reason == "Evicted":
         return "evicted", f"the worker Pod was evicted: {pod.message or 'no message'}"
     if pod.reason in {"Preempting", "Preempted"} or pod.terminated_reason == "Preempted":

@@ -280,7 +280,11 @@ def _attempt(
             st.completion_time = phases.iso(world.now)
             plan.status = _status(world, st)
             return
-        reason, message = pods.end_reason(pod)
+        seen = world.last_seen_pod
+        if pod is None and seen is not None and (seen.disruption or seen.terminated):
+            reason, message = pods.end_reason(seen)  # its last state says why; the object is gone now
+        else:
+            reason, message = pods.end_reason(pod)
         recorded = _lost(world, plan, st, current, reason, message)
 
     if recorded.get("reason") == "suspended":

@@ -38,6 +38,7 @@ class RunMemory:
     waiting_running: str | None = None  # pod name whose Running we wait for (resume latency)
     renew_failure_version: tuple[object, ...] | None = None
     last_pod_error: str | None = None
+    seen_pods: dict[str, model.PodInfo] = dataclasses.field(default_factory=dict)  # last state per Pod name
 
 
 def spec_hash(spec: model.RunSpec) -> str:
@@ -84,6 +85,11 @@ class Runner:
         self._renew_failure_metric(memory, lease, now_mono, run.namespace)
         current = max([int(status.get("attempts") or 0), *by_attempt.keys()])
         created = memory.created_pods.get(model.pod_name(run.name, current)) if current else None
+        for info in by_attempt.values():
+            memory.seen_pods[info.name] = info
+        last_seen = None
+        if current and current not in by_attempt:
+            last_seen = memory.seen_pods.get(model.pod_name(run.name, current))
         return model.World(
             run=run,
             spec=spec,
@@ -97,6 +103,7 @@ class Runner:
             lease_holder=holder,
             pod_created_ago=(now_mono - created) if created is not None else None,
             annotations_handled=run.resource_version in memory.handled_rvs,
+            last_seen_pod=last_seen,
         )
 
     def _renew_failure_metric(

@@ -255,3 +255,21 @@ def test_worker_usage_error_is_invalid_spec_without_retry() -> None:
     )
     assert plan.actions == []
     assert plan.status is not None and plan.status["phase"] == "Failed"
+
+
+def test_evicted_pod_gone_from_cache_keeps_its_reason() -> None:
+    seen = pod(phase="Running", deleting=True, disruption="EvictionByEvictionAPI")
+    plan = reconcile.decide(
+        world(db="running", status={"attempts": 1}, last_seen_pod=seen, spec={"retry": {"backoffSeconds": 0}})
+    )
+    assert plan.actions == [actions.CreatePod(2, "evicted", lost_observed=True)]
+    alive_then_gone = pod(phase="Running")
+    plan = reconcile.decide(
+        world(
+            db="running",
+            status={"attempts": 1},
+            last_seen_pod=alive_then_gone,
+            spec={"retry": {"backoffSeconds": 0}},
+        )
+    )
+    assert plan.actions == [actions.CreatePod(2, "deleted", lost_observed=True)]
