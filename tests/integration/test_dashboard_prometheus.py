@@ -318,6 +318,7 @@ def stage_alerts(ledger: Ledger) -> None:
         " ('a-st', 'st-wait', 'i', '{}', now() + interval '10 minutes')"
     )
     ledger.admit("st-fail", "running")
+    metrics.init_namespaces([ns])  # the takeover counter exists at 0 before it rises
     time.sleep(3)  # counters and the Failed gauge are seen at their old value first
     ledger.status("st-fail", "failed")
     for _ in range(4):
@@ -415,3 +416,111 @@ def test_dashboards_and_alerts_on_ledger_rows(
         assert peak(prom, f"agentrun_step_duration_seconds_count{{{sel}}}", start, end) == 3
         assert peak(prom, f'agentrun_runs{{{sel},phase="Succeeded"}}', start, end) == 1
         assert_alerts_fire_when_staged(prom, conn, f"{namespace}-staged", "agentrun-operator-nodb")
+
+
+# --- the real thing: operator + worker + support-ticket graph, evicted once and approved once ------------
+
+
+def _worker_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("agent_worker.main") is not None
+
+
+@pytest.mark.cluster
+@pytest.mark.skipif(not _worker_available(), reason="agent_worker.main (the worker) is not in the tree yet")
+def test_dashboards_and_alerts_on_a_real_run(
+    tmp_path: pathlib.Path,
+    dev_cluster: Any,
+    kube: Any,
+    namespace: str,
+    pg_dsn: str,
+    operator: Any,
+    identity: Any,
+    broken_operator_metrics: str,
+) -> None:
+    import kubernetes
+
+    from tests.integration import conftest as op
+    from tests.integration import test_kubectl_plugin as plugin
+
+    # the operator under test serves /metrics (restarted with a port; the fixture's replica had none)
+    port = free_port()
+    first = operator.current.identity
+    operator.kill()
+    operator.start(extra_env={"AGENTRUN_METRICS_PORT": str(port)})
+    operator.wait_leader(kube, timeout=60, not_=first)
+    staging = metrics.start_metrics_server(0, addr="127.0.0.1", registry=metrics.REGISTRY)
+    targets = {
+        "agentrun-operator": f"127.0.0.1:{port}",
+        "agentrun-staging": f"127.0.0.1:{staging.server_port}",
+        "agentrun-operator-nodb": broken_operator_metrics,
+    }
+    env = dev_cluster.env
+    worker_env = [
+        {"name": "SUPPORT_SMTP_HOST", "value": env.get("AGENTRUN_SMTP_HOST", "127.0.0.1")},
+        {"name": "SUPPORT_SMTP_PORT", "value": env.get("AGENTRUN_SMTP_PORT", "2525")},
+        {"name": "SUPPORT_SMTP_API", "value": env.get("AGENTRUN_SMTP_API", "")},
+    ]
+    spec = {
+        "graph": "agentrun_examples.support_ticket:graph",
+        "input": {
+            "ticket": {
+                "id": "T-1042",
+                "customer": {"name": "Ada", "email": "ada@example.com"},
+                "subject": "Charged twice",
+                "body": "I was charged twice for my subscription.",
+            },
+            "options": {"pause_seconds": {"retrieve": 8}},
+        },
+        "worker": {"env": worker_env},
+    }
+    name = "ticket-obs"
+    plugin.bind(kube, namespace, "alice", "agentrun-approver")
+    try:
+        with running(tmp_path, targets, [fast_rules(tmp_path)]) as prom, psycopg.connect(pg_dsn) as conn:
+            prom.wait_scraped(["agentrun-operator", "agentrun-staging"], timeout=60)
+            start = time.time()
+            op.create_run(kube, namespace, name, spec)
+            status = op.wait_for(
+                lambda: (
+                    (st := op.run_status(kube, namespace, name)).get("currentStep") == "retrieve"
+                    and st.get("workerPod")
+                    and st
+                ),
+                90,
+                "the worker in step retrieve",
+                on_timeout=operator.logs,
+            )
+            pod = status["workerPod"]
+            kubernetes.client.CoreV1Api(kube).create_namespaced_pod_eviction(
+                pod, namespace, {"metadata": {"name": pod, "namespace": namespace}}
+            )
+            status = op.wait_phase(kube, namespace, name, "WaitingApproval", timeout=120, handle=operator)
+            assert status["attempts"] >= 2
+            approved = plugin.kubectl(identity("alice"), pg_dsn, "agentrun", "approve", name, "-n", namespace)
+            assert approved.returncode == 0, approved.stderr
+            op.wait_phase(kube, namespace, name, "Succeeded", timeout=120, handle=operator)
+            time.sleep(3)  # a few scrapes of the final state
+            end = time.time()
+
+            traced = plugin.kubectl(
+                dev_cluster.kubeconfig, pg_dsn, "agentrun", "trace", name, "-n", namespace
+            )
+            print(traced.stdout)
+            assert traced.returncode == 0, traced.stderr
+            assert f"{name}-1" in traced.stdout and f"{name}-2" in traced.stdout and "alice" in traced.stdout
+
+            assert_panels_have_data(prom, namespace, start, end)
+            sel = f'job="agentrun-operator",namespace="{namespace}"'
+            assert peak(prom, f'agentrun_attempts_started_total{{{sel},reason="evicted"}}', start, end) == 1
+            assert (
+                peak(prom, f'agentrun_approvals_decided_total{{{sel},decision="approved"}}', start, end) == 1
+            )
+            assert peak(prom, f'agentrun_runs{{{sel},phase="Succeeded"}}', start, end) == 1
+            assert (
+                peak(prom, 'agentrun_resume_latency_seconds_count{job="agentrun-operator"}', start, end) >= 1
+            )
+            assert_alerts_fire_when_staged(prom, conn, f"{namespace}-staged", "agentrun-operator-nodb")
+    finally:
+        staging.shutdown()
