@@ -24,10 +24,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+from wsgiref import simple_server
 from wsgiref.simple_server import WSGIServer
 
 import prometheus_client
-from prometheus_client import core
+from prometheus_client import core, exposition
 
 log = logging.getLogger(__name__)
 
@@ -364,15 +366,31 @@ def start_metrics_server(port: int, dsn: str | None = None, *, addr: str = "0.0.
                          registry: prometheus_client.CollectorRegistry | None = None,
                          collector: LedgerCollector | None = None) -> WSGIServer:
     """Serve /metrics on ``addr:port`` (port 0 picks a free one: read ``server.server_port``) in a daemon
-    thread. With ``dsn`` (or an explicit ``collector``) the ledger collector is registered too.
-    Stop with ``server.shutdown()``."""
+    thread, and ``/healthz`` (always 200, touches nothing: for liveness/readiness probes, which must not
+    cost a Postgres round of queries each). With ``dsn`` (or an explicit ``collector``) the ledger collector
+    is registered too. Stop with ``server.shutdown()``."""
     reg = REGISTRY if registry is None else registry
     if collector is None and dsn is not None:
         collector = postgres_collector(dsn)
     if collector is not None:
         reg.register(collector)
-    server, _thread = prometheus_client.start_http_server(port, addr=addr, registry=reg)
+    metrics_app = prometheus_client.make_wsgi_app(reg)
+
+    def app(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") in {"/healthz", "/readyz"}:
+            start_response("200 OK", [("Content-Type", "text/plain; charset=utf-8")])
+            return [b"ok\n"]
+        body: Iterable[bytes] = metrics_app(environ, start_response)
+        return body
+
+    server = simple_server.make_server(addr, port, app, exposition.ThreadingWSGIServer, _QuietHandler)
+    threading.Thread(target=server.serve_forever, name="agentrun-metrics", daemon=True).start()
     return server
+
+
+class _QuietHandler(simple_server.WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # one line per scrape/probe is noise
+        pass
 
 
 def exported_names(registry: prometheus_client.CollectorRegistry) -> set[str]:

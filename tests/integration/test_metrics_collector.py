@@ -171,3 +171,25 @@ def test_concurrent_scrapes_share_one_connection_safely(pg_dsn: str) -> None:
         t.join()
     source.close()
     assert results == [1.0] * 20
+
+
+def test_healthz_answers_without_touching_postgres() -> None:
+    calls: list[int] = []
+
+    def fetch() -> metrics.Snapshot:
+        calls.append(1)
+        return metrics.Snapshot()
+
+    reg = prometheus_client.CollectorRegistry()
+    collector = metrics.LedgerCollector(fetch, on_namespaces=lambda _: None)
+    server = metrics.start_metrics_server(0, addr="127.0.0.1", registry=reg, collector=collector)
+    base = f"http://127.0.0.1:{server.server_port}"
+    try:
+        with urllib.request.urlopen(f"{base}/healthz", timeout=5) as resp:
+            assert resp.status == 200 and resp.read() == b"ok\n"
+        assert calls == []
+        with urllib.request.urlopen(f"{base}/metrics", timeout=5) as resp:
+            assert b"agentrun_collector_up 1.0" in resp.read()
+        assert calls == [1]
+    finally:
+        server.shutdown()
