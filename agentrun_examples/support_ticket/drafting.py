@@ -2,7 +2,7 @@
 
 The template is the default so the demo and the tests run offline and every run drafts the same text (the
 draft becomes the email's arguments, hence its idempotency key). A chat model is used only when
-``AGENTRUN_LLM_BASE_URL`` is set (see :mod:`agentrun_examples.support_ticket.settings`); its draft is
+``SUPPORT_LLM_BASE_URL`` is set (see :mod:`agentrun_examples.support_ticket.settings`); its draft is
 checkpointed by the step that made it, so a resumed run sends the text the manager approved, not a new
 sample. Calling a model is not a side effect (nothing outside changes), so it does not go through the effect
 ledger.

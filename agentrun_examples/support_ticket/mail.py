@@ -2,7 +2,7 @@
 
 SMTP does not deduplicate: a message sent twice arrives twice. So the effect ledger's idempotency key
 becomes the email's ``Message-ID`` and :func:`lookup` asks the mailbox (the dev SMTP sink's HTTP API, ``GET
-{AGENTRUN_SMTP_API}/messages?message_id=<id>``) whether a message with that id arrived. When a worker dies
+{SUPPORT_SMTP_API}/messages?message_id=<id>``) whether a message with that id arrived. When a worker dies
 between handing the message to the server and recording it, the next attempt calls the lookup instead of
 sending again: found → recorded as sent, not found → safe to send, no lookup possible → the run stops for a
 human.
@@ -64,7 +64,7 @@ class LookupUnavailable(RuntimeError):
 def lookup(config: settings.SMTPSettings, key: str) -> dict[str, Any] | None:
     """Find the message sent with this key. ``None`` = it provably never arrived; raises when unknowable."""
     if not config.api_url:
-        raise LookupUnavailable("AGENTRUN_SMTP_API is not set: cannot look up sent messages")
+        raise LookupUnavailable("SUPPORT_SMTP_API is not set: cannot look up sent messages")
     mid = message_id(key)
     url = f"{config.api_url.rstrip('/')}/messages?{urllib.parse.urlencode({'message_id': mid})}"
     try:

@@ -1,19 +1,21 @@
 """Settings of the support-ticket agent, built from the environment in one place (:func:`from_env`).
 
-Variables (all optional):
+Variables (all optional). They are the example's own, not agentrun's: the AgentRun CRD reserves
+``AGENTRUN_*`` names for the operator, so a run passes these in ``spec.worker.env``
+(deploy/examples/support-ticket.yaml reads them from a ConfigMap).
 
-- ``AGENTRUN_SMTP_HOST`` (``127.0.0.1``), ``AGENTRUN_SMTP_PORT`` (``2525``): the SMTP server the reply goes
+- ``SUPPORT_SMTP_HOST`` (``127.0.0.1``), ``SUPPORT_SMTP_PORT`` (``2525``): the SMTP server the reply goes
   through (the dev cluster's sink in dev).
-- ``AGENTRUN_SMTP_API`` (unset): base URL of the mailbox's HTTP lookup (``GET /messages?message_id=``).
+- ``SUPPORT_SMTP_API`` (unset): base URL of the mailbox's HTTP lookup (``GET /messages?message_id=``).
   Without it an email of unknown outcome cannot be reconciled and the run stops for a human.
-- ``AGENTRUN_SMTP_TIMEOUT_SECONDS`` (``10``): socket timeout of the SMTP and lookup calls, seconds.
-- ``AGENTRUN_SUPPORT_FROM`` (``support@example.com``): the From address.
-- ``AGENTRUN_SUPPORT_SIGNATURE`` (``The Support Team``): signature line of the draft.
-- ``AGENTRUN_LLM_BASE_URL`` (unset): an OpenAI-compatible API, e.g. ``http://localhost:11434/v1``;
+- ``SUPPORT_SMTP_TIMEOUT_SECONDS`` (``10``): socket timeout of the SMTP and lookup calls, seconds.
+- ``SUPPORT_FROM`` (``support@example.com``): the From address.
+- ``SUPPORT_SIGNATURE`` (``The Support Team``): signature line of the draft.
+- ``SUPPORT_LLM_BASE_URL`` (unset): an OpenAI-compatible API, e.g. ``http://localhost:11434/v1``;
   unset = the deterministic offline template.
-- ``AGENTRUN_LLM_MODEL`` (``gpt-4o-mini``): model name sent to it.
-- ``AGENTRUN_LLM_API_KEY`` (unset): sent as ``Authorization: Bearer …`` when set.
-- ``AGENTRUN_LLM_TIMEOUT_SECONDS`` (``60``): HTTP timeout of one completion, seconds.
+- ``SUPPORT_LLM_MODEL`` (``gpt-4o-mini``): model name sent to it.
+- ``SUPPORT_LLM_API_KEY`` (unset): sent as ``Authorization: Bearer …`` when set.
+- ``SUPPORT_LLM_TIMEOUT_SECONDS`` (``60``): HTTP timeout of one completion, seconds.
 """
 
 from __future__ import annotations
@@ -65,27 +67,27 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
 
 def from_env(env: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if env is None else env
-    port_raw = env.get("AGENTRUN_SMTP_PORT", "").strip() or "2525"
+    port_raw = env.get("SUPPORT_SMTP_PORT", "").strip() or "2525"
     if not port_raw.isdigit():
-        raise ValueError(f"AGENTRUN_SMTP_PORT must be a port number, got {port_raw!r}")
+        raise ValueError(f"SUPPORT_SMTP_PORT must be a port number, got {port_raw!r}")
     smtp = SMTPSettings(
-        host=env.get("AGENTRUN_SMTP_HOST", "").strip() or "127.0.0.1",
+        host=env.get("SUPPORT_SMTP_HOST", "").strip() or "127.0.0.1",
         port=int(port_raw),
-        api_url=env.get("AGENTRUN_SMTP_API", "").strip() or None,
-        timeout_seconds=_float(env, "AGENTRUN_SMTP_TIMEOUT_SECONDS", 10.0),
-        sender=env.get("AGENTRUN_SUPPORT_FROM", "").strip() or "support@example.com",
+        api_url=env.get("SUPPORT_SMTP_API", "").strip() or None,
+        timeout_seconds=_float(env, "SUPPORT_SMTP_TIMEOUT_SECONDS", 10.0),
+        sender=env.get("SUPPORT_FROM", "").strip() or "support@example.com",
     )
-    base_url = env.get("AGENTRUN_LLM_BASE_URL", "").strip()
+    base_url = env.get("SUPPORT_LLM_BASE_URL", "").strip()
     llm = (
         LLMSettings(
             base_url=base_url,
-            model=env.get("AGENTRUN_LLM_MODEL", "").strip() or "gpt-4o-mini",
-            api_key=env.get("AGENTRUN_LLM_API_KEY", "").strip() or None,
-            timeout_seconds=_float(env, "AGENTRUN_LLM_TIMEOUT_SECONDS", 60.0),
+            model=env.get("SUPPORT_LLM_MODEL", "").strip() or "gpt-4o-mini",
+            api_key=env.get("SUPPORT_LLM_API_KEY", "").strip() or None,
+            timeout_seconds=_float(env, "SUPPORT_LLM_TIMEOUT_SECONDS", 60.0),
         )
         if base_url
         else None
     )
     return Settings(
-        smtp=smtp, llm=llm, signature=env.get("AGENTRUN_SUPPORT_SIGNATURE", "").strip() or "The Support Team"
+        smtp=smtp, llm=llm, signature=env.get("SUPPORT_SIGNATURE", "").strip() or "The Support Team"
     )

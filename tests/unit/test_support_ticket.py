@@ -170,20 +170,20 @@ def test_settings_defaults_and_validation() -> None:
     assert (config.smtp.host, config.smtp.port, config.smtp.api_url) == ("127.0.0.1", 2525, None)
     config = settings.from_env(
         {
-            "AGENTRUN_SMTP_HOST": "mail",
-            "AGENTRUN_SMTP_PORT": "25",
-            "AGENTRUN_SMTP_API": "http://mail:8025",
-            "AGENTRUN_LLM_BASE_URL": "http://llm/v1",
-            "AGENTRUN_LLM_API_KEY": "k",
+            "SUPPORT_SMTP_HOST": "mail",
+            "SUPPORT_SMTP_PORT": "25",
+            "SUPPORT_SMTP_API": "http://mail:8025",
+            "SUPPORT_LLM_BASE_URL": "http://llm/v1",
+            "SUPPORT_LLM_API_KEY": "k",
         }
     )
     assert (config.smtp.host, config.smtp.port, config.smtp.api_url) == ("mail", 25, "http://mail:8025")
     assert config.llm is not None and config.llm.model == "gpt-4o-mini"
     assert config.llm.auth_headers() == {"Authorization": "Bearer k"}
-    with pytest.raises(ValueError, match="AGENTRUN_SMTP_PORT"):
-        settings.from_env({"AGENTRUN_SMTP_PORT": "smtp"})
-    with pytest.raises(ValueError, match="AGENTRUN_LLM_TIMEOUT_SECONDS"):
-        settings.from_env({"AGENTRUN_LLM_BASE_URL": "http://x", "AGENTRUN_LLM_TIMEOUT_SECONDS": "-1"})
+    with pytest.raises(ValueError, match="SUPPORT_SMTP_PORT"):
+        settings.from_env({"SUPPORT_SMTP_PORT": "smtp"})
+    with pytest.raises(ValueError, match="SUPPORT_LLM_TIMEOUT_SECONDS"):
+        settings.from_env({"SUPPORT_LLM_BASE_URL": "http://x", "SUPPORT_LLM_TIMEOUT_SECONDS": "-1"})
 
 
 def test_message_id_embeds_the_key_and_refuses_unsafe_keys() -> None:
@@ -196,7 +196,7 @@ def test_message_id_embeds_the_key_and_refuses_unsafe_keys() -> None:
 
 
 def test_lookup_without_api_is_unavailable() -> None:
-    with pytest.raises(mail.LookupUnavailable, match="AGENTRUN_SMTP_API"):
+    with pytest.raises(mail.LookupUnavailable, match="SUPPORT_SMTP_API"):
         mail.lookup(settings.SMTPSettings(), "k-1")
 
 
@@ -239,7 +239,7 @@ def test_llm_draft_uses_the_openai_compatible_endpoint(model_url: str) -> None:
     result = analysis.analyze(ticket)
     passages = [p.as_dict() for p in retrieval.search(result.query)]
     config = settings.from_env(
-        {"AGENTRUN_LLM_BASE_URL": model_url, "AGENTRUN_LLM_MODEL": "tiny", "AGENTRUN_LLM_API_KEY": "sk-x"}
+        {"SUPPORT_LLM_BASE_URL": model_url, "SUPPORT_LLM_MODEL": "tiny", "SUPPORT_LLM_API_KEY": "sk-x"}
     )
     reply = drafting.draft(ticket, result, passages, config)
     assert reply["body"] == "Hello from the model."
@@ -253,7 +253,7 @@ def test_llm_draft_uses_the_openai_compatible_endpoint(model_url: str) -> None:
 def test_llm_failure_is_a_clear_error(model_url: str) -> None:
     _FakeModel.reply = {"unexpected": True}
     try:
-        config = settings.from_env({"AGENTRUN_LLM_BASE_URL": model_url})
+        config = settings.from_env({"SUPPORT_LLM_BASE_URL": model_url})
         ticket = analysis.parse_ticket(TICKET)
         with pytest.raises(drafting.DraftError, match="failed"):
             drafting.draft(ticket, analysis.analyze(ticket), [], config)
