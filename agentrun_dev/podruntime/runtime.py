@@ -198,7 +198,7 @@ class Runtime:
             return
         node_name = spec.get("nodeName")
         if not node_name:
-            if meta.get("deletionTimestamp") or st.get("phase") in status.TERMINAL:
+            if not self.s.bind or meta.get("deletionTimestamp") or st.get("phase") in status.TERMINAL:
                 return
             if not selector_matches(pod, self.node_labels):
                 log.info(

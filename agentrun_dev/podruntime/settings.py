@@ -38,6 +38,8 @@ class Settings:
     python_prefix: Path = Path(sys.prefix)
     """Virtualenv whose ``bin/`` goes first on every container's ``PATH``."""
     host_ip: str = "127.0.0.1"
+    bind: bool = True
+    """Bind unscheduled pods to this node (no scheduler runs). Off for a second, test-only runtime."""
     cpu: str = "2"
     """Node capacity ``cpu`` (cores)."""
     memory_bytes: int = dataclasses.field(default_factory=machine_memory_bytes)
@@ -70,7 +72,13 @@ class Settings:
 
 
 def build(
-    *, kubeconfig: str, state_dir: str, node_name: str, repo: str | None, env: Mapping[str, str] | None = None
+    *,
+    kubeconfig: str,
+    state_dir: str,
+    node_name: str,
+    repo: str | None,
+    bind: bool = True,
+    env: Mapping[str, str] | None = None,
 ) -> Settings:
     e = os.environ if env is None else env
 
@@ -84,6 +92,7 @@ def build(
         state_dir=Path(state_dir).resolve(),
         node_name=node_name,
         repo=Path(repo).resolve() if repo else default_repo(),
+        bind=bind,
         backoff=restarts.Backoff(
             initial_s=num("BACKOFF_INITIAL_S", base.initial_s),
             max_s=num("BACKOFF_MAX_S", base.max_s),
