@@ -20,7 +20,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 CONTROL = "control.json"
@@ -89,11 +89,12 @@ def _locked(rdir: Path) -> Iterator[None]:
         yield
 
 
-def _change(state_dir: Path | str | None, wait_s: float | None, **changes: object) -> State:
+def _change(state_dir: Path | str | None, wait_s: float | None, update: Callable[[State], State]) -> State:
+    """Read-modify-write under a file lock (several test sessions share one runtime), then await the ack."""
     rdir = runtime_dir(state_dir)
     with _locked(rdir):
         cur = read(state_dir)
-        new = dataclasses.replace(cur, generation=cur.generation + 1, **changes)  # type: ignore[arg-type]
+        new = dataclasses.replace(update(cur), generation=cur.generation + 1)
         tmp = rdir / (CONTROL + ".tmp")
         tmp.write_text(new.to_json())
         tmp.replace(rdir / CONTROL)
@@ -113,30 +114,30 @@ def _pod_key(namespace: str, name: str) -> str:
 
 
 def freeze(state_dir: Path | str | None = None, *, wait_s: float | None = 10.0) -> State:
-    return _change(state_dir, wait_s, frozen=True)
+    return _change(state_dir, wait_s, lambda s: dataclasses.replace(s, frozen=True))
 
 
 def thaw(state_dir: Path | str | None = None, *, wait_s: float | None = 10.0) -> State:
-    return _change(state_dir, wait_s, frozen=False)
+    return _change(state_dir, wait_s, lambda s: dataclasses.replace(s, frozen=False))
 
 
 def freeze_pod(
     namespace: str, name: str, state_dir: Path | str | None = None, *, wait_s: float | None = 10.0
 ) -> State:
-    pods = read(state_dir).frozen_pods | {_pod_key(namespace, name)}
-    return _change(state_dir, wait_s, frozen_pods=frozenset(pods))
+    key = _pod_key(namespace, name)
+    return _change(state_dir, wait_s, lambda s: dataclasses.replace(s, frozen_pods=s.frozen_pods | {key}))
 
 
 def thaw_pod(
     namespace: str, name: str, state_dir: Path | str | None = None, *, wait_s: float | None = 10.0
 ) -> State:
-    pods = read(state_dir).frozen_pods - {_pod_key(namespace, name)}
-    return _change(state_dir, wait_s, frozen_pods=frozenset(pods))
+    key = _pod_key(namespace, name)
+    return _change(state_dir, wait_s, lambda s: dataclasses.replace(s, frozen_pods=s.frozen_pods - {key}))
 
 
 def reset(state_dir: Path | str | None = None, *, wait_s: float | None = 10.0) -> State:
     """Thaw the node and every pod (test teardown)."""
-    return _change(state_dir, wait_s, frozen=False, frozen_pods=frozenset())
+    return _change(state_dir, wait_s, lambda s: State(s.generation))
 
 
 def main(argv: list[str]) -> int:
