@@ -1,0 +1,393 @@
+"""One attempt of a run: admission read → Lease → graph with PostgresSaver → outcome → exit code.
+
+Exit codes (docs/design.md): 0 succeeded · 1 failed · 2 config/usage · 10 parked · 11 drained · 12 fenced ·
+13 needs a human. Postgres (``agentrun_runs.status``) is the truth; the exit code tells people and the pod
+runtime what happened.
+
+Resumption: no checkpoint → invoke with the admitted input (a crash before the first checkpoint just starts
+again; never ``EmptyInputError``); a pending interrupt with a decided approval → ``Command(resume=payload)``;
+otherwise ``None`` (continue from the last checkpoint).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import logging
+import os
+import signal
+import threading
+import time
+import traceback
+from typing import Any
+
+import psycopg_pool
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.postgres import PostgresSaver
+from langgraph.types import Command
+
+from agent_worker import context, errors, faults, graphs, heartbeat, keys, leasing, store
+from agent_worker import settings as settings_mod
+
+logger = logging.getLogger(__name__)
+
+EXIT_SUCCEEDED, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_PARKED, EXIT_DRAINED, EXIT_FENCED, EXIT_NEEDS_HUMAN = 10, 11, 12, 13
+
+# Status found at startup → exit code, for a worker started on a run that needs no work.
+_STATUS_EXIT = {"succeeded": 0, "failed": 1, "cancelled": 0, "needs_human": 13}
+
+
+@dataclasses.dataclass
+class _Park:
+    reason: str
+
+
+@dataclasses.dataclass
+class _Done:
+    values: Any
+
+
+class Drain:
+    """SIGTERM: finish at the next step boundary; past ``seconds`` exit 11 anyway (the step re-runs later)."""
+
+    def __init__(self, seconds: float, on_deadline: Any) -> None:
+        self.seconds = seconds
+        self.on_deadline = on_deadline
+        self.requested = threading.Event()
+
+    def install(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._handler)
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        if self.requested.is_set():
+            return
+        self.requested.set()
+        logger.warning("SIGTERM: draining at the next step boundary (at most %.0fs)", self.seconds)
+        timer = threading.Timer(self.seconds, self.on_deadline)
+        timer.daemon = True
+        timer.start()
+
+
+def _json(value: Any) -> Any:
+    """JSON for the run's result: non-JSON leaves (messages, objects) become their repr."""
+    return json.loads(json.dumps(value, default=repr))
+
+
+def _error_text(exc: BaseException) -> str:
+    lines = traceback.format_exception(exc)
+    text = f"{type(exc).__name__}: {exc}\n" + "".join(lines[-12:])
+    return text[-8000:]
+
+
+def _worker_error(exc: BaseException) -> errors.WorkerError | None:
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, errors.Fenced | errors.NeedsHuman):
+            return cur
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
+class Attempt:
+    def __init__(self, settings: settings_mod.WorkerSettings, pool: psycopg_pool.ConnectionPool[Any]) -> None:
+        self.settings = settings
+        self.pool = pool
+        self.run_id = settings.run_id
+        self.holder: leasing.Holder | None = None
+        self.epoch = 0
+        self.ctx: context.RunContext | None = None
+        self.beat: heartbeat.WorkerBeat | None = None
+        self.drain = Drain(settings.drain_seconds, self._drain_deadline)
+
+    # --- lifecycle -------------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        self.drain.install()
+        run = store.get_run(self.pool, self.run_id)
+        if run is None:
+            raise errors.RunNotFound(f"run {self.run_id} is not admitted (no agentrun_runs row)")
+        faults.hit("after_admission_read")
+        if run.status in _STATUS_EXIT:
+            logger.info("run %s is %s: nothing to do", self.run_id, run.status)
+            return _STATUS_EXIT[run.status]
+        try:
+            graph_obj = graphs.load(run.graph)
+        except errors.GraphLoadError as exc:
+            store.fail_unclaimed_run(self.pool, run_id=self.run_id, error=str(exc), reason="GraphLoadError")
+            logger.error("%s", exc)
+            return EXIT_FAILED
+        code = self._acquire(run)
+        if code is not None:
+            return code
+        try:
+            return self._execute(run, graph_obj)
+        except BaseException as exc:
+            return self._on_error(exc)
+
+    def _acquire(self, run: store.Run) -> int | None:
+        self.beat = heartbeat.WorkerBeat(self.pool, self.run_id, self.settings.attempt, lambda: self.epoch)
+        self.holder = leasing.make_holder(self.settings, on_lost=self._lease_lost, on_renewed=self.beat)
+        from agent_worker import lease
+
+        try:
+            self.epoch = self.holder.acquire(self.settings.lease_wait_seconds, min_epoch=run.lease_epoch + 1)
+        except lease.LeaseHeld as exc:
+            logger.error("lease held by another worker: %s", exc)
+            return EXIT_FENCED
+        except lease.LeaseError as exc:
+            logger.error("could not acquire the lease: %s", exc)
+            return EXIT_FAILED
+        try:
+            store.claim_run(self.pool, run_id=self.run_id, epoch=self.epoch, holder=self.settings.pod_name)
+        except errors.Fenced as exc:
+            logger.error("%s", exc)
+            return EXIT_FENCED
+        store.record_attempt_start(
+            self.pool,
+            run_id=self.run_id,
+            attempt=self.settings.attempt,
+            pod=self.settings.pod_name,
+            epoch=self.epoch,
+        )
+        self.holder.start()
+        faults.hit("after_lease_acquired")
+        return None
+
+    def _lease_lost(self, reason: str) -> None:
+        if self.ctx is not None:
+            self.ctx.set_stop(errors.Fenced(f"lease lost: {reason}"))
+
+    def _drain_deadline(self) -> None:
+        logger.warning("drain deadline reached inside a step: exiting 11 now (the step re-runs)")
+        self._end_attempt("drained", "drain deadline inside a step")
+        if self.holder is not None:
+            self.holder.release()
+        os._exit(EXIT_DRAINED)
+
+    def _end_attempt(self, outcome: str, detail: str | None = None) -> None:
+        try:
+            store.record_attempt_end(
+                self.pool, run_id=self.run_id, attempt=self.settings.attempt, outcome=outcome, detail=detail
+            )
+        except Exception:
+            logger.exception("could not record the attempt's end")
+
+    def _release(self) -> None:
+        if self.holder is not None:
+            try:
+                self.holder.release()
+            except Exception:
+                logger.exception("lease release failed (it will expire)")
+
+    # --- the graph -------------------------------------------------------------------------------------
+
+    def _execute(self, run: store.Run, graph_obj: Any) -> int:
+        assert self.holder is not None
+        self.ctx = context.RunContext(
+            conn=self.pool,
+            run_id=self.run_id,
+            attempt=self.settings.attempt,
+            epoch=self.epoch,
+            may_act=self.holder.may_act,
+            lease_check=self.holder.check,
+        )
+        checkpointer = PostgresSaver(self.pool)
+        try:
+            compiled = graphs.compile_graph(graph_obj, checkpointer, ref=run.graph)
+        except errors.GraphLoadError as exc:
+            return self._fail(str(exc), "GraphLoadError")
+        config: RunnableConfig = {"configurable": {"thread_id": self.run_id}}
+        start = self._start_input(run, compiled, checkpointer, config)
+        if isinstance(start, _Park):
+            return self._park(run, compiled, config)
+        if isinstance(start, _Done):
+            return self._succeed(start.values)
+        resumed = start[1]
+        drained = self._stream(run, compiled, config, start[0], resumed)
+        if self.ctx.stop is not None:
+            raise self.ctx.stop
+        if drained:
+            store.finish_run(
+                self.pool, run_id=self.run_id, epoch=self.epoch, status="running", reason="drained (SIGTERM)"
+            )
+            self._release()
+            self._end_attempt("drained")
+            return EXIT_DRAINED
+        state = compiled.get_state(config)
+        if state.interrupts:
+            return self._park(run, compiled, config)
+        if state.next:
+            return self._fail(f"graph stopped with pending nodes {state.next} and no interrupt", "Stopped")
+        return self._succeed(state.values)
+
+    def _start_input(
+        self, run: store.Run, compiled: Any, checkpointer: PostgresSaver, config: RunnableConfig
+    ) -> _Park | _Done | tuple[Any, str | None]:
+        if checkpointer.get_tuple(config) is None:
+            return (run.input, None)
+        state = compiled.get_state(config)
+        if state.interrupts:
+            # One interrupt at a time (agentrun_approvals allows one pending approval per run).
+            interrupt = state.interrupts[0]
+            approval = store.get_approval(self.pool, keys.approval_id(self.run_id, interrupt.id))
+            if approval is None or approval.status == "pending":
+                return _Park("still waiting for the approval")
+            faults.hit("after_resume_read")
+            logger.info(
+                "resuming %s with approval %s (%s)", self.run_id, approval.approval_id, approval.status
+            )
+            return (Command(resume=approval.payload), approval.approval_id)
+        if not state.next:
+            return _Done(state.values)  # finished before a crash prevented recording it
+        return (None, None)
+
+    def _stream(
+        self, run: store.Run, compiled: Any, config: RunnableConfig, start: Any, resumed: str | None
+    ) -> bool:
+        """Run the graph, recording step events; True when stopped by a drain at a step boundary."""
+        assert self.ctx is not None
+        tasks: dict[str, tuple[str, float, datetime.datetime]] = {}  # task id -> (name, t0, started_at)
+        step_tasks: list[tuple[str, float, datetime.datetime]] = []
+        last_result = 0.0
+        with context.activate(self.ctx):
+            for event in compiled.stream(start, config, durability=run.durability, stream_mode="debug"):
+                kind, payload, now = event.get("type"), event.get("payload") or {}, time.monotonic()
+                if kind == "task":
+                    tasks[payload["id"]] = (payload["name"], now, datetime.datetime.now(datetime.UTC))
+                elif kind == "task_result":
+                    done = tasks.pop(str(payload.get("id")), None)
+                    if done is not None:
+                        step_tasks.append(done)
+                    last_result = now
+                elif kind == "checkpoint":
+                    faults.hit("after_checkpoint")
+                    if resumed is not None:
+                        store.mark_approval_resumed(self.pool, resumed)
+                        resumed = None
+                    if step_tasks:
+                        self._step_event(event, step_tasks, now - last_result, payload)
+                        step_tasks = []
+                    if self.drain.requested.is_set():
+                        return True
+                if self.ctx.stop is not None:
+                    return False
+        return False
+
+    def _step_event(
+        self,
+        event: dict[str, Any],
+        step_tasks: list[tuple[str, float, datetime.datetime]],
+        cp_seconds: float,
+        payload: dict[str, Any],
+    ) -> None:
+        assert self.ctx is not None and self.beat is not None
+        number = event.get("step")
+        names = sorted({name for name, _, _ in step_tasks})
+        step_name = ",".join(names)
+        first = min(t0 for _, t0, _ in step_tasks)
+        effect_keys: list[str] = []
+        for name in names:
+            effect_keys += self.ctx.take_effect_keys(f"{name}:{number}")
+        checkpoint_id = (payload.get("config") or {}).get("configurable", {}).get("checkpoint_id")
+        self.beat.step = f"{step_name}:{number}"
+        store.record_step_event(
+            self.pool,
+            run_id=self.run_id,
+            attempt=self.settings.attempt,
+            step=f"{step_name}:{number}",
+            checkpoint_id=checkpoint_id,
+            started_at=min(s for _, _, s in step_tasks),
+            duration_seconds=max(0.0, time.monotonic() - first - cp_seconds),
+            checkpoint_seconds=cp_seconds,
+            effect_keys=effect_keys,
+        )
+        store.set_current_step(self.pool, run_id=self.run_id, epoch=self.epoch, step=step_name)
+
+    # --- outcomes --------------------------------------------------------------------------------------
+
+    def _park(self, run: store.Run, compiled: Any, config: RunnableConfig) -> int:
+        state = compiled.get_state(config)
+        interrupt = state.interrupts[0]
+        approval_id = keys.approval_id(self.run_id, interrupt.id)
+        timeout = (run.approval_policy or {}).get("timeoutSeconds")
+        store.record_approval(
+            self.pool,
+            run_id=self.run_id,
+            epoch=self.epoch,
+            approval_id=approval_id,
+            interrupt_id=interrupt.id,
+            prompt=_json(interrupt.value),
+            timeout_seconds=float(timeout) if timeout is not None else None,
+            reason=f"waiting for approval {approval_id}",
+        )
+        faults.hit("while_parking")
+        self._release()
+        self._end_attempt("parked", approval_id)
+        logger.info("run %s parked on approval %s", self.run_id, approval_id)
+        return EXIT_PARKED
+
+    def _succeed(self, values: Any) -> int:
+        store.finish_run(
+            self.pool, run_id=self.run_id, epoch=self.epoch, status="succeeded", result=_json(values)
+        )
+        self._release()
+        self._end_attempt("succeeded")
+        return EXIT_SUCCEEDED
+
+    def _fail(self, error: str, reason: str) -> int:
+        store.finish_run(
+            self.pool, run_id=self.run_id, epoch=self.epoch, status="failed", error=error, reason=reason
+        )
+        self._release()
+        self._end_attempt("failed", reason)
+        logger.error("run %s failed: %s", self.run_id, error.splitlines()[0] if error else "")
+        return EXIT_FAILED
+
+    def _on_error(self, exc: BaseException) -> int:
+        found = _worker_error(exc) or (self.ctx.stop if self.ctx is not None else None)
+        if isinstance(found, errors.Fenced):
+            logger.error("fenced: %s", found)
+            self._end_attempt("fenced", str(found))  # attempts are not fenced: history, not decisions
+            return EXIT_FENCED
+        if isinstance(found, errors.NeedsHuman):
+            try:
+                store.finish_run(
+                    self.pool,
+                    run_id=self.run_id,
+                    epoch=self.epoch,
+                    status="needs_human",
+                    error=str(found),
+                    reason="EffectOutcomeUnknown",
+                )
+            except errors.Fenced:
+                return EXIT_FENCED
+            self._release()
+            self._end_attempt("needs_human", str(found))
+            logger.error("needs a human: %s", found)
+            return EXIT_NEEDS_HUMAN
+        if not isinstance(exc, Exception):
+            raise exc  # KeyboardInterrupt, SystemExit
+        try:
+            return self._fail(_error_text(exc), type(exc).__name__)
+        except errors.Fenced:
+            return EXIT_FENCED
+
+
+def run(settings: settings_mod.WorkerSettings) -> int:
+    pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
+        settings.dsn,
+        min_size=1,
+        max_size=settings.pool_max_size,
+        kwargs={"autocommit": True},
+        open=True,
+        name=f"agentrun-worker-{settings.run_id}",
+    )
+    try:
+        return Attempt(settings, pool).run()
+    finally:
+        pool.close()

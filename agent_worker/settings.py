@@ -1,0 +1,86 @@
+"""The worker's settings, built from the environment in one place (docs/design.md, worker pod contract)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+
+from agent_worker import errors
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerSettings:
+    run_id: str  # AGENTRUN_RUN_ID: AgentRun metadata.uid = LangGraph thread_id
+    dsn: str  # AGENTRUN_DSN
+    pod_name: str  # AGENTRUN_POD_NAME: the Lease holderIdentity
+    attempt: int = 1  # AGENTRUN_ATTEMPT
+    run_name: str = ""  # AGENTRUN_RUN_NAME
+    namespace: str = "default"  # AGENTRUN_NAMESPACE
+    lease_name: str = ""  # AGENTRUN_LEASE_NAME, default agentrun-<run name>
+    lease_duration_seconds: int = 15  # AGENTRUN_LEASE_DURATION_SECONDS
+    # AGENTRUN_LEASE_MODE: "kube" (default; a real Lease) or "none" (tests/dev without an API server: the
+    # epoch is the stored one + 1 and nothing excludes a second worker — never in a cluster).
+    lease_mode: str = "kube"
+    lease_wait_seconds: float = 60.0  # AGENTRUN_LEASE_WAIT_SECONDS: how long to wait for a held Lease
+    # AGENTRUN_DRAIN_SECONDS: after SIGTERM, exit 11 at the next step boundary, or after this long anyway
+    # (the step re-runs on the next attempt; the ledger keeps its effects single). Inside the 30 s grace.
+    drain_seconds: float = 20.0
+    kubeconfig: str | None = None  # KUBECONFIG (else in-cluster)
+    pool_max_size: int = 4  # AGENTRUN_PG_POOL_SIZE: checkpointer + ledger + heartbeat threads
+    # AGENTRUN_LEASE_OWNER ("true" default): give the Lease an ownerReference to the AgentRun (uid = run id)
+    # so it is garbage-collected with the run. Tests without an AgentRun object set "false".
+    lease_owner: bool = True
+
+    @property
+    def effective_lease_name(self) -> str:
+        return self.lease_name or f"agentrun-{self.run_name or self.run_id}"
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise errors.ConfigError(f"{name}={raw!r} is not an integer") from None
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise errors.ConfigError(f"{name}={raw!r} is not a number") from None
+
+
+def from_env(env: Mapping[str, str] | None = None) -> WorkerSettings:
+    env = os.environ if env is None else env
+    missing = [n for n in ("AGENTRUN_RUN_ID", "AGENTRUN_DSN") if not env.get(n)]
+    if missing:
+        raise errors.ConfigError(f"missing environment: {', '.join(missing)}")
+    mode = env.get("AGENTRUN_LEASE_MODE", "kube") or "kube"
+    if mode not in ("kube", "none"):
+        raise errors.ConfigError(f"AGENTRUN_LEASE_MODE must be kube or none, not {mode!r}")
+    settings = WorkerSettings(
+        run_id=env["AGENTRUN_RUN_ID"],
+        dsn=env["AGENTRUN_DSN"],
+        pod_name=env.get("AGENTRUN_POD_NAME") or f"worker-{os.getpid()}",
+        attempt=_int(env, "AGENTRUN_ATTEMPT", 1),
+        run_name=env.get("AGENTRUN_RUN_NAME", ""),
+        namespace=env.get("AGENTRUN_NAMESPACE") or "default",
+        lease_name=env.get("AGENTRUN_LEASE_NAME", ""),
+        lease_duration_seconds=_int(env, "AGENTRUN_LEASE_DURATION_SECONDS", 15),
+        lease_mode=mode,
+        lease_wait_seconds=_float(env, "AGENTRUN_LEASE_WAIT_SECONDS", 60.0),
+        drain_seconds=_float(env, "AGENTRUN_DRAIN_SECONDS", 20.0),
+        kubeconfig=env.get("KUBECONFIG") or None,
+        pool_max_size=_int(env, "AGENTRUN_PG_POOL_SIZE", 4),
+        lease_owner=env.get("AGENTRUN_LEASE_OWNER", "true").lower() not in ("false", "0", "no"),
+    )
+    if settings.lease_duration_seconds < 3:
+        raise errors.ConfigError("AGENTRUN_LEASE_DURATION_SECONDS must be >= 3")
+    return settings

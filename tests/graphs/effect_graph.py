@@ -1,0 +1,148 @@
+"""A tiny graph with one idempotent HTTP effect, one SMTP effect and (optionally) an approval.
+
+Env: AGENTRUN_TEST_HTTP_URL (agentrun_dev.http_provider),
+AGENTRUN_SMTP_HOST/PORT/API (agentrun_dev.smtp_sink),
+AGENTRUN_TEST_JITTER_MS (random sleep up to N ms inside each node, to shake timings),
+AGENTRUN_TEST_NODE_LOG (a file each node execution appends its name to: re-execution counting).
+Input: {"approval": bool, "fail": bool, "extra_effects": int}.
+"""
+
+from __future__ import annotations
+
+import email.message
+import json
+import operator
+import os
+import random
+import smtplib
+import time
+import urllib.error
+import urllib.request
+from typing import Annotated, Any, TypedDict
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import interrupt
+
+from agent_worker import effects
+
+
+class State(TypedDict, total=False):
+    approval: bool
+    fail: bool
+    extra_effects: int
+    log: Annotated[list[Any], operator.add]
+
+
+def _jitter() -> None:
+    ms = int(os.environ.get("AGENTRUN_TEST_JITTER_MS", "0") or 0)
+    if ms:
+        time.sleep(random.random() * ms / 1000)
+
+
+def _log(name: str) -> None:
+    path = os.environ.get("AGENTRUN_TEST_NODE_LOG")
+    if path:
+        with open(path, "a") as f:
+            f.write(name + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def _http(method: str, url: str, body: Any = None, headers: dict[str, str] | None = None) -> Any:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    for k, v in (headers or {}).items():
+        req.add_header(k, v)
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return json.loads(resp.read() or b"null")
+
+
+def find_charge(key: str, args: dict[str, Any]) -> Any:
+    try:
+        found = _http("GET", f"{os.environ['AGENTRUN_TEST_HTTP_URL']}/effects/{key}")
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return None
+        raise
+    return found["response"]
+
+
+@effects.tool(name="charge", dedupes_by_key=True, lookup=find_charge)
+def charge(call: effects.Call, *, customer: str, cents: int) -> Any:
+    _jitter()
+    return _http(
+        "POST",
+        f"{os.environ['AGENTRUN_TEST_HTTP_URL']}/effects",
+        {"customer": customer, "cents": cents},
+        {"Idempotency-Key": call.idempotency_key},
+    )
+
+
+def find_mail(key: str, args: dict[str, Any]) -> Any:
+    api = os.environ["AGENTRUN_SMTP_API"]
+    found = _http("GET", f"{api}/messages?message_id=%3C{key}%40test.invalid%3E")
+    return {"message_id": f"<{key}@test.invalid>", "found": found["count"]} if found["count"] else None
+
+
+@effects.tool(name="send_email", dedupes_by_key=False, lookup=find_mail)
+def send_email(call: effects.Call, *, to: str, subject: str) -> Any:
+    msg = email.message.EmailMessage()
+    msg["From"], msg["To"], msg["Subject"] = "agent@test.invalid", to, subject
+    msg["Message-ID"] = f"<{call.idempotency_key}@test.invalid>"
+    msg.set_content("hello")
+    _jitter()
+    with smtplib.SMTP(
+        os.environ["AGENTRUN_SMTP_HOST"], int(os.environ["AGENTRUN_SMTP_PORT"]), timeout=10
+    ) as s:
+        s.send_message(msg)
+    return {"message_id": msg["Message-ID"]}
+
+
+def prepare(state: State) -> State:
+    _log("prepare")
+    _jitter()
+    return {"log": ["prepared"]}
+
+
+def act(state: State) -> State:
+    _log("act")
+    receipt = charge(customer="c-1", cents=500)
+    for i in range(int(state.get("extra_effects", 0) or 0)):
+        charge(customer=f"c-extra-{i}", cents=1)
+    mail = send_email(to="user@test.invalid", subject="your receipt")
+    if state.get("fail"):
+        raise ValueError("the graph failed on purpose")
+    return {"log": [receipt["id"], mail["message_id"]]}
+
+
+def approve(state: State) -> State:
+    _log("approve")
+    if not state.get("approval"):
+        return {"log": ["no approval needed"]}
+    answer = interrupt({"question": "ship it?"})
+    return {"log": [{"approved": answer.get("approved")}]}
+
+
+def finish(state: State) -> State:
+    _log("finish")
+    _jitter()
+    receipt = charge(customer="c-final", cents=1)
+    return {"log": ["done", receipt["id"]]}
+
+
+def build() -> StateGraph[State]:
+    g: StateGraph[State] = StateGraph(State)
+    g.add_node("prepare", prepare)
+    g.add_node("act", act)
+    g.add_node("approve", approve)
+    g.add_node("finish", finish)
+    g.add_edge(START, "prepare")
+    g.add_edge("prepare", "act")
+    g.add_edge("act", "approve")
+    g.add_edge("approve", "finish")
+    g.add_edge("finish", END)
+    return g
+
+
+builder = build()
+graph = build().compile()
