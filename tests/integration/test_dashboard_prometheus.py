@@ -418,7 +418,63 @@ def test_dashboards_and_alerts_on_ledger_rows(
         assert_alerts_fire_when_staged(prom, conn, f"{namespace}-staged", "agentrun-operator-nodb")
 
 
-# --- the real thing: operator + worker + support-ticket graph, evicted once and approved once ------------
+# --- the real operator, evicted once and approved once -----------------------------------------------
+
+# A stand-in worker speaking the worker's Postgres contract through agent_worker.store (claim with a new
+# epoch, steps as agentrun_step_events, one ledgered email, park on an approval, finish), with the exit codes
+# of docs/design.md. It lets the real operator drive a run through eviction and approval before the real
+# worker exists; test_dashboards_and_alerts_on_a_real_run below uses the real worker and graph.
+STANDIN_WORKER = r"""
+import datetime, hashlib, os, signal, sys, time
+import psycopg
+from agent_worker import store
+
+env = os.environ
+run, n, pod = env["AGENTRUN_RUN_ID"], int(env["AGENTRUN_ATTEMPT"]), env["AGENTRUN_POD_NAME"]
+conn = psycopg.connect(env["AGENTRUN_DSN"], autocommit=True)
+epoch = store.get_run(conn, run).lease_epoch + 1
+store.claim_run(conn, run_id=run, epoch=epoch, holder=pod)
+store.record_attempt_start(conn, run_id=run, attempt=n, pod=pod, epoch=epoch)
+
+def drained(*_):
+    store.record_attempt_end(conn, run_id=run, attempt=n, outcome="drained", detail="SIGTERM")
+    os._exit(11)
+
+signal.signal(signal.SIGTERM, drained)
+
+def step(name, seconds=0.3, keys=()):
+    store.set_current_step(conn, run_id=run, epoch=epoch, step=name)
+    started = datetime.datetime.now(datetime.UTC)
+    time.sleep(seconds)
+    store.heartbeat(conn, run_id=run, key="worker", details={"step": name})
+    store.record_step_event(conn, run_id=run, attempt=n, step=name, checkpoint_id=f"ck-{n}-{name}",
+                            started_at=started, duration_seconds=seconds, checkpoint_seconds=0.004,
+                            effect_keys=list(keys))
+
+key = "k-" + hashlib.sha256((run + ":notify").encode()).hexdigest()[:16]
+step("analyze")
+got = store.reserve_effect(conn, key=key, run_id=run, epoch=epoch, step="notify", action="send_email",
+                           tool="email", occurrence=0, args_hash="h1", args={"to": "ada@example.com"})
+if got.outcome == "reserved":
+    store.record_effect(conn, key=key, run_id=run, epoch=epoch, status="sent", calls=1, provider_ref="smtp-1")
+step("notify", keys=[key])
+approvals = store.list_approvals(conn, run)
+if not approvals:
+    if n == 1:  # wait to be evicted, beating
+        while True:
+            store.heartbeat(conn, run_id=run, key="worker", details={"waiting": True})
+            time.sleep(0.5)
+    approval_id = "a-" + hashlib.sha256(f"{run}:i1".encode()).hexdigest()[:12]
+    store.record_approval(conn, run_id=run, epoch=epoch, approval_id=approval_id, interrupt_id="i1",
+                          prompt={"question": "send the refund?"}, timeout_seconds=3600)
+    store.record_attempt_end(conn, run_id=run, attempt=n, outcome="parked")
+    sys.exit(10)
+step("refund")
+store.finish_run(conn, run_id=run, epoch=epoch, status="succeeded", result={"ok": True},
+                 current_step="refund")
+store.record_attempt_end(conn, run_id=run, attempt=n, outcome="succeeded")
+sys.exit(0)
+"""
 
 
 def _worker_available() -> bool:
@@ -427,9 +483,7 @@ def _worker_available() -> bool:
     return importlib.util.find_spec("agent_worker.main") is not None
 
 
-@pytest.mark.cluster
-@pytest.mark.skipif(not _worker_available(), reason="agent_worker.main (the worker) is not in the tree yet")
-def test_dashboards_and_alerts_on_a_real_run(
+def _evicted_and_approved_run(
     tmp_path: pathlib.Path,
     dev_cluster: Any,
     kube: Any,
@@ -438,6 +492,8 @@ def test_dashboards_and_alerts_on_a_real_run(
     operator: Any,
     identity: Any,
     broken_operator_metrics: str,
+    spec: dict[str, Any],
+    evict_at_step: str,
 ) -> None:
     import kubernetes
 
@@ -456,52 +512,34 @@ def test_dashboards_and_alerts_on_a_real_run(
         "agentrun-staging": f"127.0.0.1:{staging.server_port}",
         "agentrun-operator-nodb": broken_operator_metrics,
     }
-    env = dev_cluster.env
-    worker_env = [
-        {"name": "SUPPORT_SMTP_HOST", "value": env.get("AGENTRUN_SMTP_HOST", "127.0.0.1")},
-        {"name": "SUPPORT_SMTP_PORT", "value": env.get("AGENTRUN_SMTP_PORT", "2525")},
-        {"name": "SUPPORT_SMTP_API", "value": env.get("AGENTRUN_SMTP_API", "")},
-    ]
-    spec = {
-        "graph": "agentrun_examples.support_ticket:graph",
-        "input": {
-            "ticket": {
-                "id": "T-1042",
-                "customer": {"name": "Ada", "email": "ada@example.com"},
-                "subject": "Charged twice",
-                "body": "I was charged twice for my subscription.",
-            },
-            "options": {"pause_seconds": {"retrieve": 8}},
-        },
-        "worker": {"env": worker_env},
-    }
     name = "ticket-obs"
     plugin.bind(kube, namespace, "alice", "agentrun-approver")
     try:
         with running(tmp_path, targets, [fast_rules(tmp_path)]) as prom, psycopg.connect(pg_dsn) as conn:
-            prom.wait_scraped(["agentrun-operator", "agentrun-staging"], timeout=60)
+            prom.wait_scraped(list(targets), timeout=60)
             start = time.time()
-            op.create_run(kube, namespace, name, spec)
-            status = op.wait_for(
-                lambda: (
-                    (st := op.run_status(kube, namespace, name)).get("currentStep") == "retrieve"
-                    and st.get("workerPod")
-                    and st
-                ),
-                90,
-                "the worker in step retrieve",
-                on_timeout=operator.logs,
-            )
-            pod = status["workerPod"]
+            uid = op.create_run(kube, namespace, name, spec)["metadata"]["uid"]
+
+            def at_step() -> Any:
+                row = conn.execute(
+                    "SELECT current_step FROM agentrun_runs WHERE run_id = %s", (uid,)
+                ).fetchone()
+                conn.commit()
+                pod = op.run_status(kube, namespace, name).get("workerPod")
+                return row is not None and row[0] == evict_at_step and pod
+
+            pod = op.wait_for(at_step, 90, f"the worker in step {evict_at_step}", on_timeout=operator.logs)
+            time.sleep(2)
             kubernetes.client.CoreV1Api(kube).create_namespaced_pod_eviction(
                 pod, namespace, {"metadata": {"name": pod, "namespace": namespace}}
             )
             status = op.wait_phase(kube, namespace, name, "WaitingApproval", timeout=120, handle=operator)
             assert status["attempts"] >= 2
+            time.sleep(2)
             approved = plugin.kubectl(identity("alice"), pg_dsn, "agentrun", "approve", name, "-n", namespace)
             assert approved.returncode == 0, approved.stderr
             op.wait_phase(kube, namespace, name, "Succeeded", timeout=120, handle=operator)
-            time.sleep(3)  # a few scrapes of the final state
+            time.sleep(4)  # a few scrapes of the final state
             end = time.time()
 
             traced = plugin.kubectl(
@@ -509,7 +547,8 @@ def test_dashboards_and_alerts_on_a_real_run(
             )
             print(traced.stdout)
             assert traced.returncode == 0, traced.stderr
-            assert f"{name}-1" in traced.stdout and f"{name}-2" in traced.stdout and "alice" in traced.stdout
+            for fragment in (f"{name}-1", f"{name}-2", "evicted", "alice", "approved"):
+                assert fragment in traced.stdout, fragment
 
             assert_panels_have_data(prom, namespace, start, end)
             sel = f'job="agentrun-operator",namespace="{namespace}"'
@@ -524,3 +563,77 @@ def test_dashboards_and_alerts_on_a_real_run(
             assert_alerts_fire_when_staged(prom, conn, f"{namespace}-staged", "agentrun-operator-nodb")
     finally:
         staging.shutdown()
+
+
+@pytest.mark.cluster
+def test_dashboards_and_alerts_on_an_operator_run(
+    tmp_path: pathlib.Path,
+    dev_cluster: Any,
+    kube: Any,
+    namespace: str,
+    pg_dsn: str,
+    operator: Any,
+    identity: Any,
+    broken_operator_metrics: str,
+) -> None:
+    """The real operator (its /metrics, its collector, its attempt/resume counters), a stand-in worker."""
+    spec = {"graph": "pkg.mod:graph", "input": {}, "worker": {"command": ["python", "-c", STANDIN_WORKER]}}
+    _evicted_and_approved_run(
+        tmp_path,
+        dev_cluster,
+        kube,
+        namespace,
+        pg_dsn,
+        operator,
+        identity,
+        broken_operator_metrics,
+        spec,
+        evict_at_step="notify",
+    )
+
+
+@pytest.mark.cluster
+@pytest.mark.skipif(not _worker_available(), reason="agent_worker.main (the worker) is not in the tree yet")
+def test_dashboards_and_alerts_on_a_real_run(
+    tmp_path: pathlib.Path,
+    dev_cluster: Any,
+    kube: Any,
+    namespace: str,
+    pg_dsn: str,
+    operator: Any,
+    identity: Any,
+    broken_operator_metrics: str,
+) -> None:
+    """Operator + worker + the support-ticket graph: evicted in `retrieve`, approved at `review`."""
+    env = dev_cluster.env
+    spec = {
+        "graph": "agentrun_examples.support_ticket:graph",
+        "input": {
+            "ticket": {
+                "id": "T-1042",
+                "customer": {"name": "Ada", "email": "ada@example.com"},
+                "subject": "Charged twice",
+                "body": "I was charged twice for my subscription.",
+            },
+            "options": {"pause_seconds": {"retrieve": 8}},
+        },
+        "worker": {
+            "env": [
+                {"name": "SUPPORT_SMTP_HOST", "value": env.get("AGENTRUN_SMTP_HOST", "127.0.0.1")},
+                {"name": "SUPPORT_SMTP_PORT", "value": env.get("AGENTRUN_SMTP_PORT", "2525")},
+                {"name": "SUPPORT_SMTP_API", "value": env.get("AGENTRUN_SMTP_API", "")},
+            ]
+        },
+    }
+    _evicted_and_approved_run(
+        tmp_path,
+        dev_cluster,
+        kube,
+        namespace,
+        pg_dsn,
+        operator,
+        identity,
+        broken_operator_metrics,
+        spec,
+        evict_at_step="retrieve",
+    )
