@@ -13,9 +13,9 @@ from typing import Any
 
 
 def build_graph() -> Any:
-    from agentrun_examples.support_ticket import graph as graph_module
+    from agentrun_examples.support_ticket import workflow
 
-    return graph_module.build()
+    return workflow.build()
 
 
 def __getattr__(name: str) -> Any:

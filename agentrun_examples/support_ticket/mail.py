@@ -46,15 +46,61 @@ def build_message(
     return msg
 
 
+class NotSent(RuntimeError):
+    """The server provably did not take the message (connection refused, a 4xx before or at DATA)."""
+
+
+class Rejected(RuntimeError):
+    """The server refused the message for good (5xx): sending again cannot help."""
+
+
+class OutcomeUnknown(RuntimeError):
+    """The connection broke after the message data went out: it may or may not have been taken."""
+
+
 def send(config: settings.SMTPSettings, *, key: str, to: str, subject: str, body: str) -> dict[str, Any]:
-    """Hand the message to the SMTP server. Returns what the ledger stores as the result."""
+    """Hand the message to the SMTP server; returns what the ledger stores as the result.
+
+    The SMTP dialogue is split so a failure says whether the message could have been taken: anything up to
+    and including the server's answer to ``DATA``'s content is attributable (:class:`NotSent`,
+    :class:`Rejected`); a broken connection while the content is in flight is :class:`OutcomeUnknown`.
+    """
     msg = build_message(config, key=key, to=to, subject=subject, body=body)
-    with smtplib.SMTP(config.host, config.port, timeout=config.timeout_seconds) as client:
-        refused = client.send_message(msg)
-    if refused:
-        # Partial refusal: the server accepted the message for nobody we care about. Not retryable by us.
-        raise smtplib.SMTPRecipientsRefused(refused)
+    try:
+        client = smtplib.SMTP(config.host, config.port, timeout=config.timeout_seconds)
+    except OSError as exc:
+        raise NotSent(f"cannot connect to SMTP {config.host}:{config.port}: {exc}") from exc
+    try:
+        try:
+            client.ehlo_or_helo_if_needed()
+            code, reply = client.mail(config.sender)
+            if code != 250:
+                raise _refusal(code, reply, "MAIL FROM")
+            code, reply = client.rcpt(to)
+            if code not in (250, 251):
+                raise _refusal(code, reply, f"RCPT TO {to}")
+        except (smtplib.SMTPException, OSError) as exc:
+            if isinstance(exc, NotSent | Rejected):
+                raise
+            raise NotSent(f"SMTP {config.host}:{config.port} before DATA: {exc}") from exc
+        try:
+            code, reply = client.data(msg.as_bytes())
+        except smtplib.SMTPDataError as exc:
+            raise _refusal(exc.smtp_code, exc.smtp_error, "DATA") from exc
+        except (smtplib.SMTPException, OSError) as exc:
+            raise OutcomeUnknown(f"SMTP {config.host}:{config.port} during DATA: {exc}") from exc
+    finally:
+        try:
+            client.quit()
+        except (smtplib.SMTPException, OSError):
+            client.close()  # the message is already decided; a failed QUIT changes nothing
     return {"message_id": msg["Message-ID"], "to": to, "smtp": f"{config.host}:{config.port}"}
+
+
+def _refusal(code: int, reply: bytes | str, stage: str) -> NotSent | Rejected:
+    text = reply.decode(errors="replace") if isinstance(reply, bytes) else str(reply)
+    exc_type = NotSent if 400 <= code < 500 else Rejected
+    return exc_type(f"SMTP refused at {stage}: {code} {text}")
 
 
 class LookupUnavailable(RuntimeError):

@@ -259,3 +259,79 @@ def test_llm_failure_is_a_clear_error(model_url: str) -> None:
             drafting.draft(ticket, analysis.analyze(ticket), [], config)
     finally:
         _FakeModel.reply = {"choices": [{"message": {"content": "  Hello from the model.  "}}]}
+
+
+# --- the graph, up to and after the approval, with an in-memory checkpointer (no worker, no effects) ---
+
+
+def _compiled() -> Any:
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from agentrun_examples import support_ticket
+
+    return support_ticket.graph.compile(checkpointer=InMemorySaver())
+
+
+def test_graph_reference_resolves_to_a_state_graph() -> None:
+    import importlib
+
+    from langgraph.graph import StateGraph
+
+    module = importlib.import_module("agentrun_examples.support_ticket")
+    assert isinstance(module.graph, StateGraph)
+    assert isinstance(module.build_graph(), StateGraph)
+    with pytest.raises(AttributeError):
+        _ = module.nope
+
+
+def test_graph_drafts_then_waits_for_approval_with_the_draft_as_prompt() -> None:
+    from langgraph.types import Command
+
+    app = _compiled()
+    config = {"configurable": {"thread_id": "t1"}}
+    out = app.invoke({"ticket": TICKET}, config)
+    [pending] = out["__interrupt__"]
+    prompt = pending.value
+    assert prompt["to"] == "ada@example.com" and prompt["ticket"] == "T-1042"
+    assert "Refunds and double charges" in prompt["body"]
+    state = app.get_state(config)
+    assert state.next == ("review",)
+    assert state.values["analysis"]["category"] == "billing"
+    assert state.values["passages"][0]["doc_id"] == "refunds"
+    # Rejected: the run closes without sending.
+    done = app.invoke(Command(resume={"approved": False, "approval_id": "a-1", "by": "bob"}), config)
+    assert done["outcome"] == "rejected"
+    assert "email" not in done
+
+
+def test_graph_expired_approval_closes_without_sending() -> None:
+    from langgraph.types import Command
+
+    app = _compiled()
+    config = {"configurable": {"thread_id": "t2"}}
+    app.invoke({"ticket": TICKET}, config)
+    done = app.invoke(Command(resume={"approved": False, "expired": True, "read_only": True}), config)
+    assert done["outcome"] == "expired"
+
+
+def test_graph_refuses_a_malformed_ticket_and_bad_pause() -> None:
+    app = _compiled()
+    with pytest.raises(analysis.TicketError, match="subject"):
+        app.invoke({"ticket": {**TICKET, "subject": ""}}, {"configurable": {"thread_id": "t3"}})
+    with pytest.raises(ValueError, match=r"pause_seconds\.analyze"):
+        app.invoke(
+            {"ticket": TICKET, "options": {"pause_seconds": {"analyze": "soon"}}},
+            {"configurable": {"thread_id": "t4"}},
+        )
+
+
+def test_graph_pause_sleeps_in_the_named_step() -> None:
+    import time
+
+    app = _compiled()
+    started = time.monotonic()
+    app.invoke(
+        {"ticket": TICKET, "options": {"pause_seconds": {"retrieve": 0.3}}},
+        {"configurable": {"thread_id": "t5"}},
+    )
+    assert time.monotonic() - started >= 0.3
