@@ -22,6 +22,7 @@ NEEDS_HUMAN = "NeedsHuman"
 
 # Error texts/status reasons of the worker that mean "the spec cannot run" rather than "the graph failed".
 _INVALID_SPEC_MARKERS = (
+    "graphloaderror",  # agent_worker: fail_unclaimed_run(reason="GraphLoadError")
     "invalid_spec",
     "invalidspec",
     "unknown graph",

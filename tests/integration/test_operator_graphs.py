@@ -1,0 +1,111 @@
+"""Small graphs the operator's integration tests run in real worker Pods (no tests in this module).
+
+Graph references: ``tests.integration.test_operator_graphs:steps`` and ``…:approval``. The worker imports
+this module from the repository (the pod runtime puts it on ``PYTHONPATH``; ``tests`` is a namespace
+package). Input keys:
+
+* ``path`` — file the ``append_line`` effect appends to (one line per performed call: counts effects);
+* ``pause`` — ``{step: seconds}`` sleeps inside a step (heartbeating), so a test can act mid-step;
+* ``oom_attempt`` — in this attempt the ``act`` step, right after its effect, allocates far past any small
+  memory limit (the Pod is OOM-killed mid-step: the next attempt re-runs ``act`` from the checkpoint and the
+  ledger returns the recorded effect instead of performing it again).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, TypedDict
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import interrupt
+
+from agent_worker import effects
+
+
+class State(TypedDict, total=False):
+    path: str
+    line: str
+    pause: dict[str, float]
+    oom_attempt: int
+    written: dict[str, Any]
+    decision: dict[str, Any]
+    outcome: str
+
+
+@effects.tool(name="append_line")
+def append_line(call: effects.Call, *, path: str, line: str) -> dict[str, Any]:
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(f"{call.idempotency_key} {line}\n")
+    return {"path": path, "line": line}
+
+
+def _pause(state: State, step: str) -> None:
+    seconds = float((state.get("pause") or {}).get(step, 0))
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        effects.heartbeat({"step": step, "left": round(left, 1)})
+        time.sleep(min(0.5, left))
+
+
+def prepare(state: State) -> State:
+    _pause(state, "prepare")
+    return {}
+
+
+def act(state: State) -> State:
+    _pause(state, "act")
+    written = append_line(path=state["path"], line=state.get("line", "hello"))
+    if state.get("oom_attempt") == int(os.environ.get("AGENTRUN_ATTEMPT", "0")):
+        hog = [b"x" * (64 << 20) for _ in range(16)]  # 1 GiB, touched
+        time.sleep(30)
+        del hog
+    return {"written": written}
+
+
+def finish(state: State) -> State:
+    _pause(state, "finish")
+    return {"outcome": "done"}
+
+
+def _steps() -> StateGraph[State]:
+    builder: StateGraph[State] = StateGraph(State)
+    builder.add_node("prepare", prepare)
+    builder.add_node("act", act)
+    builder.add_node("finish", finish)
+    builder.add_edge(START, "prepare")
+    builder.add_edge("prepare", "act")
+    builder.add_edge("act", "finish")
+    builder.add_edge("finish", END)
+    return builder
+
+
+def ask(state: State) -> State:
+    decision = interrupt({"question": "append the line?", "line": state.get("line", "hello")})
+    return {"decision": decision if isinstance(decision, dict) else {"approved": bool(decision)}}
+
+
+def act_if_approved(state: State) -> State:
+    decision = state.get("decision") or {}
+    if decision.get("approved") is True:
+        return {
+            "written": append_line(path=state["path"], line=state.get("line", "hello")),
+            "outcome": "done",
+        }
+    return {"outcome": "expired" if decision.get("expired") else "rejected"}
+
+
+def _approval() -> StateGraph[State]:
+    builder: StateGraph[State] = StateGraph(State)
+    builder.add_node("prepare", prepare)
+    builder.add_node("ask", ask)
+    builder.add_node("act", act_if_approved)
+    builder.add_edge(START, "prepare")
+    builder.add_edge("prepare", "ask")
+    builder.add_edge("ask", "act")
+    builder.add_edge("act", END)
+    return builder
+
+
+steps = _steps()
+approval = _approval()

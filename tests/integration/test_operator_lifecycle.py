@@ -1,0 +1,219 @@
+"""Runs of real graphs in real worker Pods on the dev cluster: success, eviction, OOM kill, lost node, unknown
+graph, operator killed mid-run. Effects are counted on the provider's side (lines in a file), not only in the
+ledger."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import psycopg
+import pytest
+from conftest import OperatorHandle, condition, create_run, events, kubectl, pods, wait_for, wait_phase
+
+from agent_worker import store
+from agentrun_dev.podruntime import control
+
+STEPS = "tests.integration.test_operator_graphs:steps"
+
+
+def spec(path: Path, **input_: Any) -> dict[str, Any]:
+    return {
+        "graph": STEPS,
+        "input": {"path": str(path), **input_},
+        "lease": {"durationSeconds": 4},
+        "retry": {"backoffSeconds": 0, "maxAttempts": 4},
+    }
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def attempts(dsn: str, uid: str) -> list[store.Attempt]:
+    with psycopg.connect(dsn) as conn:
+        return store.list_attempts(conn, uid)
+
+
+def db_run(dsn: str, uid: str) -> store.Run:
+    with psycopg.connect(dsn) as conn:
+        run = store.get_run(conn, uid)
+    assert run is not None
+    return run
+
+
+def pod_named(kube: kubernetes.client.ApiClient, ns: str, run: str, name: str) -> Any:
+    for pod in pods(kube, ns, run):
+        if pod.metadata.name == name:
+            return pod
+    return None
+
+
+def test_steps_with_effect_succeed(
+    kube: kubernetes.client.ApiClient,
+    operator: OperatorHandle,
+    tmp_path: Path,
+    admin_kubeconfig: Path,
+    pg_dsn: str,
+) -> None:
+    ns, out = operator.namespace, tmp_path / "effects.txt"
+    uid = create_run(kube, ns, "simple", spec(out))["metadata"]["uid"]
+    waited = kubectl(
+        admin_kubeconfig, "wait", "-n", ns, "--for=condition=Succeeded", "ar/simple", "--timeout=90s"
+    )
+    assert waited.returncode == 0, waited.stderr + operator.logs()
+    status = wait_phase(kube, ns, "simple", "Succeeded", 10, operator)
+    assert len(lines(out)) == 1
+    assert status["attempts"] == 1 and status["restarts"] == 0
+    assert status["effects"]["sent"] + status["effects"]["confirmed"] == 1
+    assert status["completionTime"] and status["startTime"]
+    assert condition(status, "Running")["status"] == "False"
+    assert db_run(pg_dsn, uid).status == "succeeded"
+    reasons = [e.reason for e in events(kube, ns, "simple")]
+    for expected in ("Admitted", "AttemptStarted", "Succeeded"):
+        assert expected in reasons, reasons
+
+
+def test_eviction_mid_run_resumes_from_checkpoint(
+    kube: kubernetes.client.ApiClient, operator: OperatorHandle, tmp_path: Path, pg_dsn: str
+) -> None:
+    ns, out = operator.namespace, tmp_path / "effects.txt"
+    uid = create_run(kube, ns, "evictee", spec(out, pause={"prepare": 3, "act": 0}))["metadata"]["uid"]
+    wait_for(
+        lambda: (p := pod_named(kube, ns, "evictee", "evictee-1")) and p.status.phase == "Running",
+        30,
+        "attempt 1 running",
+        on_timeout=operator.logs,
+    )
+    time.sleep(1.0)  # inside prepare's pause
+    kubernetes.client.CoreV1Api(kube).create_namespaced_pod_eviction(
+        "evictee-1", ns, {"metadata": {"name": "evictee-1", "namespace": ns}}
+    )
+    evicted_at = time.monotonic()
+    loss_seen = _wait_gone_or_terminated(kube, ns, "evictee", "evictee-1")
+    wait_for(
+        lambda: pod_named(kube, ns, "evictee", "evictee-2"),
+        30,
+        "attempt 2",
+        interval=0.05,
+        on_timeout=operator.logs,
+    )
+    resumed_after = time.monotonic() - loss_seen
+    since_eviction = time.monotonic() - evicted_at
+    status = wait_phase(kube, ns, "evictee", "Succeeded", 90, operator)
+    assert len(lines(out)) == 1
+    assert status["attempts"] == 2 and status["attemptReason"] == "evicted"
+    assert [a.start_reason for a in attempts(pg_dsn, uid)] == ["first", "evicted"]
+    print(
+        f"eviction: pod loss observed -> next attempt's Pod created in {resumed_after:.2f}s "
+        f"({since_eviction:.2f}s after the eviction, including the worker's drain)"
+    )
+
+
+def _wait_gone_or_terminated(kube: kubernetes.client.ApiClient, ns: str, run: str, name: str) -> float:
+    def lost() -> bool:
+        pod = pod_named(kube, ns, run, name)
+        return pod is None or pod.status.phase in ("Succeeded", "Failed")
+
+    wait_for(lost, 30, f"{name} to end", interval=0.05)
+    return time.monotonic()
+
+
+def test_oom_kill_resumes_and_effect_happens_once(
+    kube: kubernetes.client.ApiClient, operator: OperatorHandle, tmp_path: Path, pg_dsn: str
+) -> None:
+    ns, out = operator.namespace, tmp_path / "effects.txt"
+    body = spec(out, oom_attempt=1)
+    body["worker"] = {"resources": {"limits": {"memory": "300Mi"}}}
+    uid = create_run(kube, ns, "hog", body)["metadata"]["uid"]
+    status = wait_phase(kube, ns, "hog", "Succeeded", 120, operator)
+    assert status["attempts"] == 2 and status["attemptReason"] == "OOMKilled"
+    first = pod_named(kube, ns, "hog", "hog-1")
+    if first is not None:
+        terminated = first.status.container_statuses[0].state.terminated
+        assert terminated.reason == "OOMKilled" and terminated.exit_code == 137
+    assert len(lines(out)) == 1, "the effect performed before the OOM kill must not be performed again"
+    with psycopg.connect(pg_dsn) as conn:
+        effects = store.list_effects(conn, uid)
+    assert len(effects) == 1 and effects[0].status in ("sent", "confirmed")
+
+
+@pytest.fixture
+def unfreeze() -> Iterator[None]:
+    yield
+    with contextlib.suppress(Exception):
+        control.reset()
+
+
+def test_lost_node_lease_expiry_takeover_fences_stale_worker(
+    kube: kubernetes.client.ApiClient, operator: OperatorHandle, tmp_path: Path, pg_dsn: str, unfreeze: None
+) -> None:
+    ns, out = operator.namespace, tmp_path / "effects.txt"
+    uid = create_run(kube, ns, "island", spec(out, pause={"prepare": 6}))["metadata"]["uid"]
+    coord = kubernetes.client.CoordinationV1Api(kube)
+
+    def holder() -> str:
+        try:
+            return coord.read_namespaced_lease("agentrun-island", ns).spec.holder_identity or ""
+        except kubernetes.client.ApiException:
+            return ""
+
+    wait_for(lambda: holder() == "island-1", 60, "attempt 1 holds the Lease", on_timeout=operator.logs)
+    control.freeze()  # the node looks lost: processes stopped, no status or Lease writes
+    frozen_at = time.monotonic()
+    try:
+        wait_for(
+            lambda: pod_named(kube, ns, "island", "island-2"),
+            30,
+            "attempt 2 Pod",
+            interval=0.05,
+            on_timeout=operator.logs,
+        )
+        replaced_after = time.monotonic() - frozen_at
+    finally:
+        control.thaw()
+    status = wait_phase(kube, ns, "island", "Succeeded", 90, operator)
+    assert status["attempts"] == 2 and status["attemptReason"] == "lease_expired"
+    assert "LeaseExpired" in [e.reason for e in events(kube, ns, "island")]
+    run = db_run(pg_dsn, uid)
+    assert run.lease_epoch >= 2  # the new attempt's epoch fences the stale one
+    assert len(lines(out)) == 1
+    print(f"lost node: freeze -> next attempt's Pod created in {replaced_after:.2f}s (lease 4s)")
+
+
+def test_unknown_graph_fails_invalid_spec_and_operator_unharmed(
+    kube: kubernetes.client.ApiClient, operator: OperatorHandle, tmp_path: Path
+) -> None:
+    ns = operator.namespace
+    create_run(kube, ns, "typo", {"graph": "tests.integration.no_such_module:graph", "input": {}})
+    status = wait_phase(kube, ns, "typo", ("Failed", "Succeeded"), 60, operator)
+    assert status["phase"] == "Failed"
+    failed = condition(status, "Failed")
+    assert failed["status"] == "True" and failed["reason"] == "InvalidSpec", failed
+    warnings = [e for e in events(kube, ns, "typo") if e.type == "Warning"]
+    assert any(e.reason == "InvalidSpec" for e in warnings), [(e.reason, e.message) for e in warnings]
+    assert status["attempts"] == 1  # not retried: the spec cannot run
+    # the operator is unharmed: the next run in the namespace succeeds
+    out = tmp_path / "effects.txt"
+    create_run(kube, ns, "fine", spec(out))
+    wait_phase(kube, ns, "fine", "Succeeded", 90, operator)
+    assert operator.current.alive()
+
+
+def test_operator_killed_mid_run_and_restarted(
+    kube: kubernetes.client.ApiClient, operator: OperatorHandle, tmp_path: Path
+) -> None:
+    ns, out = operator.namespace, tmp_path / "effects.txt"
+    create_run(kube, ns, "orphan", spec(out, pause={"prepare": 3}))
+    wait_phase(kube, ns, "orphan", "Running", 30, operator)
+    operator.kill()  # SIGKILL mid-run
+    time.sleep(1)
+    operator.start()
+    operator.wait_leader(kube, timeout=30)
+    status = wait_phase(kube, ns, "orphan", "Succeeded", 90, operator)
+    assert len(lines(out)) == 1
+    assert status["attempts"] == 1  # the worker kept running; no duplicate attempt
