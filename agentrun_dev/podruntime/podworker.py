@@ -191,8 +191,9 @@ class PodWorker:
         if self.phase_override is None:
             self._start_due(now)
             self._refresh_token(now)
-        self._sync_status(now)
-        return self._phase() in status.TERMINAL and not self.procs
+        in_sync = self._sync_status(now)
+        # Done once terminal, with nothing running and the terminal status actually written.
+        return self._phase() in status.TERMINAL and not self.procs and in_sync
 
     # --- processes ------------------------------------------------------------------------------------------
     def _container(self, name: str) -> model.Container:
@@ -348,7 +349,8 @@ class PodWorker:
             return False
         if self.phase_override is None:
             self.phase_override = status.final_phase(self.mains)
-        self._sync_status(now, force=True)
+        if not self._sync_status(now) and not self.gone:
+            return False  # the final status first (retried), then the removal
         try:
             self.ctx.kube.delete_pod_now(self.ns, self.name, self.uid)
         except kubeapi.ApiError as e:
@@ -403,7 +405,8 @@ class PodWorker:
     def _phase(self) -> str:
         return self.phase_override or status.phase(self.policy, self.inits, self.mains)
 
-    def _sync_status(self, now: float, force: bool = False) -> None:
+    def _sync_status(self, now: float, force: bool = False) -> bool:
+        """Patch the status if it changed; True when the API holds what we last computed."""
         ph = self._phase()
         if ph in status.TERMINAL and self.phase_override is None:
             self.phase_override = ph  # terminal is forever
@@ -422,18 +425,19 @@ class PodWorker:
         # Someone else changed it (the node controller marks pods not ready): write ours again.
         stale = sig != observed and now - self.last_write_at > 3.0
         if not force and ((sig == self.last_written and not stale) or now < self.write_retry_at):
-            return
+            return sig == self.last_written
         try:
             updated = self.ctx.kube.patch_pod_status(self.ns, self.name, self.uid, desired)
         except kubeapi.ApiError as e:
             if e.status in (404, 409):  # gone, or a new pod of the same name (uid precondition)
                 self.gone = True
-                return
+                return False
             log.warning("pod %s: status patch failed: %s", self.key, e)
             self.write_retry_at = now + 1.0
-            return
+            return False
         self.last_written, self.last_write_at = sig, now
         self.update(updated)
+        return True
 
     def _emergency_status(self, e: Exception) -> None:
         body = {"phase": "Failed", "reason": "PodRuntimeError", "message": f"local pod runtime: {e!r}"[:1000]}
