@@ -372,3 +372,42 @@ def test_freeze_pod_hangs_one_pod_still_reported_running(pods: Pods, dev_cluster
         control.thaw_pod(pods.ns, hung, state)
     a = _lines(pods, hung)
     wait_for("resumed", lambda: _lines(pods, hung) > a + 3)
+
+
+def test_node_is_registered_ready_with_a_fresh_lease(kube: kubernetes.client.ApiClient, pods: Pods) -> None:
+    node = pods.core.read_node(NODE)
+    assert {c.type: c.status for c in node.status.conditions}["Ready"] == "True"
+    assert node.status.capacity["pods"] == "110" and node.status.allocatable["cpu"] == "2"
+    assert [a.address for a in node.status.addresses if a.type == "InternalIP"] == ["127.0.0.1"]
+    lease = kubernetes.client.CoordinationV1Api(kube).read_namespaced_lease(NODE, "kube-node-lease")
+    assert lease.spec.holder_identity == NODE
+    age = time.time() - lease.spec.renew_time.timestamp()
+    assert age < lease.spec.lease_duration_seconds, age
+
+
+def test_init_containers_run_first_in_order(pods: Pods) -> None:
+    body = pod_body("inits", ["sh", "-c", "cat order"])
+    body["spec"]["initContainers"] = [
+        {"name": "one", "image": "busybox", "command": ["sh", "-c", "echo one >> order"]},
+        {"name": "two", "image": "busybox", "command": ["sh", "-c", "echo two >> order"]},
+    ]
+    pod = pods.phase(pods.create(body), "Succeeded")
+    assert pods.log("inits") == "one\ntwo\n"
+    assert [s.state.terminated.exit_code for s in pod.status.init_container_statuses] == [0, 0]
+
+
+def test_foreign_ready_false_is_corrected(pods: Pods) -> None:
+    """After a lost node, the node controller marks pods not ready; a live node writes its truth back."""
+    name = pods.create(pod_body("steady", py(TICKER), restart="Always"))
+    pod = pods.phase(name, "Running")
+    wait_for("ready", lambda: main_status(pods.get(name)).ready)
+    conditions = [{"type": "Ready", "status": "False", "reason": "NodeControllerMarked"}]
+    patched = pods.core.patch_namespaced_pod_status(name, pods.ns, {"status": {"conditions": conditions}})
+    assert {c.type: c.status for c in patched.status.conditions}["Ready"] == "False"
+
+    def ready_again() -> bool:
+        conds = {c.type: c.status for c in pods.get(name).status.conditions}
+        return conds["Ready"] == "True"
+
+    wait_for("Ready=True rewritten", ready_again, timeout=8)
+    assert pods.get(name).metadata.uid == pod.metadata.uid
