@@ -212,6 +212,12 @@ class PodWorker:
                     )
                     self.oom.add(name)
                     processes.signal_process(p, signal.SIGKILL)
+                    self._event(
+                        "OOMKilling",
+                        f"Memory limit {limit} bytes exceeded, killed container {name}",
+                        name,
+                        warning=True,
+                    )
                 continue
             processes.signal_process(p, signal.SIGKILL)  # the container ends with its leader, like a cgroup
             processes.forget(p)
@@ -233,6 +239,8 @@ class PodWorker:
                 c.state, c.restart_at = term, None
             else:
                 restarts.on_exit(c, term, self.policy, now, self.s.backoff)
+                if c.restart_at is not None:
+                    self._event("BackOff", f"Back-off restarting failed container {name}", name, warning=True)
 
     def _start_due(self, now: float) -> None:
         if status.init_failed_for_good(self.policy, self.inits):
@@ -263,6 +271,8 @@ class PodWorker:
             env.update(envresolve.resolve(self.pod, spec, lookup, self.ctx.allocatable))
             argv = envresolve.argv(spec, env)
         except (envresolve.ConfigError, kubeapi.ApiError) as e:
+            if not (isinstance(c.state, model.Waiting) and c.state.message == str(e)):
+                self._event("Failed", f"Error: {e}", c.name, warning=True)
             c.state = model.Waiting("CreateContainerConfigError", str(e))
             c.restart_at = now + 2.0
             return
@@ -289,6 +299,7 @@ class PodWorker:
                 container_id=cid,
             )
             restarts.on_exit(c, term, self.policy, now, self.s.backoff)
+            self._event("Failed", f"Error: {term.message}", c.name, warning=True)
             return
         c.restart_count, c.container_id, c.restart_at = restart_count, cid, None
         c.state = model.Running(p.started_at)
@@ -296,6 +307,9 @@ class PodWorker:
         if self.pod_frozen:
             processes.signal_process(p, signal.SIGSTOP)
         log.info("pod %s container %s started (pid %d): %s", self.key, c.name, p.pid, argv)
+        self._event(
+            "Started", f"Started container {c.name} (pid {p.pid}, image {c.image} not pulled)", c.name
+        )
 
     @staticmethod
     def _decoded(obj: Obj | None, *, secret: bool) -> dict[str, str] | None:
@@ -326,6 +340,8 @@ class PodWorker:
         if self.deletion_seen is None:
             self.deletion_seen = now
             log.info("pod %s: deleting, grace %ss", self.key, grace)
+            for name in self.procs:
+                self._event("Killing", f"Stopping container {name} (grace {grace}s)", name)
             for c in self.inits + self.mains:
                 c.restart_at = None
                 if (
@@ -400,6 +416,36 @@ class PodWorker:
             token=token,
         )
         podenv.write_private(self.kubeconfig_path, doc)
+
+    # --- events (best effort, for `kubectl describe pod`) ---------------------------------------------------
+    def _event(self, reason: str, message: str, container: str | None = None, warning: bool = False) -> None:
+        now = model.rfc3339(time.time())
+        involved: Obj = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "namespace": self.ns,
+            "name": self.name,
+            "uid": self.uid,
+        }
+        if container:
+            involved["fieldPath"] = f"spec.containers{{{container}}}"
+        body = {
+            "metadata": {"generateName": f"{self.name}.", "namespace": self.ns},
+            "involvedObject": involved,
+            "reason": reason,
+            "message": message,
+            "type": "Warning" if warning else "Normal",
+            "count": 1,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "source": {"component": "kubelet", "host": self.s.node_name},
+            "reportingComponent": "kubelet",
+            "reportingInstance": self.s.node_name,
+        }
+        try:
+            self.ctx.kube.create_event(self.ns, body)
+        except Exception as e:  # an event is never worth failing a pod over (namespace may be terminating)
+            log.debug("pod %s: event %s not recorded: %s", self.key, reason, e)
 
     # --- status ---------------------------------------------------------------------------------------------
     def _phase(self) -> str:

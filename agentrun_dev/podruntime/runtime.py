@@ -213,7 +213,7 @@ class Runtime:
             except kubeapi.ApiError as e:
                 if e.status != 409:
                     raise
-            return
+            return  # the "Scheduled" story is the PodScheduled condition the binding sets
         if node_name != self.s.node_name:
             return
         with self.lock:
