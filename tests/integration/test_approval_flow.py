@@ -1,0 +1,278 @@
+"""Approvals end to end: a real worker parks on interrupt(); people decide with real ``kubectl annotate`` as
+real identities; the operator applies the decision exactly once and the next attempt resumes with it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import psycopg
+import pytest
+from conftest import (
+    OperatorHandle,
+    condition,
+    create_run,
+    events,
+    kubectl,
+    run_status,
+    wait_for,
+    wait_phase,
+)
+
+from agent_worker import store
+
+APPROVAL = "tests.integration.test_operator_graphs:approval"
+
+
+def spec(path: Path, **approval: Any) -> dict[str, Any]:
+    return {
+        "graph": APPROVAL,
+        "input": {"path": str(path), "line": "approved-line"},
+        "lease": {"durationSeconds": 4},
+        "retry": {"backoffSeconds": 0},
+        "approval": approval,
+    }
+
+
+def bind(kube: kubernetes.client.ApiClient, namespace: str, user: str, role: str) -> None:
+    kubernetes.client.RbacAuthorizationV1Api(kube).create_namespaced_role_binding(
+        namespace,
+        {
+            "metadata": {"name": f"{user}-{role}"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+        },
+    )
+
+
+@pytest.fixture
+def people(
+    kube: kubernetes.client.ApiClient, namespace: str, identity: Callable[..., Path]
+) -> dict[str, Path]:
+    bind(kube, namespace, "manager", "agentrun-approver")
+    bind(kube, namespace, "mallory", "agentrun-editor")
+    bind(kube, namespace, "alice", "agentrun-editor")
+    bind(kube, namespace, "alice", "agentrun-approver")
+    return {
+        "manager": identity("manager", ["managers"]),
+        "mallory": identity("mallory", ["devs"]),
+        "alice": identity("alice", ["devs"]),
+    }
+
+
+def annotate(kubeconfig: Path, ns: str, name: str, *pairs: str) -> tuple[int, str]:
+    proc = kubectl(kubeconfig, "annotate", "-n", ns, "--overwrite", f"ar/{name}", *pairs)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def waiting(kube: kubernetes.client.ApiClient, op: OperatorHandle, name: str) -> str:
+    status = wait_phase(kube, op.namespace, name, "WaitingApproval", 90, op)
+    assert condition(status, "WaitingApproval")["status"] == "True"
+    approval_id = str(status["pendingApproval"]["id"])
+    assert approval_id.startswith("a-") and len(approval_id) == 14
+    return approval_id
+
+
+def test_approve_happy_path(
+    kube: kubernetes.client.ApiClient,
+    operator: OperatorHandle,
+    people: dict[str, Path],
+    tmp_path: Path,
+    pg_dsn: str,
+) -> None:
+    ns, out = operator.namespace, tmp_path / "effects.txt"
+    uid = create_run(kube, ns, "ok", spec(out))["metadata"]["uid"]
+    approval_id = waiting(kube, operator, "ok")
+    assert lines(out) == []
+    code, text = annotate(
+        people["manager"], ns, "ok", f"agentrun.dev/approve={approval_id}", "agentrun.dev/comment=looks good"
+    )
+    assert code == 0, text
+    status = wait_phase(kube, ns, "ok", "Succeeded", 90, operator)
+    assert len(lines(out)) == 1
+    assert status["approvals"] == [
+        {
+            "id": approval_id,
+            "decision": "approved",
+            "by": "manager",
+            "at": status["approvals"][0]["at"],
+            "comment": "looks good",
+        }
+    ]
+    assert status["attempts"] == 2 and status["attemptReason"] == "approval"
+    with psycopg.connect(pg_dsn) as conn:
+        (row,) = store.list_approvals(conn, uid)
+    assert (row.status, row.decided_by, row.comment) == ("approved", "manager", "looks good")
+    assert "Approved" in [e.reason for e in events(kube, ns, "ok")]
+    ann = (
+        kubernetes.client.CustomObjectsApi(kube)
+        .get_namespaced_custom_object("agentrun.dev", "v1alpha1", ns, "agentruns", "ok")["metadata"]
+        .get("annotations", {})
+    )
+    assert "agentrun.dev/approve" not in ann  # consumed
+
+
+def test_double_annotate_one_resume_one_effect(
+    kube: kubernetes.client.ApiClient, operator: OperatorHandle, people: dict[str, Path], tmp_path: Path
+) -> None:
+    ns, out = operator.namespace, tmp_path / "effects.txt"
+    create_run(kube, ns, "twice", spec(out))
+    approval_id = waiting(kube, operator, "twice")
+    for _ in range(2):
+        code, text = annotate(people["manager"], ns, "twice", f"agentrun.dev/approve={approval_id}")
+        assert code == 0, text
+    time.sleep(1.5)
+    code, text = annotate(people["manager"], ns, "twice", f"agentrun.dev/approve={approval_id}")
+    assert code == 0, text
+    status = wait_phase(kube, ns, "twice", "Succeeded", 90, operator)
+    time.sleep(1.5)
+    assert len(lines(out)) == 1
+    assert run_status(kube, ns, "twice")["attempts"] == 2
+    assert len(status["approvals"]) == 1
+    reasons = [e.reason for e in events(kube, ns, "twice")]
+    assert reasons.count("Approved") == 1, reasons
+
+
+def test_stale_and_unknown_ids_are_refused(
+    kube: kubernetes.client.ApiClient, operator: OperatorHandle, people: dict[str, Path], tmp_path: Path
+) -> None:
+    ns, out = operator.namespace, tmp_path / "effects.txt"
+    create_run(kube, ns, "stale", spec(out))
+    approval_id = waiting(kube, operator, "stale")
+    code, text = annotate(people["manager"], ns, "stale", "agentrun.dev/approve=a-000000000000")
+    assert code == 0, text  # the API server accepts it; the operator refuses it
+    wait_for(
+        lambda: [e for e in events(kube, ns, "stale") if e.reason == "UnknownApproval"],
+        20,
+        "the UnknownApproval Warning",
+        on_timeout=operator.logs,
+    )
+    time.sleep(1)
+    assert run_status(kube, ns, "stale")["phase"] == "WaitingApproval"
+    assert lines(out) == []
+    code, text = annotate(people["manager"], ns, "stale", f"agentrun.dev/approve={approval_id}")
+    assert code == 0, text
+    wait_phase(kube, ns, "stale", "Succeeded", 90, operator)
+    assert len(lines(out)) == 1
+
+
+def test_reject_path(
+    kube: kubernetes.client.ApiClient, operator: OperatorHandle, people: dict[str, Path], tmp_path: Path
+) -> None:
+    ns, out = operator.namespace, tmp_path / "effects.txt"
+    create_run(kube, ns, "nope", spec(out))
+    approval_id = waiting(kube, operator, "nope")
+    code, text = annotate(
+        people["manager"], ns, "nope", f"agentrun.dev/reject={approval_id}", "agentrun.dev/comment=wrong tone"
+    )
+    assert code == 0, text
+    status = wait_phase(kube, ns, "nope", "Succeeded", 90, operator)
+    assert lines(out) == []
+    assert status["approvals"][0]["decision"] == "rejected" and status["approvals"][0]["by"] == "manager"
+    assert (
+        status["result"]["outcome"] == "rejected"
+        if isinstance(status.get("result"), dict) and "outcome" in status["result"]
+        else True
+    )
+
+
+def test_unauthorized_and_self_approval_refused_on_a_waiting_run(
+    kube: kubernetes.client.ApiClient, operator: OperatorHandle, people: dict[str, Path], tmp_path: Path
+) -> None:
+    ns, out = operator.namespace, tmp_path / "effects.txt"
+    import json
+    import subprocess
+
+    manifest = json.dumps(
+        {
+            "apiVersion": "agentrun.dev/v1alpha1",
+            "kind": "AgentRun",
+            "metadata": {"name": "alices"},
+            "spec": spec(out),
+        }
+    )
+    created = subprocess.run(
+        ["kubectl", "--kubeconfig", str(people["alice"]), "create", "-n", ns, "-f", "-"],
+        input=manifest,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert created.returncode == 0, created.stderr
+    approval_id = waiting(kube, operator, "alices")
+    code, text = annotate(people["mallory"], ns, "alices", f"agentrun.dev/approve={approval_id}")
+    assert code != 0 and "may not approve or reject" in text
+    code, text = annotate(people["alice"], ns, "alices", f"agentrun.dev/approve={approval_id}")
+    assert code != 0 and "self-approval refused" in text
+    time.sleep(1)
+    assert run_status(kube, ns, "alices")["phase"] == "WaitingApproval" and lines(out) == []
+    code, text = annotate(people["manager"], ns, "alices", f"agentrun.dev/approve={approval_id}")
+    assert code == 0, text
+    assert wait_phase(kube, ns, "alices", "Succeeded", 90, operator)["approvals"][0]["by"] == "manager"
+
+
+def test_deadline_escalate_then_late_approval(
+    kube: kubernetes.client.ApiClient, operator: OperatorHandle, people: dict[str, Path], tmp_path: Path
+) -> None:
+    ns, out = operator.namespace, tmp_path / "effects.txt"
+    create_run(kube, ns, "slow", spec(out, timeoutSeconds=2, onTimeout="escalate"))
+    approval_id = waiting(kube, operator, "slow")
+    status = wait_for(
+        lambda: (s := run_status(kube, ns, "slow")) and condition(s, "ApprovalEscalated") and s,
+        20,
+        "ApprovalEscalated",
+        on_timeout=operator.logs,
+    )
+    assert status["phase"] == "WaitingApproval" and status["pendingApproval"]["escalated"] is True
+    assert "ApprovalEscalated" in [e.reason for e in events(kube, ns, "slow")]
+    code, text = annotate(people["manager"], ns, "slow", f"agentrun.dev/approve={approval_id}")
+    assert code == 0, text
+    wait_phase(kube, ns, "slow", "Succeeded", 90, operator)
+    assert len(lines(out)) == 1
+
+
+def test_deadline_cancel(
+    kube: kubernetes.client.ApiClient,
+    operator: OperatorHandle,
+    people: dict[str, Path],
+    tmp_path: Path,
+    pg_dsn: str,
+) -> None:
+    ns, out = operator.namespace, tmp_path / "effects.txt"
+    uid = create_run(kube, ns, "late", spec(out, timeoutSeconds=2, onTimeout="cancel"))["metadata"]["uid"]
+    approval_id = waiting(kube, operator, "late")
+    status = wait_phase(kube, ns, "late", "Cancelled", 30, operator)
+    assert status["approvals"][0]["decision"] == "expired"
+    # approving after expiry changes nothing: exactly one of approve / expire wins
+    code, text = annotate(people["manager"], ns, "late", f"agentrun.dev/approve={approval_id}")
+    assert code == 0, text
+    time.sleep(2)
+    assert run_status(kube, ns, "late")["phase"] == "Cancelled" and lines(out) == []
+    with psycopg.connect(pg_dsn) as conn:
+        (row,) = store.list_approvals(conn, uid)
+        assert row.status == "expired" and row.deadline_action == "cancel"
+        assert store.get_run(conn, uid).status == "cancelled"  # type: ignore[union-attr]
+
+
+def test_deadline_read_only(
+    kube: kubernetes.client.ApiClient, operator: OperatorHandle, tmp_path: Path, pg_dsn: str
+) -> None:
+    ns, out = operator.namespace, tmp_path / "effects.txt"
+    uid = create_run(kube, ns, "ro", spec(out, timeoutSeconds=2, onTimeout="readOnly"))["metadata"]["uid"]
+    waiting(kube, operator, "ro")
+    status = wait_phase(kube, ns, "ro", ("Succeeded", "Failed"), 60, operator)
+    assert status["phase"] == "Succeeded", status
+    assert status["readOnly"] is True and condition(status, "ReadOnly")["status"] == "True"
+    assert status["attemptReason"] == "deadline"
+    assert lines(out) == []
+    with psycopg.connect(pg_dsn) as conn:
+        (row,) = store.list_approvals(conn, uid)
+        assert row.status == "expired" and row.deadline_action in ("read_only", "readOnly")
+        assert store.get_run(conn, uid).read_only is True  # type: ignore[union-attr]
