@@ -41,8 +41,9 @@ def running_pid(s: settings_mod.Settings, name: str, marker: str) -> int | None:
     pid = state.read_pid(s, name)
     if pid is None:
         return None
+    # Not ours (a reused pid after a reboot) -> None. The pid file is left alone: `start` overwrites it, and a
+    # transiently unreadable command line must not make a live daemon look gone for good.
     if not any(marker in arg for arg in _cmdline(pid)):
-        state.clear_pid(s, name)
         return None
     return pid
 

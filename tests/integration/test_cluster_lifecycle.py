@@ -9,9 +9,11 @@ from __future__ import annotations
 import dataclasses
 import io
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,12 +28,16 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 
 @pytest.fixture
-def private(tmp_path: Path) -> Iterator[dev_settings.Settings]:
-    s = dataclasses.replace(dev_settings.from_env(), state_dir=tmp_path / "dev")
+def private() -> Iterator[dev_settings.Settings]:
+    # Not pytest's tmp_path: concurrent pytest sessions (other engineers) prune old /tmp/pytest-of-<user>/
+    # dirs, which could delete this cluster's state while it runs.
+    root = Path(tempfile.mkdtemp(prefix="agentrun-dev-lifecycle-"))
+    s = dataclasses.replace(dev_settings.from_env(), state_dir=root / "dev")
     try:
         yield s
     finally:
         cluster.down(s, purge=True, out=io.StringIO())
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def _pids(s: dev_settings.Settings) -> dict[str, int | None]:
