@@ -128,6 +128,8 @@ def test_memory_hog_is_oomkilled(pods: Pods) -> None:
     term = main_status(pods.phase(name, "Failed")).state.terminated
     assert (term.exit_code, term.reason) == (137, "OOMKilled")
     assert time.monotonic() - started < 10
+    events = pods.core.list_namespaced_event(pods.ns, field_selector=f"involvedObject.name={name}").items
+    assert "OOMKilling" in {e.reason for e in events}
     # a pod under its limit is left alone
     calm = pods.create(
         pod_body("calm", py("x = b'x' * 20_000_000"), resources={"limits": {"memory": "96Mi"}})
