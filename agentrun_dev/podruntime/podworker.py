@@ -169,15 +169,19 @@ class PodWorker:
     def _tick(self, now: float) -> bool:
         """One step; True when the worker is done."""
         ctl = self.ctx.control()
-        if self.shutting_down or self.gone:
+        if self.shutting_down:
             self._kill_all()
             return True
         if ctl.frozen:
+            # A lost node acts on nothing, not even a force-deleted pod: that waits for the thaw.
             if not self.node_stopped:
                 self._signal_all(signal.SIGSTOP)
                 self.node_stopped = True
             self.applied_generation = ctl.generation
             return False
+        if self.gone:
+            self._kill_all()
+            return True
         want_frozen = self.key in ctl.frozen_pods
         if self.node_stopped or want_frozen != self.pod_frozen:
             self._signal_all(signal.SIGSTOP if want_frozen else signal.SIGCONT)
