@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentrun_dev.podruntime import model, restarts, status
+from agentrun_dev.podruntime import model, podworker, restarts, status
 
 T0 = 1_800_000_000.0
 
@@ -158,3 +158,32 @@ def test_restart_decisions_and_backoff() -> None:
 def test_recovered_container_is_status_unknown_137() -> None:
     term = restarts.recovered(running(), T0 + 5)
     assert (term.exit_code, term.reason, term.started_at) == (137, "ContainerStatusUnknown", T0)
+
+
+def test_recover_takes_over_a_lost_running_container() -> None:
+    b = restarts.Backoff()
+    api = {
+        "name": "main",
+        "restartCount": 2,
+        "containerID": "agentrun://x-main-2",
+        "state": {"running": {"startedAt": "2027-01-15T08:00:00Z"}},
+    }
+    always = model.Container("main", "img")
+    podworker.recover(always, api, "Always", T0, b)
+    assert always.restart_count == 2 and isinstance(always.state, model.Waiting)
+    assert always.last_state is not None and always.last_state.reason == "ContainerStatusUnknown"
+    assert always.last_state.exit_code == 137 and always.restart_at is not None
+
+    never = model.Container("main", "img")
+    podworker.recover(never, api, "Never", T0, b)
+    assert isinstance(never.state, model.Terminated) and never.state.reason == "ContainerStatusUnknown"
+    assert status.phase("Never", [], [never]) == "Failed"
+
+    done = model.Container("main", "img")
+    finished = {"state": {"terminated": {"exitCode": 0, "reason": "Completed"}}, "restartCount": 0}
+    podworker.recover(done, finished, "OnFailure", T0, b)
+    assert isinstance(done.state, model.Terminated) and done.state.exit_code == 0
+
+    fresh = model.Container("main", "img")
+    podworker.recover(fresh, None, "Always", T0, b)
+    assert isinstance(fresh.state, model.Waiting) and fresh.state.reason == "ContainerCreating"
