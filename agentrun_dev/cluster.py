@@ -256,6 +256,9 @@ def up(s: settings_mod.Settings | None = None, out: TextIO = sys.stderr) -> comp
 
 def status(s: settings_mod.Settings | None = None) -> list[PartStatus]:
     s = s or settings_mod.from_env()
+    if not s.ports_file.exists():  # never brought up: report without creating state (ports) as a side effect
+        names = ["postgres", "etcd", "kube-apiserver", "kube-controller-manager", "smtp-sink", "pod-runtime"]
+        return [PartStatus(n, None, None, False) for n in names]
     result = []
     for part in parts(s):
         pid = (
