@@ -42,6 +42,14 @@ def test_invalid_specs_are_refused(
     assert expected in refused(kube, namespace, "bad", spec)
 
 
+def test_attempt_scoped_fault_points_allowed(kube: kubernetes.client.ApiClient, namespace: str) -> None:
+    env = [
+        {"name": "AGENTRUN_FAULT_POINTS_ATTEMPT_1", "value": "after_call"},
+        {"name": "AGENTRUN_FAULT_POINTS", "value": "after_reserve@2"},
+    ]
+    create_run(kube, namespace, "faulty", {**GOOD, "suspend": True, "worker": {"env": env}})
+
+
 def test_long_name_refused(kube: kubernetes.client.ApiClient, namespace: str) -> None:
     assert "at most 50 characters" in refused(kube, namespace, "x" * 51, GOOD)
 
