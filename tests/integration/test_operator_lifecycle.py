@@ -217,3 +217,39 @@ def test_operator_killed_mid_run_and_restarted(
     status = wait_phase(kube, ns, "orphan", "Succeeded", 90, operator)
     assert len(lines(out)) == 1
     assert status["attempts"] == 1  # the worker kept running; no duplicate attempt
+
+
+def test_delete_mid_run_stops_worker_at_step_boundary(
+    kube: kubernetes.client.ApiClient, operator: OperatorHandle, tmp_path: Path, pg_dsn: str
+) -> None:
+    ns, out = operator.namespace, tmp_path / "effects.txt"
+    uid = create_run(kube, ns, "gone", spec(out, pause={"prepare": 3}))["metadata"]["uid"]
+    wait_for(
+        lambda: (p := pod_named(kube, ns, "gone", "gone-1")) and p.status.phase == "Running",
+        30,
+        "attempt 1 running",
+        on_timeout=operator.logs,
+    )
+    time.sleep(0.5)
+    kubernetes.client.CustomObjectsApi(kube).delete_namespaced_custom_object(
+        "agentrun.dev", "v1alpha1", ns, "agentruns", "gone"
+    )
+
+    def run_gone() -> bool:
+        try:
+            kubernetes.client.CustomObjectsApi(kube).get_namespaced_custom_object(
+                "agentrun.dev", "v1alpha1", ns, "agentruns", "gone"
+            )
+        except kubernetes.client.ApiException as exc:
+            return exc.status == 404
+        return False
+
+    wait_for(run_gone, 60, "the AgentRun to be deleted", on_timeout=operator.logs)
+    live = [
+        p
+        for p in pods(kube, ns, "gone")
+        if p.status.phase in ("Pending", "Running") and p.metadata.deletion_timestamp is None
+    ]
+    assert live == []
+    assert db_run(pg_dsn, uid).status == "cancelled"
+    assert lines(out) == []  # stopped before the effect step
