@@ -124,6 +124,7 @@ class _Progress:
     def __init__(self, out: TextIO) -> None:
         self.out = out
         self.t0 = time.monotonic()
+        self.go_version = ""
 
     def elapsed(self) -> str:
         secs = int(time.monotonic() - self.t0)
@@ -172,7 +173,8 @@ def _go_env() -> dict[str, str]:
 
 def _go_version(p: _Progress, work: Path, env: dict[str, str]) -> str:
     out = p.run("check Go", ["go", "version"], work, work / "go-version.log", env).strip()
-    return out.split()[2] if len(out.split()) > 2 else out
+    p.go_version = out.split()[2] if len(out.split()) > 2 else out
+    return p.go_version
 
 
 def _build_k8s(
@@ -192,6 +194,7 @@ def _build_k8s(
         kube_gomod = Path(info["GoMod"]).read_text()
     except (ValueError, KeyError, OSError) as exc:
         raise BuildError("read kubernetes go.mod", None, dl[-2000:], hint_for(dl)) from exc
+    _check_toolchain(p, kube_gomod, env)
     (src / "go.mod").write_text(gomod.kubernetes_wrapper(kube_gomod, s.k8s_version, s.staging_version))
     (src / "tools.go").write_text(gomod.tools_go([gomod.K8S_TARGETS[n] for n in names]))
     p.run("resolve modules (go mod tidy)", ["go", "mod", "tidy"], src, work / "k8s-tidy.log", env)
@@ -206,6 +209,22 @@ def _build_k8s(
         *(gomod.K8S_TARGETS[n] for n in names),
     ]
     p.run(f"compile {', '.join(names)}", cmd, src, work / "k8s-build.log", env)
+
+
+def _check_toolchain(p: _Progress, kube_gomod: str, env: dict[str, str]) -> None:
+    """Fail early and clearly when the local Go is older than kubernetes needs and may not fetch a newer one."""
+    need = gomod.go_directive(kube_gomod)
+    have = p.go_version
+    if need is None or gomod.version_tuple(have) >= gomod.version_tuple(need):
+        return
+    if env.get("GOTOOLCHAIN", "auto").startswith("local"):
+        raise BuildError(
+            f"Go {have.removeprefix('go')} is older than the {need} that k8s.io/kubernetes needs",
+            ["go", "version"],
+            f"GOTOOLCHAIN={env.get('GOTOOLCHAIN')}",
+            f"Install Go >= {need} (https://go.dev/dl), or unset GOTOOLCHAIN so Go downloads it.",
+        )
+    p.say(f"note: local Go {have} < required {need}; Go downloads a matching toolchain (GOTOOLCHAIN=auto)")
 
 
 def _build_etcd(
