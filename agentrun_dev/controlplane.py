@@ -212,7 +212,7 @@ def _build_k8s(
 
 
 def _check_toolchain(p: _Progress, kube_gomod: str, env: dict[str, str]) -> None:
-    """Fail early and clearly when the local Go is older than kubernetes needs and may not fetch a newer one."""
+    """Fail early when the local Go is older than kubernetes needs and may not fetch a newer one."""
     need = gomod.go_directive(kube_gomod)
     have = p.go_version
     if need is None or gomod.version_tuple(have) >= gomod.version_tuple(need):
