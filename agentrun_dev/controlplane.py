@@ -168,6 +168,12 @@ class _Progress:
 def _go_env() -> dict[str, str]:
     env = dict(os.environ)
     env.setdefault("GOFLAGS", "-buildvcs=false")  # the wrapper dir is not a VCS checkout
+    # Go's official tarball lives in /usr/local/go, often not on PATH in non-login shells (CI, cron).
+    if shutil.which("go", path=env.get("PATH")) is None:
+        for d in (Path(env.get("GOROOT", "/nonexistent")) / "bin", Path("/usr/local/go/bin"), Path.home() / "go/bin"):
+            if (d / "go").is_file():
+                env["PATH"] = f"{d}{os.pathsep}{env.get('PATH', '')}"
+                break
     return env
 
 
