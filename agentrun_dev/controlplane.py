@@ -170,7 +170,8 @@ def _go_env() -> dict[str, str]:
     env.setdefault("GOFLAGS", "-buildvcs=false")  # the wrapper dir is not a VCS checkout
     # Go's official tarball lives in /usr/local/go, often not on PATH in non-login shells (CI, cron).
     if shutil.which("go", path=env.get("PATH")) is None:
-        for d in (Path(env.get("GOROOT", "/nonexistent")) / "bin", Path("/usr/local/go/bin"), Path.home() / "go/bin"):
+        candidates = [Path(env["GOROOT"]) / "bin"] if env.get("GOROOT") else []
+        for d in [*candidates, Path("/usr/local/go/bin"), Path.home() / "go" / "bin"]:
             if (d / "go").is_file():
                 env["PATH"] = f"{d}{os.pathsep}{env.get('PATH', '')}"
                 break
