@@ -132,8 +132,18 @@ def admin_kubeconfig(dev_cluster: cluster.Handle) -> Path:
 def kube(admin_kubeconfig: Path) -> Iterator[kubernetes.client.ApiClient]:
     """Admin ``ApiClient`` (group ``system:masters``)."""
     api = kubernetes.config.new_client_from_config(config_file=str(admin_kubeconfig))
+    _delete_orphan_namespaces(kubernetes.client.CoreV1Api(api))
     yield api
     api.close()
+
+
+def _delete_orphan_namespaces(core: kubernetes.client.CoreV1Api) -> None:
+    """Namespaces left by test sessions that died before their teardown (their pid is gone)."""
+    for ns in core.list_namespace(label_selector="agentrun.dev/test=true").items:
+        session = (ns.metadata.labels or {}).get("agentrun.dev/test-session", "")
+        if session.isdigit() and not state.pid_alive(int(session)) and ns.status.phase != "Terminating":
+            with contextlib.suppress(kubernetes.client.ApiException):
+                core.delete_namespace(ns.metadata.name, propagation_policy="Background")
 
 
 def _namespace_name(test_name: str) -> str:
