@@ -19,6 +19,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "list": ("agentrun.trace_cli", "list runs with phase, step, pending approval, effects"),
     "approve": ("agentrun.approve_cli", "approve the pending approval of a run"),
     "reject": ("agentrun.approve_cli", "reject the pending approval of a run"),
+    "demo": ("agentrun_examples.demo", "the support-ticket demo on the dev cluster (make demo)"),
 }
 
 
