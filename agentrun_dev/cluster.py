@@ -224,7 +224,13 @@ def _apply_manifests(s: settings_mod.Settings, out: TextIO, t0: float) -> None:
     digest = hashlib.sha256(b"".join(f.name.encode() + f.read_bytes() for f in files)).hexdigest()
     stamp = s.state_dir / "applied-manifests.sha256"
     if stamp.exists() and stamp.read_text().strip() == digest:
-        return
+        # Unchanged files; still re-apply if someone deleted what we applied (one cheap `kubectl get`).
+        args = [a for f in files for a in ("-f", str(f))]
+        try:
+            kubectl(s, "get", "-o", "name", *args, timeout=30)
+            return
+        except RuntimeError:
+            _say(out, t0, "applied manifests are missing from the cluster: applying them again")
     for f in files:
         kubectl(
             s, "apply", "--server-side", "--force-conflicts", "--field-manager=agentrun-dev", "-f", str(f)

@@ -88,5 +88,14 @@ def test_up_is_idempotent_and_recovers_after_processes_die(private: dev_settings
     assert f"export KUBECONFIG={s.kubeconfig}" in exports
     assert f"export AGENTRUN_DSN=postgresql://postgres@127.0.0.1:{ports.postgres}/agentrun" in exports
 
+    # The product CRD (applied by `up`) is restored by the next `up` if someone deleted it.
+    crd = "agentruns.agentrun.dev"
+    cluster.kubectl(s, "delete", "crd", crd, "--wait=true")
+    cluster.up(s, out=io.StringIO())
+    assert (
+        cluster.kubectl(s, "get", "crd", crd, "-o", "name").strip()
+        == f"customresourcedefinition.apiextensions.k8s.io/{crd}"
+    )
+
     cluster.down(s, out=io.StringIO())
     assert not any(p.healthy or p.pid for p in cluster.status(s))
