@@ -66,14 +66,16 @@ def _has_module(name: str) -> bool:
         return False
 
 
-def _ca_context(s: settings_mod.Settings) -> ssl.SSLContext:
-    return ssl.create_default_context(cafile=str(s.pki_dir / "ca.crt"))
+def _apiserver_ready(s: settings_mod.Settings, port: int) -> bool:
+    ca = s.pki_dir / "ca.crt"
+    if not ca.exists():
+        return False
+    # /readyz is readable anonymously (system:public-info-viewer); verify the server against the dev CA.
+    return procs.http_ok(f"https://127.0.0.1:{port}/readyz", ssl.create_default_context(cafile=str(ca)))
 
 
 def parts(s: settings_mod.Settings) -> list[Part]:
     p = ports(s)
-    ca = s.pki_dir / "ca.crt"
-    api_ctx: Callable[[], ssl.SSLContext | None] = lambda: _ca_context(s) if ca.exists() else None  # noqa: E731
     out = [
         Part("postgres", "postgres", p.postgres, lambda: postgres.healthy(s)),
         Part(
@@ -86,7 +88,7 @@ def parts(s: settings_mod.Settings) -> list[Part]:
             "kube-apiserver",
             f"--secure-port={p.apiserver}",
             p.apiserver,
-            lambda: ca.exists() and procs.http_ok(f"https://127.0.0.1:{p.apiserver}/readyz", api_ctx()),
+            lambda: _apiserver_ready(s, p.apiserver),
         ),
         Part(
             "kube-controller-manager",
@@ -114,14 +116,14 @@ def parts(s: settings_mod.Settings) -> list[Part]:
     return out
 
 
-def _daemon_env() -> dict[str, str]:
+def _daemon_env(s: settings_mod.Settings) -> dict[str, str]:
     env = dict(os.environ)
     venv_bin = str(Path(sys.executable).parent)
     env["PATH"] = venv_bin + os.pathsep + env.get("PATH", "/usr/bin:/bin")
     extra = [str(REPO_ROOT), str(REPO_ROOT / "operator")]
     env["PYTHONPATH"] = os.pathsep.join([*extra, *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
-    env["AGENTRUN_DEV_HOME"] = env.get("AGENTRUN_DEV_HOME", "")  # replaced below with the resolved path
-    env.pop("KUBECONFIG", None)
+    env["AGENTRUN_DEV_HOME"] = str(s.state_dir)
+    env.pop("KUBECONFIG", None)  # each daemon is given its kubeconfig explicitly
     return env
 
 
@@ -177,8 +179,7 @@ def _ensure_part(
             f"{part.name}: port {part.port} is taken by another process (not ours); "
             f"free it or edit {s.ports_file}"
         )
-    env = _daemon_env()
-    env["AGENTRUN_DEV_HOME"] = str(s.state_dir)
+    env = _daemon_env(s)
     new_pid = procs.start(s, part.name, argv, env=env)
     _say(out, t0, f"started {part.name} (pid {new_pid}{f', port {part.port}' if part.port else ''})")
     procs.wait_until(
