@@ -7,8 +7,10 @@ import psycopg
 
 def test_pg_dsn_is_migrated_and_fresh(pg_dsn: str) -> None:
     with psycopg.connect(pg_dsn) as conn:
-        tables = {r[0] for r in conn.execute(
-            "SELECT tablename FROM pg_tables WHERE schemaname = 'public'").fetchall()}
+        tables = {
+            r[0]
+            for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'").fetchall()
+        }
         assert {"agentrun_schema_version", "agentrun_runs", "agentrun_effects"} <= tables
         # Fresh: nothing a previous test wrote is visible.
         assert conn.execute("SELECT count(*) FROM agentrun_runs").fetchone() == (0,)
