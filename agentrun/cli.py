@@ -53,3 +53,7 @@ def kubectl_plugin_main() -> None:
 
 def entrypoint() -> None:
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    entrypoint()
