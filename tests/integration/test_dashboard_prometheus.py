@@ -493,7 +493,7 @@ def _evicted_and_approved_run(
     identity: Any,
     broken_operator_metrics: str,
     spec: dict[str, Any],
-    evict_at_step: str,
+    evict_after: str,
 ) -> None:
     import kubernetes
 
@@ -520,16 +520,17 @@ def _evicted_and_approved_run(
             start = time.time()
             uid = op.create_run(kube, namespace, name, spec)["metadata"]["uid"]
 
-            def at_step() -> Any:
+            def after_step() -> Any:  # the worker has recorded evict_after's step event
                 row = conn.execute(
-                    "SELECT current_step FROM agentrun_runs WHERE run_id = %s", (uid,)
+                    "SELECT 1 FROM agentrun_step_events WHERE run_id = %s AND attempt = 1"
+                    " AND split_part(step, ':', 1) = %s",  # the worker records "<node>:<step number>"
+                    (uid, evict_after),
                 ).fetchone()
                 conn.commit()
-                pod = op.run_status(kube, namespace, name).get("workerPod")
-                return row is not None and row[0] == evict_at_step and pod
+                return row is not None and op.run_status(kube, namespace, name).get("workerPod")
 
-            pod = op.wait_for(at_step, 90, f"the worker in step {evict_at_step}", on_timeout=operator.logs)
-            time.sleep(2)
+            pod = op.wait_for(after_step, 90, f"attempt 1 past {evict_after}", on_timeout=operator.logs)
+            time.sleep(1)
             kubernetes.client.CoreV1Api(kube).create_namespaced_pod_eviction(
                 pod, namespace, {"metadata": {"name": pod, "namespace": namespace}}
             )
@@ -588,7 +589,7 @@ def test_dashboards_and_alerts_on_an_operator_run(
         identity,
         broken_operator_metrics,
         spec,
-        evict_at_step="notify",
+        evict_after="notify",
     )
 
 
@@ -604,7 +605,8 @@ def test_dashboards_and_alerts_on_a_real_run(
     identity: Any,
     broken_operator_metrics: str,
 ) -> None:
-    """Operator + worker + the support-ticket graph: evicted in `retrieve`, approved at `review`."""
+    """Operator + worker + the support-ticket graph: evicted inside `retrieve` (its 8 s pause, right after
+    `analyze` is recorded), approved at `review`."""
     env = dev_cluster.env
     spec = {
         "graph": "agentrun_examples.support_ticket:graph",
@@ -635,5 +637,5 @@ def test_dashboards_and_alerts_on_a_real_run(
         identity,
         broken_operator_metrics,
         spec,
-        evict_at_step="retrieve",
+        evict_after="analyze",
     )
