@@ -218,12 +218,27 @@ def test_unauthorized_and_self_approval_refused_on_a_waiting_run(
     assert wait_phase(kube, ns, "alices", "Succeeded", 90, operator)["approvals"][0]["by"] == "manager"
 
 
+def pending_id(kube: kubernetes.client.ApiClient, op: OperatorHandle, name: str) -> str:
+    """The approval id once recorded (the phase may still be Running while the worker parks, and a short
+    deadline may pass before the Pod is gone)."""
+
+    def found() -> str | None:
+        status = run_status(kube, op.namespace, name)
+        if status.get("pendingApproval"):
+            return str(status["pendingApproval"]["id"])
+        decided = status.get("approvals") or []
+        return str(decided[0]["id"]) if decided else None
+
+    result: str = wait_for(found, 90, f"{name}'s approval id", on_timeout=op.logs)
+    return result
+
+
 def test_deadline_escalate_then_late_approval(
     kube: kubernetes.client.ApiClient, operator: OperatorHandle, people: dict[str, Path], tmp_path: Path
 ) -> None:
     ns, out = operator.namespace, tmp_path / "effects.txt"
     create_run(kube, ns, "slow", spec(out, timeoutSeconds=2, onTimeout="escalate"))
-    approval_id = waiting(kube, operator, "slow")
+    approval_id = pending_id(kube, operator, "slow")
     status = wait_for(
         lambda: (s := run_status(kube, ns, "slow")) and condition(s, "ApprovalEscalated") and s,
         20,
@@ -247,7 +262,7 @@ def test_deadline_cancel(
 ) -> None:
     ns, out = operator.namespace, tmp_path / "effects.txt"
     uid = create_run(kube, ns, "late", spec(out, timeoutSeconds=2, onTimeout="cancel"))["metadata"]["uid"]
-    approval_id = waiting(kube, operator, "late")
+    approval_id = pending_id(kube, operator, "late")
     status = wait_phase(kube, ns, "late", "Cancelled", 30, operator)
     assert status["approvals"][0]["decision"] == "expired"
     # approving after expiry changes nothing: exactly one of approve / expire wins
@@ -266,7 +281,7 @@ def test_deadline_read_only(
 ) -> None:
     ns, out = operator.namespace, tmp_path / "effects.txt"
     uid = create_run(kube, ns, "ro", spec(out, timeoutSeconds=2, onTimeout="readOnly"))["metadata"]["uid"]
-    waiting(kube, operator, "ro")
+    pending_id(kube, operator, "ro")
     status = wait_phase(kube, ns, "ro", ("Succeeded", "Failed"), 60, operator)
     assert status["phase"] == "Succeeded", status
     assert status["readOnly"] is True and condition(status, "ReadOnly")["status"] == "True"
