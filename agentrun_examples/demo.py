@@ -53,8 +53,6 @@ patches:
   - target: {{kind: Namespace}}
     patch: |-
       - {{op: replace, path: /metadata/name, value: {NAMESPACE}}}
-      # Worker Pods made by the operator do not set runAsNonRoot yet, which "restricted" requires.
-      - {{op: replace, path: /metadata/labels/pod-security.kubernetes.io~1enforce, value: baseline}}
 secretGenerator:
   - name: agentrun-db
     behavior: replace
