@@ -130,7 +130,9 @@ class Watcher:
 
 def demo() -> int:
     env = ds.dev_env()
-    kenv = {**os.environ, **env}
+    # The commands run as a user would type them, with this virtualenv's agentrun and kubectl first on PATH.
+    bindir = str(pathlib.Path(sys.executable).parent)
+    kenv = {**os.environ, **env, "PATH": os.pathsep.join([bindir, os.environ.get("PATH", "")])}
     api = kubernetes.config.new_client_from_config(config_file=env["KUBECONFIG"])  # type: ignore[no-untyped-call]
     timings: dict[str, float] = {}
     mark = time.monotonic()
