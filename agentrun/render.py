@@ -26,8 +26,8 @@ def when(iso: str | None) -> str | None:
 def seconds(value: float | None) -> str | None:
     if value is None:
         return None
-    if value < 0.01:  # checkpoint writes are often sub-millisecond
-        return f"{value * 1000:.2f}ms"
+    if value < 0.001:  # checkpoint writes can be sub-millisecond
+        return f"{value * 1e6:.0f}us"
     return f"{value * 1000:.0f}ms" if value < 1 else f"{value:.2f}s"
 
 
