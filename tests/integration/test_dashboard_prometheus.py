@@ -211,7 +211,7 @@ class Ledger:
         self.sql("UPDATE agentrun_runs SET status = %s, updated_at = now() WHERE run_id = %s", status, run_id)
 
 
-def drive_run(ledger: Ledger, hold: float = 3.0) -> None:
+def drive_run(ledger: Ledger, hold: float = 2.0) -> None:
     """One run: attempt 1 runs two steps and sends an email, is evicted; attempt 2 resumes, parks on an
     approval, is approved; attempt 3 finishes. Each state is held for a few scrapes."""
     ns, run = ledger.ns, "e2e-1"
@@ -420,69 +420,6 @@ def test_dashboards_and_alerts_on_ledger_rows(
 
 # --- the real operator, evicted once and approved once -----------------------------------------------
 
-# A stand-in worker speaking the worker's Postgres contract through agent_worker.store (claim with a new
-# epoch, steps as agentrun_step_events, one ledgered email, park on an approval, finish), with the exit codes
-# of docs/design.md. It lets the real operator drive a run through eviction and approval before the real
-# worker exists; test_dashboards_and_alerts_on_a_real_run below uses the real worker and graph.
-STANDIN_WORKER = r"""
-import datetime, hashlib, os, signal, sys, time
-import psycopg
-from agent_worker import store
-
-env = os.environ
-run, n, pod = env["AGENTRUN_RUN_ID"], int(env["AGENTRUN_ATTEMPT"]), env["AGENTRUN_POD_NAME"]
-conn = psycopg.connect(env["AGENTRUN_DSN"], autocommit=True)
-epoch = store.get_run(conn, run).lease_epoch + 1
-store.claim_run(conn, run_id=run, epoch=epoch, holder=pod)
-store.record_attempt_start(conn, run_id=run, attempt=n, pod=pod, epoch=epoch)
-
-def drained(*_):
-    store.record_attempt_end(conn, run_id=run, attempt=n, outcome="drained", detail="SIGTERM")
-    os._exit(11)
-
-signal.signal(signal.SIGTERM, drained)
-
-def step(name, seconds=0.3, keys=()):
-    store.set_current_step(conn, run_id=run, epoch=epoch, step=name)
-    started = datetime.datetime.now(datetime.UTC)
-    time.sleep(seconds)
-    store.heartbeat(conn, run_id=run, key="worker", details={"step": name})
-    store.record_step_event(conn, run_id=run, attempt=n, step=name, checkpoint_id=f"ck-{n}-{name}",
-                            started_at=started, duration_seconds=seconds, checkpoint_seconds=0.004,
-                            effect_keys=list(keys))
-
-key = "k-" + hashlib.sha256((run + ":notify").encode()).hexdigest()[:16]
-step("analyze")
-got = store.reserve_effect(conn, key=key, run_id=run, epoch=epoch, step="notify", action="send_email",
-                           tool="email", occurrence=0, args_hash="h1", args={"to": "ada@example.com"})
-if got.outcome == "reserved":
-    store.record_effect(conn, key=key, run_id=run, epoch=epoch, status="sent", calls=1, provider_ref="smtp-1")
-step("notify", keys=[key])
-approvals = store.list_approvals(conn, run)
-if not approvals:
-    if n == 1:  # wait to be evicted, beating
-        while True:
-            store.heartbeat(conn, run_id=run, key="worker", details={"waiting": True})
-            time.sleep(0.5)
-    approval_id = "a-" + hashlib.sha256(f"{run}:i1".encode()).hexdigest()[:12]
-    store.record_approval(conn, run_id=run, epoch=epoch, approval_id=approval_id, interrupt_id="i1",
-                          prompt={"question": "send the refund?"}, timeout_seconds=3600)
-    store.record_attempt_end(conn, run_id=run, attempt=n, outcome="parked")
-    sys.exit(10)
-step("refund")
-store.finish_run(conn, run_id=run, epoch=epoch, status="succeeded", result={"ok": True},
-                 current_step="refund")
-store.record_attempt_end(conn, run_id=run, attempt=n, outcome="succeeded")
-sys.exit(0)
-"""
-
-
-def _worker_available() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("agent_worker.main") is not None
-
-
 def _evicted_and_approved_run(
     tmp_path: pathlib.Path,
     dev_cluster: Any,
@@ -567,34 +504,6 @@ def _evicted_and_approved_run(
 
 
 @pytest.mark.cluster
-def test_dashboards_and_alerts_on_an_operator_run(
-    tmp_path: pathlib.Path,
-    dev_cluster: Any,
-    kube: Any,
-    namespace: str,
-    pg_dsn: str,
-    operator: Any,
-    identity: Any,
-    broken_operator_metrics: str,
-) -> None:
-    """The real operator (its /metrics, its collector, its attempt/resume counters), a stand-in worker."""
-    spec = {"graph": "pkg.mod:graph", "input": {}, "worker": {"command": ["python", "-c", STANDIN_WORKER]}}
-    _evicted_and_approved_run(
-        tmp_path,
-        dev_cluster,
-        kube,
-        namespace,
-        pg_dsn,
-        operator,
-        identity,
-        broken_operator_metrics,
-        spec,
-        evict_after="notify",
-    )
-
-
-@pytest.mark.cluster
-@pytest.mark.skipif(not _worker_available(), reason="agent_worker.main (the worker) is not in the tree yet")
 def test_dashboards_and_alerts_on_a_real_run(
     tmp_path: pathlib.Path,
     dev_cluster: Any,
