@@ -182,7 +182,9 @@ def operator_env(dev_cluster: Any, namespace: str, dsn: str) -> dict[str, str]:
             "AGENTRUN_WATCH_NAMESPACES": namespace,
             "AGENTRUN_LEADER_NAMESPACE": namespace,
             "AGENTRUN_LEADER_LEASE": "agentrun-operator",
-            "AGENTRUN_LEADER_DURATION_SECONDS": "4",
+            # Long enough that a loaded 2-core machine never makes the leader miss its renew deadline;
+            # the HA tests shorten it for themselves.
+            "AGENTRUN_LEADER_DURATION_SECONDS": "10",
             "AGENTRUN_WORKER_SERVICE_ACCOUNT": WORKER_SA,
             "AGENTRUN_POLL_SECONDS": "1",
             "AGENTRUN_WORKER_GRACE_SECONDS": "10",

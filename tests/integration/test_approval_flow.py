@@ -31,7 +31,7 @@ def spec(path: Path, **approval: Any) -> dict[str, Any]:
     return {
         "graph": APPROVAL,
         "input": {"path": str(path), "line": "approved-line"},
-        "lease": {"durationSeconds": 4},
+        "lease": {"durationSeconds": 8},
         "retry": {"backoffSeconds": 0},
         "approval": approval,
     }

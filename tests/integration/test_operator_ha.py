@@ -5,17 +5,29 @@ from __future__ import annotations
 import time
 
 import kubernetes
-from conftest import OperatorHandle, create_run, pods, wait_for
+from conftest import OperatorHandle, Replica, create_run, pods, wait_for
+
+DURATION = 4  # seconds: leader Lease of these tests (short, to measure failover quickly)
+
+
+def pair(kube: kubernetes.client.ApiClient, operator: OperatorHandle) -> tuple[Replica, Replica]:
+    """Replace the fixture's replica by a leader and a standby using a short leader Lease."""
+    operator.stop()  # SIGTERM: releases the Lease at once
+    operator.env["AGENTRUN_LEADER_DURATION_SECONDS"] = str(DURATION)
+    first = operator.start()
+    operator.wait_leader(kube, timeout=30)
+    assert operator.leader(kube) == first.identity
+    return first, operator.start()
 
 
 def test_leader_killed_standby_takes_over(
     kube: kubernetes.client.ApiClient, operator: OperatorHandle
 ) -> None:
-    first = operator.current
-    standby = operator.start()
-    time.sleep(2)
+    first, standby = pair(kube, operator)
+    wait_for(lambda: "standby:" in standby.logs(), 30, "the standby to wait", on_timeout=operator.logs)
+    time.sleep(1)
     assert operator.leader(kube) == first.identity
-    assert "standby:" in standby.logs() and "holds Lease" not in standby.logs()
+    assert "holds Lease" not in standby.logs()
 
     operator.kill(first)  # SIGKILL: no release, the standby must wait for the Lease to expire
     killed_at = time.monotonic()
@@ -45,9 +57,8 @@ def test_leader_killed_standby_takes_over(
 def test_graceful_stop_releases_leadership_at_once(
     kube: kubernetes.client.ApiClient, operator: OperatorHandle
 ) -> None:
-    first = operator.current
-    standby = operator.start()
-    time.sleep(1.5)
+    first, standby = pair(kube, operator)
+    wait_for(lambda: "standby:" in standby.logs(), 30, "the standby to wait", on_timeout=operator.logs)
     operator.stop(first)  # SIGTERM: kopf cleanup releases the Lease
     stopped_at = time.monotonic()
     assert operator.wait_leader(kube, timeout=15, not_=first.identity) == standby.identity

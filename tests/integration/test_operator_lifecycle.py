@@ -21,11 +21,11 @@ from agentrun_dev.podruntime import control
 STEPS = "tests.integration.test_operator_graphs:steps"
 
 
-def spec(path: Path, **input_: Any) -> dict[str, Any]:
+def spec(path: Path, lease: int = 8, **input_: Any) -> dict[str, Any]:
     return {
         "graph": STEPS,
         "input": {"path": str(path), **input_},
-        "lease": {"durationSeconds": 4},
+        "lease": {"durationSeconds": lease},
         "retry": {"backoffSeconds": 0, "maxAttempts": 4},
     }
 
@@ -153,7 +153,7 @@ def test_lost_node_lease_expiry_takeover_fences_stale_worker(
     kube: kubernetes.client.ApiClient, operator: OperatorHandle, tmp_path: Path, pg_dsn: str, unfreeze: None
 ) -> None:
     ns, out = operator.namespace, tmp_path / "effects.txt"
-    uid = create_run(kube, ns, "island", spec(out, pause={"prepare": 6}))["metadata"]["uid"]
+    uid = create_run(kube, ns, "island", spec(out, lease=4, pause={"prepare": 6}))["metadata"]["uid"]
     coord = kubernetes.client.CoordinationV1Api(kube)
 
     def holder() -> str:
