@@ -420,6 +420,7 @@ def test_dashboards_and_alerts_on_ledger_rows(
 
 # --- the real operator, evicted once and approved once -----------------------------------------------
 
+
 def _evicted_and_approved_run(
     tmp_path: pathlib.Path,
     dev_cluster: Any,
