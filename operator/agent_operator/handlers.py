@@ -32,7 +32,8 @@ from agent_worker import lease_math
 logger = logging.getLogger(__name__)
 
 RUNS = (kube.GROUP, kube.VERSION, kube.PLURAL)
-ERROR_RETRY_SECONDS = 2.0
+ERROR_RETRY_SECONDS = 2.0  # first retry after a failed reconcile; doubled per failure in a row
+MAX_ERROR_RETRY_SECONDS = 30.0
 
 
 class _State:
@@ -155,9 +156,19 @@ async def run_loop(
             try:
                 plan = await asyncio.to_thread(STATE.reconciler.reconcile, body, pod_list, lease, memory)
                 delay = plan.requeue_after
-            except Exception as exc:  # the handler boundary: log, look again soon
-                logger.warning("reconcile of %s/%s failed: %s: %s", namespace, name, type(exc).__name__, exc)
-                delay = ERROR_RETRY_SECONDS
+                memory.failures = 0
+            except Exception as exc:  # the handler boundary: log, look again soon (backing off)
+                memory.failures += 1
+                delay = min(MAX_ERROR_RETRY_SECONDS, ERROR_RETRY_SECONDS * 2 ** min(memory.failures - 1, 5))
+                logger.warning(
+                    "reconcile of %s/%s failed (%d in a row, next try in %.0fs): %s: %s",
+                    namespace,
+                    name,
+                    memory.failures,
+                    delay,
+                    type(exc).__name__,
+                    exc,
+                )
             await _sleep(wake, stopped, _bounded(delay, memory))
     finally:
         if STATE.wakeups.get(key) is wake:

@@ -38,6 +38,7 @@ class RunMemory:
     waiting_running: str | None = None  # pod name whose Running we wait for (resume latency)
     renew_failure_version: tuple[object, ...] | None = None
     last_pod_error: str | None = None
+    failures: int = 0  # reconciles failed in a row (error backoff)
     seen_pods: dict[str, model.PodInfo] = dataclasses.field(default_factory=dict)  # last state per Pod name
 
 
