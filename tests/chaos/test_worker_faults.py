@@ -1,0 +1,139 @@
+"""Kill a real worker at every named fault point, re-run it to completion, count effects at the providers.
+
+For each point: AGENTRUN_CHAOS_REPS repetitions (default 20), AGENTRUN_CHAOS_CONCURRENCY at a time (default
+4), each a fresh run with a randomly chosen hit number and jittered node timings. Every repetition must end
+``succeeded`` with exactly one performed effect per ledger key at the HTTP provider and exactly one message
+per key at the SMTP sink (which does not dedupe), and every ledger row ``sent``/``confirmed``.
+Leases are real (dev cluster), 3 s long, so a killed holder's Lease expires quickly.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import random
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from agent_worker import faults, store
+from agentrun_dev import http_provider, smtp_sink
+from tests.chaos import worker_harness
+
+pytestmark = [pytest.mark.chaos, pytest.mark.cluster, pytest.mark.postgres, pytest.mark.slow]
+
+REPS = int(os.environ.get("AGENTRUN_CHAOS_REPS", "20"))
+CONCURRENCY = int(os.environ.get("AGENTRUN_CHAOS_CONCURRENCY", "4"))
+
+# point -> (needs an approval in the graph, possible hit numbers within the killed process)
+PLAN: dict[str, tuple[bool, tuple[int, ...]]] = {
+    "after_admission_read": (False, (1,)),
+    "after_lease_acquired": (False, (1,)),
+    "after_reserve": (False, (1, 2, 3)),  # charge, email (act), final charge (finish)
+    "after_call": (False, (1, 2, 3)),
+    "after_record": (False, (1, 2, 3)),
+    "after_checkpoint": (False, (1, 2, 3, 4, 5, 6)),
+    "while_parking": (True, (1,)),
+    "after_resume_read": (True, (1,)),
+    "before_lease_renew": (False, (1,)),
+}
+TIMINGS: dict[str, float] = {}
+
+
+def test_plan_covers_every_fault_point() -> None:
+    assert set(PLAN) == set(faults.POINTS)
+
+
+@pytest.fixture(scope="module")
+def providers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[worker_harness.Providers]:
+    base = tmp_path_factory.mktemp("providers")
+    with http_provider.HttpProvider(base / "http") as hp, smtp_sink.SmtpSink(base / "smtp") as sink:
+        yield worker_harness.Providers(hp.url, sink.host, sink.port, sink.api_url)
+
+
+def _one_rep(worker: worker_harness.Worker, point: str, rep: int) -> dict[str, object]:
+    rng = random.Random(f"{point}-{rep}-{uuid.uuid4()}")
+    needs_approval, hits = PLAN[point]
+    n = rng.choice(hits)
+    # With an approval the run parks after two effects / four checkpoints, and hit numbers restart in the
+    # next process: only ask for an approval when the chosen hit still happens in the first process.
+    approval = needs_approval or (n <= 2 and rng.random() < 0.3)
+    run_id = f"{point.replace('_', '-')}-{rep}-{uuid.uuid4().hex[:8]}"
+    worker_harness.admit(worker.dsn, run_id, approval=approval)
+    fault = f"{point}@{n}"
+    jitter = "1500" if point == "before_lease_renew" else str(rng.choice([0, 20, 80]))
+    killed, processes, parked = 0, 0, 0
+    pod = f"{run_id}-p0"
+    for attempt in range(1, 10):
+        if rng.random() < 0.25:  # sometimes a new pod: it must wait for the dead holder's Lease to expire
+            pod = f"{run_id}-p{attempt}"
+        proc = worker.run(
+            run_id,
+            pod=pod,
+            attempt=attempt,
+            faults=fault if not killed else "",
+            AGENTRUN_TEST_JITTER_MS=jitter,
+        )
+        processes += 1
+        if proc.returncode == -9:
+            assert f"fault point {point}" in proc.stderr, proc.stderr[-2000:]
+            killed += 1
+            continue
+        if proc.returncode == 10:
+            parked += 1
+            with psycopg.connect(worker.dsn, autocommit=True) as conn:
+                pending = [a for a in store.list_approvals(conn, run_id) if a.status == "pending"]
+                assert len(pending) == 1
+                assert store.decide_approval(
+                    conn,
+                    approval_id=pending[0].approval_id,
+                    run_id=run_id,
+                    decision="approved",
+                    decided_by="t",
+                )
+            continue
+        assert proc.returncode == 0, f"{run_id}: exit {proc.returncode}\n{proc.stderr[-3000:]}"
+        break
+    else:
+        raise AssertionError(f"{run_id}: did not finish in 9 processes")
+    return {"run_id": run_id, "killed": killed, "processes": processes, "parked": parked, "fault": fault}
+
+
+@pytest.mark.parametrize("point", sorted(PLAN))
+def test_kill_at_point_then_rerun_performs_each_effect_once(
+    point: str,
+    pg_dsn: str,
+    namespace: str,
+    admin_kubeconfig: Path,
+    providers: worker_harness.Providers,
+) -> None:
+    worker = worker_harness.Worker(
+        pg_dsn, providers, kubeconfig=admin_kubeconfig, namespace=namespace, lease_duration=3
+    )
+    started = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(CONCURRENCY) as pool:
+        reps = list(pool.map(lambda i: _one_rep(worker, point, i), range(REPS)))
+    TIMINGS[point] = time.monotonic() - started
+    http_counts = http_provider.stats(providers.http_url)["effects_performed"]
+    _, smtp_stats, _ = http_provider.request(providers.smtp_api + "/stats")
+    mail_counts: dict[str, int] = smtp_stats["by_message_id"]
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        for rep in reps:
+            run_id = str(rep["run_id"])
+            assert rep["killed"] == 1, rep
+            run = store.get_run(conn, run_id)
+            assert run is not None and run.status == "succeeded", (rep, run)
+            effects = store.list_effects(conn, run_id)
+            assert len(effects) == 3, (rep, effects)
+            for effect in effects:
+                assert effect.status in ("sent", "confirmed"), (rep, effect)
+                if effect.tool == "charge":
+                    assert http_counts.get(effect.idempotency_key) == 1, (rep, effect)
+                else:
+                    assert mail_counts.get(f"{effect.idempotency_key}@test.invalid") == 1, (rep, effect)
+    total = sum(int(r["processes"]) for r in reps)  # type: ignore[call-overload]
+    print(f"\n{point}: {REPS} reps, {total} worker processes, {TIMINGS[point]:.1f}s")

@@ -1,0 +1,99 @@
+"""Running real worker subprocesses against real providers, for the chaos and worker integration tests."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from agent_worker import store
+
+REPO = Path(__file__).resolve().parents[2]
+GRAPH = "tests.graphs.effect_graph:builder"
+
+
+@dataclasses.dataclass
+class Providers:
+    http_url: str
+    smtp_host: str
+    smtp_port: int
+    smtp_api: str
+
+
+@dataclasses.dataclass
+class Worker:
+    dsn: str
+    providers: Providers | None = None
+    kubeconfig: Path | None = None  # None: AGENTRUN_LEASE_MODE=none
+    namespace: str = "default"
+    lease_duration: int = 3
+    extra_env: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def env(self, run_id: str, *, pod: str, attempt: int, faults: str = "", **extra: str) -> dict[str, str]:
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(REPO),
+            "AGENTRUN_RUN_ID": run_id,
+            "AGENTRUN_RUN_NAME": run_id,
+            "AGENTRUN_NAMESPACE": self.namespace,
+            "AGENTRUN_POD_NAME": pod,
+            "AGENTRUN_ATTEMPT": str(attempt),
+            "AGENTRUN_DSN": self.dsn,
+            "AGENTRUN_LEASE_DURATION_SECONDS": str(self.lease_duration),
+            "AGENTRUN_LEASE_WAIT_SECONDS": "30",
+            "AGENTRUN_LEASE_OWNER": "false",  # no AgentRun object in these tests: GC would delete the Lease
+            "AGENTRUN_FAULT_POINTS": faults,
+        }
+        if self.kubeconfig is None:
+            env["AGENTRUN_LEASE_MODE"] = "none"
+        else:
+            env["AGENTRUN_LEASE_MODE"] = "kube"
+            env["KUBECONFIG"] = str(self.kubeconfig)
+        if self.providers is not None:
+            env.update(
+                AGENTRUN_TEST_HTTP_URL=self.providers.http_url,
+                AGENTRUN_SMTP_HOST=self.providers.smtp_host,
+                AGENTRUN_SMTP_PORT=str(self.providers.smtp_port),
+                AGENTRUN_SMTP_API=self.providers.smtp_api,
+            )
+        env.update(self.extra_env)
+        env.update(extra)
+        return env
+
+    def start(
+        self, run_id: str, *, pod: str, attempt: int = 1, faults: str = "", **extra: str
+    ) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "agent_worker.main"],
+            env=self.env(run_id, pod=pod, attempt=attempt, faults=faults, **extra),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def run(
+        self, run_id: str, *, pod: str, attempt: int = 1, faults: str = "", timeout: float = 120, **extra: str
+    ) -> subprocess.CompletedProcess[str]:
+        proc = self.start(run_id, pod=pod, attempt=attempt, faults=faults, **extra)
+        out, err = proc.communicate(timeout=timeout)
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def admit(dsn: str, run_id: str, graph: str = GRAPH, durability: str = "sync", **input_: Any) -> store.Run:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return store.admit_run(
+            conn,
+            run_id=run_id,
+            namespace="ns",
+            name=run_id,
+            graph=graph,
+            input=input_,
+            spec_hash="test",
+            durability=durability,
+            approval_policy={"timeoutSeconds": 3600},
+        )

@@ -1,0 +1,83 @@
+"""Graphs for worker edge cases: an unknown-outcome effect without lookup, parallel branches, a factory."""
+
+from __future__ import annotations
+
+import operator
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+from langgraph.graph import END, START, StateGraph
+
+from agent_worker import effects
+from tests.graphs import effect_graph
+
+
+class State(TypedDict, total=False):
+    log: Annotated[list[Any], operator.add]
+
+
+@effects.tool(name="post_note")  # neither dedupes by key nor has a lookup: an unknown outcome is unknowable
+def post_note(call: effects.Call, *, text: str) -> Any:
+    effect_graph._log(f"post_note:{call.idempotency_key}")
+    return {"posted": text}
+
+
+def note(state: State) -> State:
+    return {"log": [post_note(text="hello")]}
+
+
+def _unknown() -> StateGraph[State]:
+    g: StateGraph[State] = StateGraph(State)
+    g.add_node("note", note)
+    g.add_edge(START, "note")
+    g.add_edge("note", END)
+    return g
+
+
+unknown_outcome = _unknown()
+
+
+# --- parallel branches in one superstep: "fast" finishes, then "slow" dies (langgraph issue 8039) --------
+
+
+def fast(state: State) -> State:
+    effect_graph._log("fast")
+    return {"log": ["fast"]}
+
+
+def slow(state: State) -> State:
+    effect_graph._log("slow")
+    path = os.environ.get("AGENTRUN_TEST_NODE_LOG", "")
+    if os.environ.get("AGENTRUN_TEST_KILL_IN_SLOW") == "1":
+        # Wait until "fast" has returned (its name is logged before returning; give the runtime time to hand
+        # its writes to the checkpointer), then die like an OOM kill in the middle of the superstep.
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and "fast" not in Path(path).read_text().split():
+            time.sleep(0.01)
+        time.sleep(float(os.environ.get("AGENTRUN_TEST_KILL_DELAY", "0.5")))
+        os.kill(os.getpid(), signal.SIGKILL)
+    return {"log": ["slow"]}
+
+
+def after(state: State) -> State:
+    effect_graph._log("after")
+    return {"log": ["after"]}
+
+
+def parallel() -> StateGraph[State]:
+    """A factory (also exercises factory loading)."""
+    g: StateGraph[State] = StateGraph(State)
+    g.add_node("fast", fast)
+    g.add_node("slow", slow)
+    g.add_node("after", after)
+    g.add_edge(START, "fast")
+    g.add_edge(START, "slow")
+    g.add_edge(["fast", "slow"], "after")
+    g.add_edge("after", END)
+    return g
+
+
+not_a_graph = 42
