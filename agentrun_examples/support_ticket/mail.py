@@ -85,10 +85,14 @@ def send(config: settings.SMTPSettings, *, key: str, to: str, subject: str, body
             raise NotSent(f"SMTP {config.host}:{config.port} before DATA: {exc}") from exc
         try:
             code, reply = client.data(msg.as_bytes())
-        except smtplib.SMTPDataError as exc:
+        except smtplib.SMTPDataError as exc:  # the answer to DATA itself (not 354)
             raise _refusal(exc.smtp_code, exc.smtp_error, "DATA") from exc
         except (smtplib.SMTPException, OSError) as exc:
             raise OutcomeUnknown(f"SMTP {config.host}:{config.port} during DATA: {exc}") from exc
+        # smtplib returns (not raises) the server's verdict on the message content: a 451 here means
+        # "not taken, try again", a 5xx "refused".
+        if code != 250:
+            raise _refusal(code, reply, "end of DATA")
     finally:
         try:
             client.quit()
