@@ -153,9 +153,14 @@ class OperatorHandle:
     def stop(self, replica: Replica | None = None) -> None:
         self.kill(replica, signal.SIGTERM)
 
-    def restart(self) -> Replica:
-        self.kill()
-        return self.start()
+    def restart(self, *, hard: bool = True, extra_env: dict[str, str] | None = None) -> Replica:
+        """Stop the current replica (SIGKILL when ``hard``: the new one waits for the Lease to expire;
+        SIGTERM otherwise: it releases the Lease and the new one leads at once) and start a new one."""
+        if hard:
+            self.kill()
+        else:
+            self.stop()
+        return self.start(extra_env=extra_env)
 
     def logs(self) -> str:
         return "\n".join(f"===== {r.identity} (rc={r.proc.poll()}) =====\n{r.logs()}" for r in self.replicas)
