@@ -253,3 +253,24 @@ def test_delete_mid_run_stops_worker_at_step_boundary(
     assert live == []
     assert db_run(pg_dsn, uid).status == "cancelled"
     assert lines(out) == []  # stopped before the effect step
+
+
+def test_ttl_after_finished_deletes_the_run(
+    kube: kubernetes.client.ApiClient, operator: OperatorHandle, tmp_path: Path
+) -> None:
+    ns = operator.namespace
+    create_run(kube, ns, "brief", {**spec(tmp_path / "effects.txt"), "ttlSecondsAfterFinished": 2})
+    wait_phase(kube, ns, "brief", "Succeeded", 90, operator)
+    finished = time.monotonic()
+
+    def gone() -> bool:
+        try:
+            kubernetes.client.CustomObjectsApi(kube).get_namespaced_custom_object(
+                "agentrun.dev", "v1alpha1", ns, "agentruns", "brief"
+            )
+        except kubernetes.client.ApiException as exc:
+            return exc.status == 404
+        return False
+
+    wait_for(gone, 30, "TTL deletion", on_timeout=operator.logs)
+    assert time.monotonic() - finished >= 0.5
