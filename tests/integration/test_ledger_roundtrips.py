@@ -1,0 +1,213 @@
+"""Postgres round trips per effect, the zombie write refusal, retries: the effect API in-process.
+
+Round trips are counted client-side with a cursor class that counts ``execute`` calls on autocommit
+connections (each is one Parse/Bind/Execute/Sync flight: one round trip).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+import psycopg
+import psycopg_pool
+import pytest
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph
+
+from agent_worker import context, effects, errors, store
+from agentrun_dev import http_provider
+
+pytestmark = pytest.mark.postgres
+
+EXECUTES = 0
+
+
+class CountingCursor(psycopg.Cursor[Any]):
+    def execute(self, *args: Any, **kwargs: Any) -> Any:
+        global EXECUTES
+        EXECUTES += 1
+        return super().execute(*args, **kwargs)
+
+
+class State(TypedDict, total=False):
+    out: Annotated[list[Any], operator.add]
+
+
+@pytest.fixture
+def provider(tmp_path: Path) -> Iterator[str]:
+    with http_provider.HttpProvider(tmp_path / "h") as hp:
+        yield hp.url
+
+
+@pytest.fixture
+def pool(pg_dsn: str) -> Iterator[psycopg_pool.ConnectionPool[Any]]:
+    with psycopg_pool.ConnectionPool(
+        pg_dsn,
+        min_size=1,
+        max_size=2,
+        kwargs={"autocommit": True, "cursor_factory": CountingCursor},
+        open=True,
+    ) as p:
+        yield p
+
+
+def _charge_tool(url: str, calls: list[str]) -> effects.Tool[Any, Any]:
+    @effects.tool(name="charge", dedupes_by_key=True, retry=effects.RetryPolicy(initial_backoff=0.01))
+    def charge(call: effects.Call, *, cents: int) -> Any:
+        calls.append(call.idempotency_key)
+        status, body, headers = http_provider.request(
+            f"{url}/effects", "POST", {"cents": cents}, {"Idempotency-Key": call.idempotency_key}
+        )
+        if status in (429, 503):
+            raise effects.Retryable(f"HTTP {status}", retry_after=float(headers.get("Retry-After", "0")))
+        return effects.Outcome(body, provider_ref=body["id"])
+
+    return charge
+
+
+def _graph(tool: effects.Tool[Any, Any], n: int = 1) -> Any:
+    def node(state: State) -> State:
+        return {"out": [tool(cents=i) for i in range(n)]}
+
+    g: StateGraph[State] = StateGraph(State)
+    g.add_node("pay", node)
+    g.add_edge(START, "pay")
+    g.add_edge("pay", END)
+    return g.compile(checkpointer=InMemorySaver())
+
+
+def _setup(pool: psycopg_pool.ConnectionPool[Any], epoch: int = 1) -> context.RunContext:
+    store.admit_run(pool, run_id="r", namespace="ns", name="r", graph="x:y", input={}, spec_hash="h")
+    store.claim_run(pool, run_id="r", epoch=epoch, holder="p")
+    return context.RunContext(conn=pool, run_id="r", attempt=1, epoch=epoch, sleep=lambda s: None)
+
+
+def test_happy_path_is_two_round_trips_and_replay_one(
+    pool: psycopg_pool.ConnectionPool[Any], provider: str
+) -> None:
+    global EXECUTES
+    ctx = _setup(pool)
+    calls: list[str] = []
+    graph = _graph(_charge_tool(provider, calls), n=5)
+    with context.activate(ctx):
+        EXECUTES = 0
+        graph.invoke({}, {"configurable": {"thread_id": "a"}})
+        first = EXECUTES
+        EXECUTES = 0
+        graph.invoke({}, {"configurable": {"thread_id": "b"}})  # same run, same step: all replays
+        replay = EXECUTES
+    print(f"\nPostgres round trips: {first / 5:g} per new effect, {replay / 5:g} per replayed effect")
+    assert first == 2 * 5
+    assert replay == 1 * 5
+    assert len(calls) == 5  # the replay called the provider zero times
+    effects_ = store.list_effects(pool, "r")
+    assert [e.occurrence for e in effects_] == [0] * 5 and all(e.status == "sent" for e in effects_)
+    assert all(e.duplicates_prevented == 1 for e in effects_)
+
+
+def test_two_identical_calls_in_one_step_are_two_effects(
+    pool: psycopg_pool.ConnectionPool[Any], provider: str
+) -> None:
+    ctx = _setup(pool)
+    calls: list[str] = []
+    tool = _charge_tool(provider, calls)
+
+    def node(state: State) -> State:
+        return {"out": [tool(cents=1), tool(cents=1)]}
+
+    g: StateGraph[State] = StateGraph(State)
+    g.add_node("pay", node)
+    g.add_edge(START, "pay")
+    g.add_edge("pay", END)
+    with context.activate(ctx):
+        g.compile(checkpointer=InMemorySaver()).invoke({}, {"configurable": {"thread_id": "a"}})
+    assert len(set(calls)) == 2
+    assert sorted(e.occurrence for e in store.list_effects(pool, "r")) == [0, 1]
+
+
+def test_zombie_epoch_write_is_refused_before_any_provider_call(
+    pool: psycopg_pool.ConnectionPool[Any], provider: str
+) -> None:
+    zombie = _setup(pool, epoch=1)
+    store.claim_run(pool, run_id="r", epoch=2, holder="newer")  # a newer attempt took the run
+    calls: list[str] = []
+    graph = _graph(_charge_tool(provider, calls))
+    with context.activate(zombie), pytest.raises(errors.Fenced):
+        graph.invoke({}, {"configurable": {"thread_id": "a"}})
+    assert calls == []
+    assert http_provider.stats(provider)["requests"] == 0
+    assert store.list_effects(pool, "r") == []
+    assert zombie.stop is not None  # sticky: every later effect refuses at once
+
+
+def test_lease_past_renew_deadline_stops_effects(
+    pool: psycopg_pool.ConnectionPool[Any], provider: str
+) -> None:
+    ctx = _setup(pool)
+    ctx.may_act = lambda: False
+    calls: list[str] = []
+    with context.activate(ctx), pytest.raises(errors.Fenced, match="lease not held"):
+        _graph(_charge_tool(provider, calls)).invoke({}, {"configurable": {"thread_id": "a"}})
+    assert calls == [] and store.list_effects(pool, "r") == []
+
+
+def test_retry_after_429_is_honoured_and_attempts_are_in_the_ledger(
+    pool: psycopg_pool.ConnectionPool[Any], provider: str
+) -> None:
+    ctx = _setup(pool)
+    slept: list[float] = []
+    ctx.sleep = slept.append
+    http_provider.request(
+        f"{provider}/control/faults", "POST", {"mode": "429", "count": 2, "retry_after": 1.5}
+    )
+    calls: list[str] = []
+    with context.activate(ctx):
+        _graph(_charge_tool(provider, calls)).invoke({}, {"configurable": {"thread_id": "a"}})
+    (effect,) = store.list_effects(pool, "r")
+    assert effect.status == "sent" and effect.attempts == 3 and effect.provider_ref
+    assert len(calls) == 3 and len(slept) == 2 and all(1.5 <= s <= 1.66 for s in slept)
+
+
+def test_non_retryable_error_fails_fast(pool: psycopg_pool.ConnectionPool[Any]) -> None:
+    ctx = _setup(pool)
+    calls: list[int] = []
+
+    @effects.tool(name="bad")
+    def bad(call: effects.Call, *, cents: int) -> Any:
+        calls.append(cents)
+        raise effects.Permanent("HTTP 400 invalid")
+
+    with context.activate(ctx), pytest.raises(errors.EffectFailed, match="non-retryable"):
+        _graph(bad).invoke({}, {"configurable": {"thread_id": "a"}})  # type: ignore[arg-type]
+    (effect,) = store.list_effects(pool, "r")
+    assert calls == [0] and effect.status == "failed" and effect.attempts == 1
+
+
+def test_read_only_run_refuses_new_effects(pool: psycopg_pool.ConnectionPool[Any], provider: str) -> None:
+    ctx = _setup(pool)
+    store.set_read_only(pool, "r", True)
+    calls: list[str] = []
+    with context.activate(ctx), pytest.raises(errors.ReadOnlyRun):
+        _graph(_charge_tool(provider, calls)).invoke({}, {"configurable": {"thread_id": "a"}})
+    assert calls == []
+
+
+def test_unserialisable_arguments_are_refused_with_the_path(pool: psycopg_pool.ConnectionPool[Any]) -> None:
+    ctx = _setup(pool)
+
+    @effects.tool(name="t")
+    def t(call: effects.Call, *, when: Any) -> Any:
+        return 1
+
+    def node(state: State) -> State:
+        return {"out": [t(when={"at": {1, 2}})]}
+
+    g: StateGraph[State] = StateGraph(State)
+    g.add_node("n", node)
+    g.add_edge(START, "n")
+    g.add_edge("n", END)
+    with context.activate(ctx), pytest.raises(TypeError, match=r"^args\.when\.at: builtins\.set"):
+        g.compile(checkpointer=InMemorySaver()).invoke({}, {"configurable": {"thread_id": "a"}})
