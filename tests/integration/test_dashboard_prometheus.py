@@ -499,6 +499,13 @@ def _evicted_and_approved_run(
             assert (
                 peak(prom, 'agentrun_resume_latency_seconds_count{job="agentrun-operator"}', start, end) >= 1
             )
+            latency = peak(
+                prom, 'sum(agentrun_resume_latency_seconds_sum{job="agentrun-operator"})', start, end
+            )
+            print(
+                f"{len(panel_queries())} panel queries returned data; resume latency (pod loss observed ->"
+                f" next attempt running) {latency:.2f}s"
+            )
             assert_alerts_fire_when_staged(prom, conn, f"{namespace}-staged", "agentrun-operator-nodb")
     finally:
         staging.shutdown()
