@@ -148,7 +148,30 @@ def demo() -> int:
     ds.step("2. the schema and the operator (background process)")
     applied = ds.migrate(env["AGENTRUN_DSN"])
     ds.say(f"Postgres schema at {env['AGENTRUN_DSN']}: {', '.join(applied) if applied else 'up to date'}")
-    pid, started = ds.start_operator(env, NAMESPACE)
+    # The operator runs as its own ServiceAccount with deploy/base's RBAC, not as the cluster admin.
+    base = ds.REPO / "deploy" / "base"
+    ds.run(["kubectl", "create", "namespace", "agentrun-system"], kenv, check=False, show=False)
+    ds.run(
+        ["kubectl", "apply", "-f", str(base / "rbac-operator.yaml"), "-f", str(base / "rbac-leader.yaml")],
+        kenv,
+    )
+    # A fresh token each time (a running operator that re-reads its kubeconfig gets it too).
+    token = ds.run(
+        [
+            "kubectl",
+            "create",
+            "token",
+            "agentrun-operator",
+            "-n",
+            "agentrun-system",
+            f"--duration={ds.TOKEN_SECONDS}s",
+        ],
+        kenv,
+        show=False,
+    ).strip()
+    kubeconfig = ds.operator_kubeconfig(env, token)
+    ds.say(f"operator identity: system:serviceaccount:agentrun-system:agentrun-operator ({kubeconfig})")
+    pid, started = ds.start_operator(env, NAMESPACE, kubeconfig)
     log = ds._state_dir(env) / "operator.log"
     ds.say(f"operator pid {pid} ({'started' if started else 'already running'}); log {log}")
     ds.wait_operator_healthy(env, pid)

@@ -131,17 +131,51 @@ def metrics_url(env: Mapping[str, str]) -> str:
     return f"http://127.0.0.1:{port}/metrics"
 
 
-def start_operator(env: Mapping[str, str], namespace: str) -> tuple[int, bool]:
-    """(pid, started now). Reuses a running demo operator; else starts ``agentrun operator`` detached."""
+# Service-account tokens are short-lived; a demo operator older than this is restarted with a fresh one.
+TOKEN_SECONDS = 12 * 3600
+REUSE_SECONDS = 6 * 3600
+
+
+def operator_kubeconfig(env: Mapping[str, str], token: str) -> pathlib.Path:
+    """A kubeconfig for the operator's own ServiceAccount (deploy/base RBAC), not the admin: the demo's
+    operator runs with exactly the permissions a real cluster gives it."""
+    import yaml
+
+    admin = yaml.safe_load(pathlib.Path(env["KUBECONFIG"]).read_text())
+    cluster = admin["clusters"][0]["cluster"]
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "dev", "cluster": cluster}],
+        "users": [{"name": "agentrun-operator", "user": {"token": token}}],
+        "contexts": [{"name": "operator", "context": {"cluster": "dev", "user": "agentrun-operator"}}],
+        "current-context": "operator",
+    }
+    path = _state_dir(env) / "operator.kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+    return path
+
+
+def start_operator(env: Mapping[str, str], namespace: str, kubeconfig: pathlib.Path) -> tuple[int, bool]:
+    """(pid, started now). Reuses a running demo operator unless its token is getting old; else starts
+    ``agentrun operator`` detached, with ``kubeconfig``."""
     state = _state_dir(env)
     pid = operator_pid(env)
+    started_file = state / "operator.started"
     if pid is not None:
-        return pid, False
+        try:
+            age = time.time() - float(started_file.read_text())
+        except (OSError, ValueError):
+            age = float("inf")
+        if age < REUSE_SECONDS:
+            return pid, False
+        stop_operator(env)
     port = _free_port()
     op_env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTRUN_")}
     op_env.update(
         {
-            "KUBECONFIG": env["KUBECONFIG"],
+            "KUBECONFIG": str(kubeconfig),
             "AGENTRUN_DSN": env["AGENTRUN_DSN"],
             "AGENTRUN_WATCH_NAMESPACES": namespace,
             "AGENTRUN_LEADER_NAMESPACE": namespace,
@@ -166,6 +200,7 @@ def start_operator(env: Mapping[str, str], namespace: str) -> tuple[int, bool]:
     )
     (state / "operator.pid").write_text(f"{proc.pid}\n")
     (state / "operator.port").write_text(f"{port}\n")
+    started_file.write_text(f"{time.time()}\n")
     return proc.pid, True
 
 
