@@ -6,7 +6,8 @@ Surface used by the rest of the operator (all cheap, thread-safe, never raise on
     metrics.resume_latency(seconds, reason)      # pod loss observed -> next attempt's Pod running
     metrics.lease_takeover(namespace)            # a run's Lease was taken over after expiry
     metrics.lease_renew_failure(namespace)       # a Lease was seen un-renewed past its renew deadline
-    metrics.start_metrics_server(port, dsn=...)  # serve /metrics (in-process metrics + ledger collector)
+    metrics.start_metrics_server(port, dsn=..., active=...)  # serve /metrics and /healthz; ledger figures
+                                                 # only while active() (the leader), if given
 
 Why two kinds: what only the operator observes (why it started an attempt, how long a resume took) is counted
 in-process. Everything about the ledger, heartbeats, approvals and step timings lives in Postgres and is read
@@ -321,8 +322,12 @@ class LedgerCollector:
     statement timeout) the scrape still succeeds with ``agentrun_collector_up 0`` and no ledger figures."""
 
     def __init__(self, fetch: Callable[[], Snapshot],
-                 on_namespaces: Callable[[Iterable[str]], None] = init_namespaces) -> None:
+                 on_namespaces: Callable[[Iterable[str]], None] = init_namespaces,
+                 active: Callable[[], bool] | None = None) -> None:
         self._fetch = fetch
+        # Standby replicas may serve /metrics (probes, process metrics) but must not export the ledger a
+        # second time: dashboards sum across targets. ``active`` says whether this replica leads.
+        self._active = active
         self._on_namespaces = on_namespaces
         self._up = True
         self._lock = threading.Lock()  # the HTTP server is threaded; one fetch at a time
@@ -331,6 +336,8 @@ class LedgerCollector:
         return []  # unchecked collector: its families depend on the data
 
     def collect(self) -> Iterator[core.Metric]:
+        if self._active is not None and not self._active():
+            return
         started = time.monotonic()
         try:
             with self._lock:
@@ -354,24 +361,28 @@ class LedgerCollector:
 
 # The Postgres side lives in metrics_pg to keep this module about metric definitions.
 def postgres_collector(dsn: str, *, statement_timeout_seconds: float = 2.0,
-                       connect_timeout_seconds: float = 3.0) -> LedgerCollector:
+                       connect_timeout_seconds: float = 3.0,
+                       active: Callable[[], bool] | None = None) -> LedgerCollector:
     from agent_operator import metrics_pg
 
     source = metrics_pg.SnapshotSource(dsn, statement_timeout_seconds=statement_timeout_seconds,
                                        connect_timeout_seconds=connect_timeout_seconds)
-    return LedgerCollector(source.fetch)
+    return LedgerCollector(source.fetch, active=active)
 
 
 def start_metrics_server(port: int, dsn: str | None = None, *, addr: str = "0.0.0.0",
                          registry: prometheus_client.CollectorRegistry | None = None,
-                         collector: LedgerCollector | None = None) -> WSGIServer:
+                         collector: LedgerCollector | None = None,
+                         active: Callable[[], bool] | None = None) -> WSGIServer:
     """Serve /metrics on ``addr:port`` (port 0 picks a free one: read ``server.server_port``) in a daemon
     thread, and ``/healthz`` (always 200, touches nothing: for liveness/readiness probes, which must not
     cost a Postgres round of queries each). With ``dsn`` (or an explicit ``collector``) the ledger collector
-    is registered too. Stop with ``server.shutdown()``."""
+    is registered too; with ``active`` (e.g. "am I the leader?") it exports ledger figures only while that
+    returns True, so a standby replica can serve probes and process metrics without doubling them.
+    Stop with ``server.shutdown()``."""
     reg = REGISTRY if registry is None else registry
     if collector is None and dsn is not None:
-        collector = postgres_collector(dsn)
+        collector = postgres_collector(dsn, active=active)
     if collector is not None:
         reg.register(collector)
     metrics_app = prometheus_client.make_wsgi_app(reg)

@@ -180,3 +180,14 @@ def test_exported_names_cover_unobserved_labelled_metrics() -> None:
         "agentrun_heartbeat_age_seconds_bucket",
     ):
         assert name in names
+
+
+def test_a_standby_replica_exports_no_ledger_figures() -> None:
+    leading = [False]
+    reg = prometheus_client.CollectorRegistry()
+    reg.register(metrics.LedgerCollector(_snapshot, on_namespaces=lambda _: None, active=lambda: leading[0]))
+    assert reg.get_sample_value("agentrun_collector_up") is None
+    assert reg.get_sample_value("agentrun_runs", {"namespace": "ns-a", "phase": "Running"}) is None
+    leading[0] = True
+    assert reg.get_sample_value("agentrun_collector_up") == 1
+    assert reg.get_sample_value("agentrun_runs", {"namespace": "ns-a", "phase": "Running"}) == 2
