@@ -1,0 +1,85 @@
+"""Worker fencing with real Leases (dev cluster): a frozen zombie is deposed and makes no provider call."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from agent_worker import store
+from agentrun_dev import http_provider, smtp_sink
+from tests.chaos import worker_harness
+
+pytestmark = [pytest.mark.cluster, pytest.mark.postgres]
+
+
+@pytest.fixture
+def providers(tmp_path: Path) -> Iterator[worker_harness.Providers]:
+    with http_provider.HttpProvider(tmp_path / "h") as hp, smtp_sink.SmtpSink(tmp_path / "s") as sink:
+        yield worker_harness.Providers(hp.url, sink.host, sink.port, sink.api_url)
+
+
+def _wait_for(predicate, timeout: float = 30) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_frozen_zombie_is_fenced_and_never_calls_the_provider(
+    pg_dsn: str, namespace: str, admin_kubeconfig: Path, providers: worker_harness.Providers, tmp_path: Path
+) -> None:
+    block, log = tmp_path / "block", tmp_path / "log"
+    block.touch()
+    worker = worker_harness.Worker(pg_dsn, providers, kubeconfig=admin_kubeconfig, namespace=namespace)
+    worker_harness.admit(pg_dsn, "r")
+    zombie = worker.start(
+        "r", pod="pod-a", AGENTRUN_TEST_BLOCK_FILE=str(block), AGENTRUN_TEST_NODE_LOG=str(log)
+    )
+    _wait_for(lambda: log.exists() and "prepare" in log.read_text())
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        _wait_for(lambda: any(h.key == "worker" for h in store.list_heartbeats(conn, "r")))  # renewals beat
+        first_epoch = store.get_run(conn, "r").lease_epoch  # type: ignore[union-attr]
+    zombie.send_signal(signal.SIGSTOP)  # a GC pause / frozen node: it still believes it holds the Lease
+    try:
+        block.unlink()
+        proc = worker.run("r", pod="pod-b", attempt=2, AGENTRUN_TEST_NODE_LOG=str(log))  # waits for expiry
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    finally:
+        zombie.send_signal(signal.SIGCONT)
+    _, err = zombie.communicate(timeout=60)
+    assert zombie.returncode == 12, err[-3000:]
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        run = store.get_run(conn, "r")
+        effects = store.list_effects(conn, "r")
+    assert run is not None and run.status == "succeeded" and run.lease_epoch > first_epoch
+    assert len(effects) == 3 and {e.status for e in effects} == {"sent"}
+    assert {e.epoch for e in effects} == {run.lease_epoch}
+    stats = http_provider.stats(providers.http_url)
+    assert stats["requests"] == 2 and set(stats["effects_performed"].values()) == {1}  # only pod-b called
+    _, mail, _ = http_provider.request(providers.smtp_api + "/stats")
+    assert mail["count"] == 1
+
+
+def test_second_worker_waits_while_the_lease_is_renewed(
+    pg_dsn: str, namespace: str, admin_kubeconfig: Path, providers: worker_harness.Providers, tmp_path: Path
+) -> None:
+    block, log = tmp_path / "block", tmp_path / "log"
+    block.touch()
+    worker = worker_harness.Worker(pg_dsn, providers, kubeconfig=admin_kubeconfig, namespace=namespace)
+    worker_harness.admit(pg_dsn, "r")
+    holder = worker.start(
+        "r", pod="pod-a", AGENTRUN_TEST_BLOCK_FILE=str(block), AGENTRUN_TEST_NODE_LOG=str(log)
+    )
+    try:
+        _wait_for(lambda: log.exists() and "prepare" in log.read_text())
+        other = worker.run("r", pod="pod-b", attempt=2, AGENTRUN_LEASE_WAIT_SECONDS="4")
+        assert other.returncode == 12 and "held by" in other.stderr
+    finally:
+        block.unlink()
+    holder.communicate(timeout=60)
+    assert holder.returncode == 0
