@@ -4,7 +4,9 @@ For each point: AGENTRUN_CHAOS_REPS repetitions (default 20), AGENTRUN_CHAOS_CON
 4), each a fresh run with a randomly chosen hit number and jittered node timings. Every repetition must end
 ``succeeded`` with exactly one performed effect per ledger key at the HTTP provider and exactly one message
 per key at the SMTP sink (which does not dedupe), and every ledger row ``sent``/``confirmed``.
-Leases are real (dev cluster), 3 s long, so a killed holder's Lease expires quickly.
+Leases are real (dev cluster), 3 s long, so a killed holder's Lease expires quickly. Worker processes are
+forked from pre-imported zygotes (tests/chaos/zygote.py) to save ~1 s of imports each; each is still a
+separate process SIGKILLed at its fault point.
 """
 
 from __future__ import annotations
@@ -46,6 +48,13 @@ TIMINGS: dict[str, float] = {}
 
 def test_plan_covers_every_fault_point() -> None:
     assert set(PLAN) == set(faults.POINTS)
+
+
+@pytest.fixture(scope="module")
+def zygotes() -> Iterator[worker_harness.ZygotePool]:
+    pool = worker_harness.ZygotePool(CONCURRENCY)
+    yield pool
+    pool.close()
 
 
 @pytest.fixture(scope="module")
@@ -110,9 +119,10 @@ def test_kill_at_point_then_rerun_performs_each_effect_once(
     namespace: str,
     admin_kubeconfig: Path,
     providers: worker_harness.Providers,
+    zygotes: worker_harness.ZygotePool,
 ) -> None:
     worker = worker_harness.Worker(
-        pg_dsn, providers, kubeconfig=admin_kubeconfig, namespace=namespace, lease_duration=3
+        pg_dsn, providers, kubeconfig=admin_kubeconfig, namespace=namespace, lease_duration=3, zygotes=zygotes
     )
     started = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(CONCURRENCY) as pool:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import queue
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +36,7 @@ class Worker:
     namespace: str = "default"
     lease_duration: int = 3
     extra_env: dict[str, str] = dataclasses.field(default_factory=dict)
+    zygotes: ZygotePool | None = None  # fork pre-imported workers instead of starting fresh interpreters
 
     def env(self, run_id: str, *, pod: str, attempt: int, faults: str = "", **extra: str) -> dict[str, str]:
         env = {
@@ -79,9 +83,62 @@ class Worker:
     def run(
         self, run_id: str, *, pod: str, attempt: int = 1, faults: str = "", timeout: float = 120, **extra: str
     ) -> subprocess.CompletedProcess[str]:
+        if self.zygotes is not None:
+            return self.zygotes.run(
+                self.env(run_id, pod=pod, attempt=attempt, faults=faults, **extra), timeout
+            )
         proc = self.start(run_id, pod=pod, attempt=attempt, faults=faults, **extra)
         out, err = proc.communicate(timeout=timeout)
         return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+class ZygotePool:
+    """``size`` zygote processes (tests/chaos/zygote.py); ``run`` borrows one per worker process."""
+
+    def __init__(self, size: int) -> None:
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        self._all = [
+            subprocess.Popen(
+                [sys.executable, "-m", "tests.chaos.zygote"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                env=env,
+                cwd=str(REPO),
+            )
+            for _ in range(size)
+        ]
+        self._free: queue.Queue[subprocess.Popen[str]] = queue.Queue()
+        for z in self._all:
+            self._free.put(z)
+        self._dir = tempfile.mkdtemp(prefix="agentrun-zygote-")
+        self._n = 0
+
+    def run(self, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
+        z = self._free.get(timeout=timeout)
+        try:
+            self._n += 1
+            err = os.path.join(self._dir, f"{os.getpid()}-{id(z)}-{self._n}.err")
+            assert z.stdin is not None and z.stdout is not None
+            z.stdin.write(json.dumps({"env": env, "stderr": err}) + "\n")
+            z.stdin.flush()
+            line = z.stdout.readline()
+            if not line:
+                raise RuntimeError("zygote died")
+            code = int(json.loads(line)["returncode"])
+            with open(err) as f:
+                stderr = f.read()
+            os.unlink(err)
+        finally:
+            self._free.put(z)
+        return subprocess.CompletedProcess(["zygote"], code, "", stderr)
+
+    def close(self) -> None:
+        for z in self._all:
+            if z.stdin is not None:
+                z.stdin.close()
+        for z in self._all:
+            z.wait(timeout=30)
 
 
 def admit(dsn: str, run_id: str, graph: str = GRAPH, durability: str = "sync", **input_: Any) -> store.Run:
