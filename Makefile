@@ -1,6 +1,8 @@
 # The two commands of the README, and a few helpers. Everything runs from the project's .venv, which
 # scripts/bootstrap creates on first use.
 BIN := .venv/bin
+# Tests and tools find the venv's executables (kubectl, hadolint, agentrun, kubectl-agentrun) on PATH.
+export PATH := $(CURDIR)/.venv/bin:$(PATH)
 PYTEST_ARGS ?=
 
 .PHONY: help demo test lint up down bootstrap
