@@ -37,6 +37,15 @@ class DeletePod:
 
 
 @dataclasses.dataclass(frozen=True)
+class RecordLoss:
+    """Close the attempt's row as ``lost`` (unless its worker recorded an outcome itself)."""
+
+    attempt: int
+    reason: str
+    message: str
+
+
+@dataclasses.dataclass(frozen=True)
 class Decide:
     """``store.decide_approval``; the runner emits the Event, since only Postgres knows who won."""
 
@@ -72,6 +81,7 @@ Action = (
     | Admit
     | CreatePod
     | DeletePod
+    | RecordLoss
     | Decide
     | CancelRun
     | SetReadOnly

@@ -345,6 +345,7 @@ def _lost(
         if loss.next_attempt_at is not None and loss.next_attempt_at <= world.now:
             st.next_attempt_at = None
     st.last_end = record
+    plan.actions.append(actions.RecordLoss(attempt, reason, message))
     plan.warn("AttemptLost", f"attempt {attempt} ended before the run finished: {message} ({reason})")
     return record
 

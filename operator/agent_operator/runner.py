@@ -222,6 +222,17 @@ class Runner:
                 kube.delete_pod(self.api, ns, pod, force=force)
                 if memory.lost_at is None:
                     memory.lost_at = time.monotonic()
+            case actions.RecordLoss(attempt=attempt, reason=reason, message=message):
+                rows = {a.attempt: a for a in store.list_attempts(self.db, run.uid)}
+                row = rows.get(attempt)
+                if row is not None and row.outcome is None:
+                    store.record_attempt_end(
+                        self.db,
+                        run_id=run.uid,
+                        attempt=attempt,
+                        outcome="lost",
+                        detail=f"{reason}: {message}",
+                    )
             case actions.Decide() as decide:
                 won = store.decide_approval(
                     self.db,

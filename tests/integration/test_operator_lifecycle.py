@@ -140,6 +140,8 @@ def test_oom_kill_resumes_and_effect_happens_once(
     with psycopg.connect(pg_dsn) as conn:
         effects = store.list_effects(conn, uid)
     assert len(effects) == 1 and effects[0].status in ("sent", "confirmed")
+    first_attempt = attempts(pg_dsn, uid)[0]
+    assert first_attempt.outcome == "lost" and first_attempt.detail.startswith("OOMKilled")
 
 
 @pytest.fixture

@@ -79,6 +79,9 @@ def test_failing_attempts_retry_until_the_limit(
     with psycopg.connect(pg_dsn) as conn:
         reasons = [a.start_reason for a in store.list_attempts(conn, body["metadata"]["uid"])]
     assert reasons == ["first", "failed", "failed"]
+    with psycopg.connect(pg_dsn) as conn:
+        outcomes = [a.outcome for a in store.list_attempts(conn, body["metadata"]["uid"])]
+    assert outcomes == ["lost", "lost", "lost"]
     reasons_seen = [e.reason for e in events(kube, ns, "crashy")]
     assert reasons_seen.count("AttemptLost") == 3 and "AttemptsExhausted" in reasons_seen
 

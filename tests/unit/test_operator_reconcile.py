@@ -47,6 +47,11 @@ def pod(attempt: int = 1, **kw: Any) -> model.PodInfo:
     return model.PodInfo(name=f"r-{attempt}", attempt=attempt, **kw)
 
 
+def effective(plan: actions.Plan) -> list[actions.Action]:
+    """The actions that change the world (RecordLoss only closes an attempt row)."""
+    return [a for a in plan.actions if not isinstance(a, actions.RecordLoss)]
+
+
 def kinds(plan: actions.Plan) -> list[type]:
     return [type(a) for a in plan.actions]
 
@@ -60,7 +65,7 @@ def test_finalizer_and_admission_come_before_any_pod() -> None:
 
 def test_first_attempt_after_admission() -> None:
     plan = reconcile.decide(world())
-    assert plan.actions == [actions.CreatePod(1, "first")]
+    assert effective(plan) == [actions.CreatePod(1, "first")]
     assert plan.status is not None
     assert plan.status["attempts"] == 1 and plan.status["workerPod"] == "r-1"
     assert plan.status["attemptReason"] == "first"
@@ -68,7 +73,7 @@ def test_first_attempt_after_admission() -> None:
 
 def test_running_pod_is_left_alone() -> None:
     plan = reconcile.decide(world(db="running", status={"attempts": 1}, pods=[pod(phase="Running")]))
-    assert plan.actions == []
+    assert effective(plan) == []
     assert plan.status is not None and plan.status["phase"] == "Running"
     cond = {c["type"]: c["status"] for c in plan.status["conditions"]}
     assert cond["Running"] == "True" and cond["Succeeded"] == "False"
@@ -79,7 +84,7 @@ def test_evicted_pod_resumes_with_reason_and_backoff() -> None:
     plan = reconcile.decide(
         world(db="running", status={"attempts": 1}, pods=[evicted], spec={"retry": {"backoffSeconds": 3}})
     )
-    assert plan.actions == []  # backoff first
+    assert effective(plan) == []  # backoff first
     assert plan.status is not None
     assert plan.status["lastAttemptEnd"]["reason"] == "evicted"
     assert plan.status["restarts"] == 1
@@ -90,7 +95,7 @@ def test_evicted_pod_resumes_with_reason_and_backoff() -> None:
         world(db="running", status=plan.status, pods=[evicted]), now=NOW + datetime.timedelta(seconds=3)
     )
     plan2 = reconcile.decide(later)
-    assert plan2.actions == [actions.CreatePod(2, "evicted", lost_observed=True)]
+    assert effective(plan2) == [actions.CreatePod(2, "evicted", lost_observed=True)]
     assert plan2.status is not None and plan2.status["attempts"] == 2
 
 
@@ -99,7 +104,10 @@ def test_zero_backoff_starts_next_attempt_in_the_same_reconcile() -> None:
     plan = reconcile.decide(
         world(db="running", status={"attempts": 1}, pods=[oom], spec={"retry": {"backoffSeconds": 0}})
     )
-    assert plan.actions == [actions.CreatePod(2, "OOMKilled", lost_observed=True)]
+    assert plan.actions == [
+        actions.RecordLoss(1, "OOMKilled", "the worker was OOM-killed (exit code 137)"),
+        actions.CreatePod(2, "OOMKilled", lost_observed=True),
+    ]
     assert any(e.reason == "AttemptLost" for e in plan.events)
 
 
@@ -107,12 +115,12 @@ def test_deleted_pod_counts_as_lost() -> None:
     plan = reconcile.decide(
         world(db="running", status={"attempts": 1}, spec={"retry": {"backoffSeconds": 0}})
     )
-    assert plan.actions == [actions.CreatePod(2, "deleted", lost_observed=True)]
+    assert effective(plan) == [actions.CreatePod(2, "deleted", lost_observed=True)]
 
 
 def test_just_created_pod_missing_from_cache_is_not_lost() -> None:
     plan = reconcile.decide(world(status={"attempts": 1}, pod_created_ago=0.2))
-    assert plan.actions == []
+    assert effective(plan) == []
 
 
 def test_attempt_limit_fails_the_run() -> None:
@@ -125,7 +133,7 @@ def test_attempt_limit_fails_the_run() -> None:
             spec={"retry": {"maxAttempts": 3}},
         )
     )
-    assert plan.actions == []
+    assert effective(plan) == []
     assert plan.status is not None and plan.status["phase"] == "Failed"
     failed_cond = next(c for c in plan.status["conditions"] if c["type"] == "Failed")
     assert failed_cond["status"] == "True" and failed_cond["reason"] == "AttemptsExhausted"
@@ -145,7 +153,7 @@ def test_lease_expired_pod_is_force_deleted_and_replaced() -> None:
             spec={"retry": {"backoffSeconds": 0}},
         )
     )
-    assert plan.actions == [
+    assert effective(plan) == [
         actions.DeletePod("r-1", "its Lease expired", force=True),
         actions.CreatePod(2, "lease_expired", lost_observed=True),
     ]
@@ -158,21 +166,21 @@ def test_expired_lease_of_an_older_holder_does_not_touch_the_current_pod() -> No
             db="running", status={"attempts": 2}, pods=[pod(2, phase="Running")], lease_expired_holder="r-1"
         )
     )
-    assert plan.actions == []
+    assert effective(plan) == []
 
 
 def test_draining_pod_is_waited_for() -> None:
     plan = reconcile.decide(
         world(db="running", status={"attempts": 1}, pods=[pod(phase="Running", deleting=True)])
     )
-    assert plan.actions == []
+    assert effective(plan) == []
 
 
 def test_succeeded_in_postgres_is_final() -> None:
     plan = reconcile.decide(
         world(db="succeeded", status={"attempts": 1}, pods=[pod(phase="Succeeded", exit_code=0)])
     )
-    assert plan.actions == []
+    assert effective(plan) == []
     assert plan.status is not None and plan.status["phase"] == "Succeeded"
     assert plan.status["completionTime"] == "2026-01-01T12:00:00Z"
     cond = {c["type"]: c["status"] for c in plan.status["conditions"]}
@@ -217,7 +225,7 @@ def test_cancel_deletes_pod_then_cancels_in_postgres() -> None:
 def test_delete_waits_for_the_worker_then_is_done() -> None:
     running = pod(phase="Running", deleting=True)
     plan = reconcile.decide(world(db="running", status={"attempts": 1}, pods=[running], deleting=True))
-    assert not plan.done and plan.actions == []
+    assert not plan.done and effective(plan) == []
     plan = reconcile.decide(
         world(db="running", status={"attempts": 1}, pods=[pod(phase="Failed")], deleting=True)
     )
@@ -237,7 +245,7 @@ def test_suspend_and_resume() -> None:
     resumed = reconcile.decide(
         world(db="running", status=plan.status, pods=[pod(phase="Failed", exit_code=11)])
     )
-    assert resumed.actions == [actions.CreatePod(2, "resumed")]
+    assert effective(resumed) == [actions.CreatePod(2, "resumed")]
     assert resumed.status is not None and resumed.status["restarts"] == 0
 
 
@@ -245,7 +253,7 @@ def test_operator_restart_adopts_pod_created_before_status_was_written() -> None
     plan = reconcile.decide(
         world(db="running", status={"attempts": 1}, pods=[pod(1, phase="Failed"), pod(2, phase="Running")])
     )
-    assert plan.actions == []
+    assert effective(plan) == []
     assert plan.status is not None and plan.status["attempts"] == 2 and plan.status["workerPod"] == "r-2"
 
 
@@ -253,7 +261,7 @@ def test_worker_usage_error_is_invalid_spec_without_retry() -> None:
     plan = reconcile.decide(
         world(db="admitted", status={"attempts": 1}, pods=[pod(phase="Failed", exit_code=2)])
     )
-    assert plan.actions == []
+    assert effective(plan) == []
     assert plan.status is not None and plan.status["phase"] == "Failed"
 
 
@@ -262,7 +270,7 @@ def test_evicted_pod_gone_from_cache_keeps_its_reason() -> None:
     plan = reconcile.decide(
         world(db="running", status={"attempts": 1}, last_seen_pod=seen, spec={"retry": {"backoffSeconds": 0}})
     )
-    assert plan.actions == [actions.CreatePod(2, "evicted", lost_observed=True)]
+    assert effective(plan) == [actions.CreatePod(2, "evicted", lost_observed=True)]
     alive_then_gone = pod(phase="Running")
     plan = reconcile.decide(
         world(
@@ -272,4 +280,4 @@ def test_evicted_pod_gone_from_cache_keeps_its_reason() -> None:
             spec={"retry": {"backoffSeconds": 0}},
         )
     )
-    assert plan.actions == [actions.CreatePod(2, "deleted", lost_observed=True)]
+    assert effective(plan) == [actions.CreatePod(2, "deleted", lost_observed=True)]
