@@ -81,3 +81,26 @@ def parallel() -> StateGraph[State]:
 
 
 not_a_graph = 42
+
+
+# --- a node that keeps the main thread busy (CPU) for longer than the Lease's renew deadline -------------
+
+
+def busy(state: State) -> State:
+    seconds = float(os.environ.get("AGENTRUN_TEST_BUSY_SECONDS", "4"))
+    end = time.monotonic() + seconds
+    n = 0
+    while time.monotonic() < end:  # pure-Python spin: holds the GIL except at the interpreter's switch points
+        n += 1
+    return {"log": [post_note(text=f"spun {n > 0}")]}  # an effect after the spin: refused if renewals starved
+
+
+def _busy() -> StateGraph[State]:
+    g: StateGraph[State] = StateGraph(State)
+    g.add_node("busy", busy)
+    g.add_edge(START, "busy")
+    g.add_edge("busy", END)
+    return g
+
+
+busy_graph = _busy()

@@ -83,3 +83,17 @@ def test_second_worker_waits_while_the_lease_is_renewed(
         block.unlink()
     holder.communicate(timeout=60)
     assert holder.returncode == 0
+
+
+def test_renewals_and_heartbeats_continue_while_a_step_spins(
+    pg_dsn: str, namespace: str, admin_kubeconfig: Path
+) -> None:
+    worker = worker_harness.Worker(pg_dsn, kubeconfig=admin_kubeconfig, namespace=namespace, lease_duration=3)
+    worker_harness.admit(pg_dsn, "r", graph="tests.graphs.special_graphs:busy_graph")
+    proc = worker.run("r", pod="pod-a", AGENTRUN_TEST_BUSY_SECONDS="5")
+    assert proc.returncode == 0, proc.stderr[-3000:]  # the effect after 5 s of spinning was allowed
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        beats = {h.key: h for h in store.list_heartbeats(conn, "r")}
+        (effect,) = store.list_effects(conn, "r")
+    assert beats["worker"].details["seq"] >= 3  # renewals every 1 s kept beating during the spin
+    assert effect.status == "sent"
