@@ -51,3 +51,11 @@ def test_heartbeat_observer_uses_local_time() -> None:
     obs.observe("worker", 2, now=111.0)
     assert not obs.stale("worker", now=120.0)
     assert not obs.stale("unknown", now=1e9)
+
+
+def test_agentrun_worker_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    from agent_worker import main
+
+    assert main.main(["--help"]) == 0
+    assert "Exit codes" in capsys.readouterr().out
+    assert main.main(["extra"]) == 2
