@@ -266,25 +266,43 @@ class _Execution:
                 raise self.ctx.set_stop(
                     errors.NeedsHuman(f"effect {self.key} already flagged for a human", key=self.key)
                 )
-            return self._reconcile(f"left pending by an earlier attempt (epoch {effect.epoch})", calls=0)
-        return self._perform(calls_before=0)
+            why = f"left pending by an earlier attempt (epoch {effect.epoch})"
+            return self._reconcile(why, unrecorded=0, total=effect.attempts)
+        return self._perform(total=0, unrecorded=0)
 
-    def _reconcile(self, why: str, *, calls: int) -> Any:
+    def _reconcile(self, why: str, *, unrecorded: int, total: int) -> Any:
         """Unknown outcome: look it up, retry where the provider dedupes, or stop for a human."""
         if self.tool.lookup is not None:
             try:
                 found = self.tool.lookup(self.key, self.args)
             except Exception as exc:
-                return self._needs_human(f"{why}; lookup failed: {type(exc).__name__}: {exc}", calls)
+                return self._needs_human(f"{why}; lookup failed: {type(exc).__name__}: {exc}", unrecorded)
             if found is not None:
-                return self._record_success(found, calls=calls)
-            return self._perform(calls_before=calls)  # provably never happened
+                return self._record_success(found, calls=unrecorded)
+            if total >= self.tool.retry_policy.max_attempts:
+                return self._fail(f"{why}; not performed (lookup) and out of attempts", unrecorded)
+            return self._perform(total=total, unrecorded=unrecorded)  # provably never happened
         if self.tool.dedupes_by_key:
-            return self._perform(calls_before=calls)  # the provider returns the first result for the key
+            return self._perform(total=total, unrecorded=unrecorded)  # the provider dedupes by key
         return self._needs_human(
             f"{why}; tool {self.tool.name!r} has no lookup hook and its provider does not dedupe by key",
-            calls,
+            unrecorded,
         )
+
+    def _fail(self, reason: str, calls: int) -> Any:
+        try:
+            store.record_effect(
+                self.ctx.conn,
+                key=self.key,
+                run_id=self.ctx.run_id,
+                epoch=self.ctx.epoch,
+                status="failed",
+                calls=calls,
+                error=reason,
+            )
+        except errors.Fenced as exc:
+            raise self._fenced(exc) from None
+        raise errors.EffectFailed(f"effect {self.key} ({self.tool.name}) failed: {reason}")
 
     def _needs_human(self, reason: str, calls: int) -> Any:
         message = f"effect {self.key} ({self.tool.name}, step {self.step}): outcome unknown: {reason}"
@@ -303,9 +321,10 @@ class _Execution:
             raise self._fenced(exc) from None
         raise self.ctx.set_stop(errors.NeedsHuman(message, key=self.key))
 
-    def _perform(self, *, calls_before: int) -> Any:
-        calls = 0  # provider calls since the last record
-        total = calls_before
+    def _perform(self, *, total: int, unrecorded: int) -> Any:
+        """Call the provider (with retries). ``total``: calls made for this key so far (the retry budget
+        spans reconciliations); ``unrecorded``: calls not yet counted in the ledger row."""
+        calls = unrecorded
         while True:
             self._guard()
             total += 1
@@ -325,7 +344,7 @@ class _Execution:
                     rng=self.ctx.rng,
                 )
                 if decision.action == "reconcile":
-                    return self._reconcile(f"call {total} {decision.reason}", calls=calls)
+                    return self._reconcile(f"call {total} {decision.reason}", unrecorded=calls, total=total)
                 status = "failed" if decision.action == "fail" else "pending"
                 try:
                     store.record_effect(

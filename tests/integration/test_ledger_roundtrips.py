@@ -211,3 +211,44 @@ def test_unserialisable_arguments_are_refused_with_the_path(pool: psycopg_pool.C
     g.add_edge("n", END)
     with context.activate(ctx), pytest.raises(TypeError, match=r"^args\.when\.at: builtins\.set"):
         g.compile(checkpointer=InMemorySaver()).invoke({}, {"configurable": {"thread_id": "a"}})
+
+
+def test_ambiguous_failure_is_reconciled_by_lookup_not_blind_retry(
+    pool: psycopg_pool.ConnectionPool[Any],
+) -> None:
+    ctx = _setup(pool)
+    performed: list[str] = []
+    lookups: list[str] = []
+
+    def lookup(key: str, args: dict[str, Any]) -> Any:
+        lookups.append(key)
+        return {"found": True} if performed else None
+
+    @effects.tool(name="flaky", lookup=lookup, retry=effects.RetryPolicy(max_attempts=3))
+    def flaky(call: effects.Call, *, cents: int) -> Any:
+        if call.attempt == 1:
+            raise TimeoutError("read timed out")  # did it happen? only the lookup can say
+        performed.append(call)
+        raise TimeoutError("read timed out after sending")
+
+    with context.activate(ctx):
+        out = _graph(flaky).invoke({}, {"configurable": {"thread_id": "a"}})  # type: ignore[arg-type]
+    assert out["out"] == [{"found": True}]
+    assert len(lookups) == 2 and len(performed) == 1  # never a third blind call
+    (effect,) = store.list_effects(pool, "r")
+    assert effect.status == "sent" and effect.attempts == 2
+
+
+def test_ambiguous_failure_without_budget_fails_after_lookup(pool: psycopg_pool.ConnectionPool[Any]) -> None:
+    ctx = _setup(pool)
+    calls: list[int] = []
+
+    @effects.tool(name="down", lookup=lambda key, args: None, retry=effects.RetryPolicy(max_attempts=2))
+    def down(call: effects.Call, *, cents: int) -> Any:
+        calls.append(call.attempt)
+        raise TimeoutError("timed out")
+
+    with context.activate(ctx), pytest.raises(errors.EffectFailed, match="out of attempts"):
+        _graph(down).invoke({}, {"configurable": {"thread_id": "a"}})  # type: ignore[arg-type]
+    (effect,) = store.list_effects(pool, "r")
+    assert calls == [1, 2] and effect.status == "failed" and effect.attempts == 2
