@@ -7,8 +7,9 @@
   read, only the few Postgres queries of ``runner.observe``;
 * **on.delete** finishes deletion: the daemon is stopped by kopf first; the handler then stops the worker
   and returns only when its Pod is gone, and kopf removes ``agentrun.dev/finalizer``;
-* **startup** builds settings, the API client and the Postgres pool, and waits for leadership
-  (``agent_operator.leader``) before kopf starts watching; **cleanup** releases the Lease.
+* **startup** serves /metrics and /healthz, waits for leadership
+  (``agent_operator.leader``), migrates the schema and opens the Postgres pool before kopf starts
+  watching; **cleanup** releases the Lease.
 
 Loadable both ways: ``agentrun operator`` (``agent_operator.main``) and
 ``kopf run --standalone -m agent_operator.handlers``.
@@ -18,16 +19,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
 
 import kopf
+import psycopg
 import psycopg_pool
 
 from agent_operator import kube, leader, metrics, model, runner
 from agent_operator import settings as settings_
-from agent_worker import lease_math
+from agent_worker import lease_math, store
 
 logger = logging.getLogger(__name__)
 
@@ -46,11 +49,18 @@ class _State:
     pool: psycopg_pool.ConnectionPool[Any] | None = None
     wakeups: dict[tuple[str, str], asyncio.Event]
     memories: dict[str, runner.RunMemory]
+    leading: threading.Event  # set once this replica leads (for good: losing the Lease exits the process)
 
 
 STATE = _State()
 STATE.wakeups = {}
 STATE.memories = {}
+STATE.leading = threading.Event()
+
+
+def _migrate(dsn: str) -> list[str]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return store.migrate(conn)
 
 
 def configure_kopf(settings: kopf.OperatorSettings) -> None:
@@ -72,16 +82,23 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     cfg = settings_.from_env()
     STATE.settings = cfg
     api = kube.client(cfg.kubeconfig or None)
+    # /metrics and /healthz before leadership: a standby must answer its probes (or the kubelet restarts it
+    # every few minutes), but it exports ledger figures only once it leads, so they are never doubled.
+    if cfg.metrics_port:
+        metrics.start_metrics_server(cfg.metrics_port, dsn=cfg.dsn, active=STATE.leading.is_set)
     if cfg.leader.enabled:
         STATE.elector = leader.Elector(api, cfg.leader)
         await leader.acquire(STATE.elector)
         STATE.keeper = asyncio.create_task(leader.keep(STATE.elector), name="leader-keeper")
+    STATE.leading.set()
+    if cfg.migrate:
+        # Only the leader migrates, and before the first admission row is written.
+        applied = await asyncio.to_thread(_migrate, cfg.dsn)
+        logger.info("schema migrations applied: %s", ", ".join(applied) or "(none, up to date)")
     STATE.pool = psycopg_pool.ConnectionPool(
         cfg.dsn, min_size=1, max_size=4, kwargs={"autocommit": True}, open=True, name="agentrun-operator"
     )
     STATE.reconciler = runner.Runner(cfg, api, STATE.pool)
-    if cfg.metrics_port:
-        metrics.start_metrics_server(cfg.metrics_port, dsn=cfg.dsn)
     logger.info("operator ready: namespaces=%s", ",".join(cfg.namespaces) or "(cluster-wide)")
 
 

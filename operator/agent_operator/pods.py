@@ -81,7 +81,8 @@ def manifest(
         "serviceAccountName": worker.get("serviceAccountName") or settings.worker.service_account,
         "terminationGracePeriodSeconds": settings.worker.termination_grace_seconds,
         "enableServiceLinks": False,
-        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        # Pod Security "restricted": the image runs as a numeric non-root user (Dockerfile USER 10001).
+        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
         "containers": [container],
     }
     for key in ("nodeSelector", "tolerations", "priorityClassName"):

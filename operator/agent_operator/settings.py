@@ -52,6 +52,9 @@ class Settings:
     namespaces: tuple[str, ...] = ()  # AGENTRUN_WATCH_NAMESPACES: comma list; empty = cluster-wide
     metrics_port: int = 0  # AGENTRUN_METRICS_PORT: 0 = no /metrics endpoint
     kubeconfig: str = ""  # KUBECONFIG (else in-cluster service account)
+    # AGENTRUN_MIGRATE: the leader applies the schema migrations (idempotent, advisory-locked) at start-up,
+    # before it admits any run. Off when a DBA applies them out of band.
+    migrate: bool = True
     leader: LeaderSettings = dataclasses.field(default_factory=LeaderSettings)
     worker: WorkerDefaults = dataclasses.field(default_factory=WorkerDefaults)
     reconcile: ReconcileSettings = dataclasses.field(default_factory=ReconcileSettings)
@@ -138,6 +141,7 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         namespaces=namespaces,
         metrics_port=metrics_port,
         kubeconfig=env.get("KUBECONFIG", ""),
+        migrate=_bool(env.get("AGENTRUN_MIGRATE", "true"), "AGENTRUN_MIGRATE"),
         leader=leader,
         worker=worker,
         reconcile=reconcile,

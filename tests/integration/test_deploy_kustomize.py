@@ -132,3 +132,21 @@ def test_tenant_and_examples_are_accepted(
     )
     assert "agentrun.agentrun.dev/support-ticket created (server dry run)" in examples.stdout
     assert "agentrun.agentrun.dev/support-ticket-strict created (server dry run)" in examples.stdout
+
+
+def test_operator_worker_pod_passes_restricted(
+    restricted_namespace: str, admin_kubeconfig: pathlib.Path
+) -> None:
+    """The Pod the operator creates for each attempt is admitted by ``restricted`` enforcement as built."""
+    from agent_operator import model, pods, settings
+
+    run = model.RunRef(namespace=restricted_namespace, name="psa", uid="00000000-0000-0000-0000-000000000001")
+    spec = model.RunSpec.from_body({"graph": "agentrun_examples.support_ticket:graph"})
+    body = pods.manifest(run, spec, 1, "first", settings.from_env({"AGENTRUN_DSN": "postgresql://x/y"}))
+    body["metadata"].pop("ownerReferences", None)  # the owner does not exist in a dry run
+    ds.kubectl(admin_kubeconfig, "create", "serviceaccount", "agentrun-worker", "-n", restricted_namespace)
+    result = ds.kubectl(
+        admin_kubeconfig, "apply", "--dry-run=server", "-f", "-", stdin=ds.dump([body]), check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert "violates PodSecurity" not in result.stderr + result.stdout

@@ -31,6 +31,7 @@ def test_manifest_follows_the_worker_contract() -> None:
     assert env["AGENTRUN_POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     assert env["AGENTRUN_DSN"] == "postgresql://x/y"
     assert body["spec"]["containers"][0]["command"] == ["agentrun", "worker"]
+    assert body["spec"]["securityContext"]["runAsNonRoot"] is True  # Pod Security "restricted"
 
 
 def test_dsn_from_secret_when_configured() -> None:
