@@ -289,36 +289,30 @@ class _Execution:
             unrecorded,
         )
 
-    def _fail(self, reason: str, calls: int) -> Any:
+    def _record(self, status: str, calls: int, **fields: Any) -> None:
+        """Record this key's new status, fenced by our epoch in the same statement.
+
+        A refused write (a newer epoch owns the run) stops the run at once."""
         try:
             store.record_effect(
                 self.ctx.conn,
                 key=self.key,
                 run_id=self.ctx.run_id,
                 epoch=self.ctx.epoch,
-                status="failed",
+                status=status,
                 calls=calls,
-                error=reason,
+                **fields,
             )
         except errors.Fenced as exc:
             raise self._fenced(exc) from None
+
+    def _fail(self, reason: str, calls: int) -> Any:
+        self._record("failed", calls, error=reason)
         raise errors.EffectFailed(f"effect {self.key} ({self.tool.name}) failed: {reason}")
 
     def _needs_human(self, reason: str, calls: int) -> Any:
         message = f"effect {self.key} ({self.tool.name}, step {self.step}): outcome unknown: {reason}"
-        try:
-            store.record_effect(
-                self.ctx.conn,
-                key=self.key,
-                run_id=self.ctx.run_id,
-                epoch=self.ctx.epoch,
-                status="pending",
-                calls=calls,
-                error=message,
-                needs_human=True,
-            )
-        except errors.Fenced as exc:
-            raise self._fenced(exc) from None
+        self._record("pending", calls, error=message, needs_human=True)
         raise self.ctx.set_stop(errors.NeedsHuman(message, key=self.key))
 
     def _perform(self, *, total: int, unrecorded: int) -> Any:
@@ -346,18 +340,7 @@ class _Execution:
                 if decision.action == "reconcile":
                     return self._reconcile(f"call {total} {decision.reason}", unrecorded=calls, total=total)
                 status = "failed" if decision.action == "fail" else "pending"
-                try:
-                    store.record_effect(
-                        self.ctx.conn,
-                        key=self.key,
-                        run_id=self.ctx.run_id,
-                        epoch=self.ctx.epoch,
-                        status=status,
-                        calls=calls,
-                        error=failure.message,
-                    )
-                except errors.Fenced as fenced:
-                    raise self._fenced(fenced) from None
+                self._record(status, calls, error=failure.message)
                 calls = 0
                 if decision.action == "fail":
                     raise errors.EffectFailed(
@@ -371,19 +354,8 @@ class _Execution:
     def _record_success(self, value: Any, *, calls: int) -> Any:
         outcome = value if isinstance(value, Outcome) else Outcome(value)
         result = _jsonable(outcome.result, f"the result of tool {self.tool.name!r}")
-        try:
-            store.record_effect(
-                self.ctx.conn,
-                key=self.key,
-                run_id=self.ctx.run_id,
-                epoch=self.ctx.epoch,
-                status="confirmed" if outcome.confirmed else "sent",
-                calls=calls,
-                result=result,
-                provider_ref=outcome.provider_ref,
-            )
-        except errors.Fenced as exc:
-            raise self._fenced(exc) from None
+        status = "confirmed" if outcome.confirmed else "sent"
+        self._record(status, calls, result=result, provider_ref=outcome.provider_ref)
         faults.hit("after_record")
         return result
 
