@@ -18,6 +18,8 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from agentrun_dev import state  # the demo runs only beside the dev cluster
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 _T0 = time.monotonic()
@@ -103,27 +105,13 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie still answers kill(0); /proc tells it apart.
-    try:
-        return "zombie" not in pathlib.Path(f"/proc/{pid}/status").read_text().lower().split("state:")[1][:20]
-    except (OSError, IndexError):
-        return True
-
-
 def operator_pid(env: Mapping[str, str]) -> int | None:
     pid_file = _state_dir(env) / "operator.pid"
     try:
         pid = int(pid_file.read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return None
-    return pid if _alive(pid) else None
+    return pid if state.pid_alive(pid) else None
 
 
 def metrics_url(env: Mapping[str, str]) -> str:
@@ -208,7 +196,7 @@ def wait_operator_healthy(env: Mapping[str, str], pid: int, timeout: float = 60)
     url = metrics_url(env).replace("/metrics", "/healthz")
 
     def healthy() -> bool:
-        if not _alive(pid):
+        if not state.pid_alive(pid):
             log = (_state_dir(env) / "operator.log").read_text(errors="replace")[-3000:]
             raise DemoError(f"the operator exited; the end of its log:\n{log}")
         try:
@@ -226,9 +214,9 @@ def stop_operator(env: Mapping[str, str], timeout: float = 20) -> int | None:
         return None
     os.killpg(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while _alive(pid) and time.monotonic() < deadline:
+    while state.pid_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.2)
-    if _alive(pid):
+    if state.pid_alive(pid):
         os.killpg(pid, signal.SIGKILL)
     (_state_dir(env) / "operator.pid").unlink(missing_ok=True)
     return pid
