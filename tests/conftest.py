@@ -132,18 +132,44 @@ def admin_kubeconfig(dev_cluster: cluster.Handle) -> Path:
 def kube(admin_kubeconfig: Path) -> Iterator[kubernetes.client.ApiClient]:
     """Admin ``ApiClient`` (group ``system:masters``)."""
     api = kubernetes.config.new_client_from_config(config_file=str(admin_kubeconfig))
-    _delete_orphan_namespaces(kubernetes.client.CoreV1Api(api))
+    _delete_orphan_namespaces(api)
     yield api
     api.close()
 
 
-def _delete_orphan_namespaces(core: kubernetes.client.CoreV1Api) -> None:
+def _release_agentruns(api: kubernetes.client.ApiClient, namespace: str) -> None:
+    """Drop the operator's finalizer from the AgentRuns left in a test namespace.
+
+    By teardown the test's operator is gone, so nothing would ever remove ``agentrun.dev/finalizer``: the
+    namespace would stay Terminating for good and the namespace controller would retry it forever (over a
+    whole suite, 100+ such namespaces kept the API server and controller-manager busy)."""
+    custom = kubernetes.client.CustomObjectsApi(api)
+    try:
+        runs = custom.list_namespaced_custom_object("agentrun.dev", "v1alpha1", namespace, "agentruns")
+    except kubernetes.client.ApiException:
+        return  # no CRD (a test that deleted it) or no namespace: nothing holds it
+    for run in runs.get("items", []):
+        finalizers = run["metadata"].get("finalizers") or []
+        if "agentrun.dev/finalizer" not in finalizers:
+            continue
+        keep = [f for f in finalizers if f != "agentrun.dev/finalizer"]
+        with contextlib.suppress(kubernetes.client.ApiException):
+            custom.patch_namespaced_custom_object(
+                "agentrun.dev", "v1alpha1", namespace, "agentruns", run["metadata"]["name"],
+                {"metadata": {"finalizers": keep, "resourceVersion": run["metadata"]["resourceVersion"]}},
+            )
+
+
+def _delete_orphan_namespaces(api: kubernetes.client.ApiClient) -> None:
     """Namespaces left by test sessions that died before their teardown (their pid is gone)."""
+    core = kubernetes.client.CoreV1Api(api)
     for ns in core.list_namespace(label_selector="agentrun.dev/test=true").items:
         session = (ns.metadata.labels or {}).get("agentrun.dev/test-session", "")
-        if session.isdigit() and not state.pid_alive(int(session)) and ns.status.phase != "Terminating":
-            with contextlib.suppress(kubernetes.client.ApiException):
-                core.delete_namespace(ns.metadata.name, propagation_policy="Background")
+        if session.isdigit() and not state.pid_alive(int(session)):
+            _release_agentruns(api, ns.metadata.name)
+            if ns.status.phase != "Terminating":
+                with contextlib.suppress(kubernetes.client.ApiException):
+                    core.delete_namespace(ns.metadata.name, propagation_policy="Background")
 
 
 def _namespace_name(test_name: str) -> str:
@@ -171,6 +197,7 @@ def namespace(request: pytest.FixtureRequest, kube: kubernetes.client.ApiClient)
                 raise
             time.sleep(0.1)
     yield name
+    _release_agentruns(kube, name)
     with contextlib.suppress(kubernetes.client.ApiException):
         core.delete_namespace(name, propagation_policy="Background")
 
