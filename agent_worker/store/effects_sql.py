@@ -61,19 +61,12 @@ def reserve_effect(
 
 def reservation_from_row(row: dict[str, Any] | None, *, key: str, run_id: str, epoch: int) -> Reservation:
     """Decide the reserve outcome from the statement's single row (pure)."""
-    if row is None:
-        raise errors.RunNotFound(f"run {run_id} is not admitted")
-    if row["current_epoch"] != epoch:
-        raise errors.Fenced(
-            f"effect {key}: write refused, epoch {epoch} is not current ({row['current_epoch']})",
-            epoch=epoch,
-            current_epoch=row["current_epoch"],
-        )
-    if row["inserted"] is not None:
-        return Reservation("reserved", rows.pack_json(rows.Effect, row["inserted"]))
-    if row["existing"] is not None:
-        return Reservation("existing", rows.pack_json(rows.Effect, row["existing"]))
-    if row["read_only"]:
+    checked = rows.fenced(row, run_id=run_id, epoch=epoch, refused=f"effect {key}: write")
+    if checked["inserted"] is not None:
+        return Reservation("reserved", rows.pack_json(rows.Effect, checked["inserted"]))
+    if checked["existing"] is not None:
+        return Reservation("existing", rows.pack_json(rows.Effect, checked["existing"]))
+    if checked["read_only"]:
         raise errors.ReadOnlyRun(f"run {run_id} is read-only: new effect {key} refused")
     # Inserted concurrently by a transaction our snapshot does not see; only possible for two writers of
     # the same epoch, which the Lease rules out. Refuse rather than guess.
@@ -114,17 +107,10 @@ def record_effect(
             "from_statuses": _FROM[status],
         },
     )
-    if row is None:
-        raise errors.RunNotFound(f"run {run_id} is not admitted")
-    if row["current_epoch"] != epoch:
-        raise errors.Fenced(
-            f"effect {key}: record refused, epoch {epoch} is not current ({row['current_epoch']})",
-            epoch=epoch,
-            current_epoch=row["current_epoch"],
-        )
-    if row["updated"] is None:
-        raise RuntimeError(f"effect {key}: illegal transition {row['previous_status']!r} -> {status!r}")
-    return rows.pack_json(rows.Effect, row["updated"])
+    checked = rows.fenced(row, run_id=run_id, epoch=epoch, refused=f"effect {key}: record")
+    if checked["updated"] is None:
+        raise RuntimeError(f"effect {key}: illegal transition {checked['previous_status']!r} -> {status!r}")
+    return rows.pack_json(rows.Effect, checked["updated"])
 
 
 def confirm_effect(

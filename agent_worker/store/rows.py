@@ -7,6 +7,8 @@ import datetime
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
+from agent_worker import errors
+
 RUN_STATUSES = ("admitted", "running", "parked", "needs_human", "succeeded", "failed", "cancelled")
 FINAL_RUN_STATUSES = ("succeeded", "failed", "cancelled")
 EFFECT_STATUSES = ("pending", "sent", "confirmed", "failed")
@@ -172,3 +174,19 @@ def resume_payload(
         "by": decided_by,
         "comment": comment,
     }
+
+
+def fenced(row: Mapping[str, Any] | None, *, run_id: str, epoch: int, refused: str) -> Mapping[str, Any]:
+    """Judge the single row a fenced statement returns (pure): it carries the run's ``current_epoch``.
+
+    No row: the run was never admitted. Another epoch: a newer attempt owns the run, so this write was
+    refused in the same statement (``refused`` names it in the error, e.g. "effect K: record")."""
+    if row is None:
+        raise errors.RunNotFound(f"run {run_id} is not admitted")
+    if row["current_epoch"] != epoch:
+        raise errors.Fenced(
+            f"{refused} refused, epoch {epoch} is not current ({row['current_epoch']})",
+            epoch=epoch,
+            current_epoch=row["current_epoch"],
+        )
+    return row

@@ -195,17 +195,10 @@ def record_approval(
             "reason": reason,
         },
     )
-    if row is None:
-        raise errors.RunNotFound(f"run {run_id} is not admitted")
-    if row["current_epoch"] != epoch:
-        raise errors.Fenced(
-            f"run {run_id}: approval write refused for epoch {epoch} (current {row['current_epoch']})",
-            epoch=epoch,
-            current_epoch=row["current_epoch"],
-        )
-    if row["approval"] is None:
+    checked = rows.fenced(row, run_id=run_id, epoch=epoch, refused=f"run {run_id}: approval write")
+    if checked["approval"] is None:
         raise RuntimeError(f"approval {approval_id} neither inserted nor found (another pending approval?)")
-    return rows.pack_json(rows.Approval, row["approval"])
+    return rows.pack_json(rows.Approval, checked["approval"])
 
 
 def get_approval(conn: db.Conn, approval_id: str) -> rows.Approval | None:
