@@ -21,6 +21,8 @@ COPY agentrun_examples ./agentrun_examples
 COPY operator ./operator
 COPY crds ./crds
 COPY deploy ./deploy
+# The lock travels next to the wheel: the runtime stage installs exactly these dependency versions.
+COPY constraints.txt /dist/constraints.txt
 RUN python -m pip wheel --no-deps --wheel-dir /dist .
 
 # ---- runtime: the wheel and its runtime dependencies only (no dev extras: no embedded Postgres, no kubectl) ----
@@ -30,8 +32,9 @@ LABEL org.opencontainers.image.title="agentrun" \
       org.opencontainers.image.licenses="Apache-2.0"
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 COPY --from=builder /dist /dist
-# pip precompiles every module, so a read-only root filesystem costs nothing at start-up.
-RUN python -m pip install /dist/*.whl \
+# pip precompiles every module, so a read-only root filesystem costs nothing at start-up. The dependency
+# versions are the locked ones (constraints.txt), as in CI.
+RUN python -m pip install -c /dist/constraints.txt /dist/*.whl \
  && rm -rf /dist \
  && groupadd --system --gid 10001 agentrun \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin agentrun

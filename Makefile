@@ -5,7 +5,7 @@ BIN := .venv/bin
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 PYTEST_ARGS ?=
 
-.PHONY: help demo test lint up down bootstrap
+.PHONY: help demo test lint up down bootstrap image e2e bench bench-quick
 
 help:
 	@echo "make demo   set everything up and run the support-ticket demo (eviction, resume, approval, one email)"
@@ -13,6 +13,9 @@ help:
 	@echo "make lint   ruff, mypy and hadolint only"
 	@echo "make up     bootstrap and start the dev cluster"
 	@echo "make down   stop the demo's operator and the dev cluster"
+	@echo "make image  build the agentrun image from the Dockerfile (debootstrap base, buildah; docs/real-node.md)"
+	@echo "make e2e    a real node (kubelet, containerd, runc), the image, deploy/ applied, the support-ticket run"
+	@echo "make bench  the benchmark suite P1-P5, full mode (README: Performance); bench-quick: CI's mode"
 
 bootstrap:
 	@scripts/bootstrap
@@ -37,6 +40,24 @@ test: up
 	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; \
 	  exit $$rc
 
+# The benchmark suite (bench/, README "Performance"). Full mode takes long (P4 starts 1,000+ runs); pass
+# BENCH_ARGS to choose, e.g. make bench BENCH_ARGS="p1 p2". `make test` runs the quick mode through
+# tests/integration/test_bench_quick.py, so the scripts cannot rot.
+BENCH_ARGS ?= all
+bench: up
+	$(BIN)/agentrun bench $(BENCH_ARGS)
+
+bench-quick: up
+	$(BIN)/agentrun bench all --quick
+
 down:
 	-@[ -x $(BIN)/agentrun ] && $(BIN)/agentrun demo stop
 	-@[ -x $(BIN)/agentrun ] && $(BIN)/agentrun dev down
+
+# The image from the unchanged Dockerfile: a Debian base by debootstrap (cached by its inputs), buildah bud.
+image: bootstrap
+	$(BIN)/python -m agentrun_dev.node.image build
+
+# The end-to-end test on a real node (docs/real-node.md): scripts/e2e prints each phase's time.
+e2e: bootstrap
+	scripts/e2e

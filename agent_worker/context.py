@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from agent_worker import errors
+from agent_worker import errors, keys, positions
 from agent_worker.store import db
 
 CONFIG_KEY = "agentrun_context"
@@ -38,14 +38,17 @@ class RunContext:
     run_id: str
     attempt: int
     epoch: int
+    retry_generation: int = 0  # agentrun_runs.retry_generation: failed effects are retried under it
     may_act: Callable[[], bool] = _always  # the LeaseKeeper's: False past the renew deadline
     lease_check: Callable[[], None] = _never_raises  # raises with the reason when may_act() is False
     sleep: Callable[[float], None] = time.sleep
     rng: random.Random = dataclasses.field(default_factory=random.Random)
     heartbeat_interval: float = 1.0  # seconds: tool heartbeats are coalesced to at most one write per key
+    key_version: int = keys.KEY_VERSION  # the run's key format (agentrun_runs.key_version): never changes
+    tracker: positions.Tracker = dataclasses.field(default_factory=positions.Tracker)
     # Sticky stop: once fenced or needing a human, every later effect refuses at once, even when graph
     # code swallowed the first exception. The runner checks it after the graph returns.
-    stop: errors.WorkerError | None = None
+    stop: errors.ControlSignal | None = None
     _occurrences: collections.Counter[tuple[str, str, str]] = dataclasses.field(
         default_factory=collections.Counter
     )
@@ -54,7 +57,7 @@ class RunContext:
     _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 
     def next_occurrence(self, task: str, action: str, args_hash: str) -> int:
-        """0 for the first identical call within one task execution, 1 for the second, ..."""
+        """Key format v1 only: 0 for the first identical call within one task execution, 1 for the second."""
         with self._lock:
             n = self._occurrences[(task, action, args_hash)]
             self._occurrences[(task, action, args_hash)] = n + 1
@@ -67,14 +70,16 @@ class RunContext:
                 keys.append(key)
 
     def take_effect_keys(self, step_prefix: str) -> list[str]:
-        """Keys noted for steps named ``step_prefix`` (node:step...), removed from the buffer."""
+        """Keys noted for steps named ``step_prefix`` (node:step, and its push tasks and subgraph tasks),
+        removed from the buffer."""
         with self._lock:
             found: list[str] = []
-            for step in [s for s in self.effect_keys if s == step_prefix or s.startswith(step_prefix + ":")]:
+            inside = (step_prefix + ":", step_prefix + "/")
+            for step in [s for s in self.effect_keys if s == step_prefix or s.startswith(inside)]:
                 found += self.effect_keys.pop(step)
             return found
 
-    def set_stop(self, exc: errors.WorkerError) -> errors.WorkerError:
+    def set_stop(self, exc: errors.ControlSignal) -> errors.ControlSignal:
         with self._lock:
             if self.stop is None:
                 self.stop = exc
@@ -120,10 +125,13 @@ def _from_config() -> RunContext | None:
 
 @contextlib.contextmanager
 def activate(ctx: RunContext) -> Iterator[RunContext]:
+    """Make ``ctx`` current, and attach its positions tracker to every LangGraph run started meanwhile."""
     token = _current.set(ctx)
+    tracked = positions.activate(ctx.tracker)
     try:
         yield ctx
     finally:
+        positions.deactivate(tracked)
         _current.reset(token)
 
 

@@ -15,31 +15,41 @@
         return provider.post("/charges", json={...}, headers={"Idempotency-Key": call.idempotency_key})
 
     def node(state):                                              # inside a LangGraph node
-        receipt = charge(customer="c1", cents=500)                # exactly once per (run, step, args)
+        receipt = charge(customer="c1", cents=500)                # exactly once per position in the run
 
-Each call: derive the key (``agent_worker.keys``) → **reserve** (one round trip: insert ``pending`` or
-return the existing row, fenced) → **check** (``sent``/``confirmed``: return the stored result, call
-nothing) → **perform** (the function gets a ``Call``: a ``str`` that *is* the idempotency key, with
-``.idempotency_key``, ``.attempt``, ``.heartbeat()``) → **record** (one round trip, fenced). Happy path:
-2 Postgres round trips.
+Each call: derive the key from the call's POSITION (``agent_worker.keys``: run, step identity, action,
+occurrence — not the arguments) → **reserve** (one round trip: insert ``pending`` or return the existing row,
+fenced) → **check** (``sent``/``confirmed``: return the stored result, call nothing) → **perform** (the
+function gets a ``Call``: a ``str`` that *is* the idempotency key, with ``.idempotency_key``, ``.attempt``,
+``.heartbeat()``) → **record** (one round trip, fenced). Happy path: 2 Postgres round trips.
+
+Divergence: a replay that reaches the same position with other arguments (a nondeterministic step) does NOT
+repeat the effect: the row's stored result is returned and the divergence is counted on the row
+(``on_divergence="return_stored"``, the default), or the run stops for a human the first time
+(``on_divergence="needs_human"``).
 
 A row found ``pending`` was left by an attempt that died between reserve and record: unknown outcome. With a
-lookup hook, the hook decides (a value: recorded as sent, nothing called; ``None``: never happened, call);
-without one, only a provider that dedupes by key is called again; otherwise the effect is flagged
-``needs_human`` and the run stops with exit 13 — never a guess.
+lookup hook, the hook decides (a value: recorded as sent, nothing called; ``None``: never happened, call) —
+but a negative lookup is trusted only once the earlier call can no longer take effect: its deadline (issue
+time + the tool's ``timeout``, Postgres clock) and, after a takeover, our attempt's start + ``timeout`` (the
+deposed holder could issue calls until its lease ended). Until then the worker waits (bounded by
+``max_in_flight_wait``, its Lease renewing meanwhile) or hands the effect to a human. Without a lookup, only
+a provider that dedupes by key is called again; otherwise the effect is flagged ``needs_human`` and the run
+stops with exit 13 — never a guess.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import inspect
-import json
+import logging
 import time
 from collections.abc import Callable
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 
-from agent_worker import canonical, context, errors, faults, keys, retry, store
+from agent_worker import calls, canonical, context, errors, faults, keys, retry, store
+
+logger = logging.getLogger(__name__)
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -50,71 +60,14 @@ Ambiguous = retry.Ambiguous
 Permanent = retry.Permanent
 
 Lookup = Callable[[str, dict[str, Any]], Any]
+ON_DIVERGENCE = ("return_stored", "needs_human")
 
 
-@dataclasses.dataclass(frozen=True)
-class Outcome:
-    """Optionally returned by a tool (or a lookup) to record a provider reference or a confirmation."""
-
-    result: Any
-    provider_ref: str | None = None
-    confirmed: bool = False
-
-
-class Call(str):
-    """What a tool function receives first: the idempotency key itself (a ``str``) plus call details."""
-
-    idempotency_key: str
-    attempt: int
-    run_id: str
-    step: str
-    tool: str
-
-    def __new__(cls, key: str, *, attempt: int, run_id: str, step: str, tool: str) -> Call:
-        self = super().__new__(cls, key)
-        self.idempotency_key = key
-        self.attempt = attempt
-        self.run_id = run_id
-        self.step = step
-        self.tool = tool
-        return self
-
-    def heartbeat(self, details: Any = None) -> None:
-        """Progress of a long call; written (coalesced, ~1/s) to agentrun_heartbeats under this key."""
-        _beat(
-            context.current(),
-            self.idempotency_key,
-            {"tool": self.tool, "step": self.step, "details": details},
-        )
-
-
-def heartbeat(details: Any = None) -> None:
-    """Heartbeat from anywhere in a node (outside a tool call: keyed by the step)."""
-    ctx = context.current()
-    md = context.config_metadata()
-    try:
-        where = f"step:{keys.step_from_metadata(md)}"
-    except LookupError:
-        where = "worker"
-    _beat(ctx, where, {"details": details})
-
-
-_seq = 0
-
-
-def _beat(ctx: context.RunContext, key: str, details: dict[str, Any]) -> None:
-    global _seq
-    if not ctx.should_beat(key, time.monotonic()):
-        return
-    _seq += 1  # a counter observers compare, so staleness never depends on comparing clocks
-    store.heartbeat(ctx.conn, run_id=ctx.run_id, key=key, details={**details, "seq": _seq})
-
-
-def _jsonable(value: Any, what: str) -> Any:
-    try:
-        return json.loads(json.dumps(value, allow_nan=False))
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"{what} must be JSON-serialisable (it is stored in the ledger): {exc}") from exc
+Outcome = calls.Outcome
+Call = calls.Call
+heartbeat = calls.heartbeat
+_step = calls.step
+_jsonable = calls.jsonable
 
 
 class Tool(Generic[P, R]):
@@ -129,13 +82,31 @@ class Tool(Generic[P, R]):
         dedupes_by_key: bool,
         lookup: Lookup | None,
         retry_policy: retry.RetryPolicy,
+        timeout: float | None = None,
+        on_divergence: str = "return_stored",
+        max_in_flight_wait: float = 300.0,
     ) -> None:
+        if on_divergence not in ON_DIVERGENCE:
+            raise ValueError(
+                f"tool {name!r}: on_divergence must be one of {ON_DIVERGENCE}, not {on_divergence!r}"
+            )
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"tool {name!r}: timeout must be a positive number of seconds, not {timeout!r}")
+        if lookup is not None and not dedupes_by_key and timeout is None:
+            raise ValueError(
+                f"tool {name!r} has a lookup hook and its provider does not dedupe by key: give timeout= "
+                "(the longest time after a call is issued during which it may still take effect), so a "
+                "negative lookup is trusted only after the earlier call can no longer land"
+            )
         self.fn = fn
         self.name = name
         self.action = action or name
         self.dedupes_by_key = dedupes_by_key
         self.lookup = lookup
         self.retry_policy = retry_policy
+        self.timeout = timeout
+        self.on_divergence = on_divergence
+        self.max_in_flight_wait = max_in_flight_wait
         self._signature = inspect.signature(fn)
         functools.update_wrapper(self, fn)
 
@@ -159,13 +130,21 @@ class Tool(Generic[P, R]):
         normal = canonical.normalise(named)
         args_hash = canonical.digest(named)
         md = context.config_metadata()
-        step = keys.step_from_metadata(md)
-        task = str(md.get("langgraph_checkpoint_ns") or step)
-        occurrence = ctx.next_occurrence(task, self.action, args_hash)
-        key = keys.derive(ctx.run_id, step, self.action, args_hash, occurrence)
-        ctx.note_effect(str(step), key)
-        execution = _Execution(self, ctx, key, str(step), normal, args, kwargs)
+        step = _step(ctx, md)
+        if ctx.key_version == 1:  # a run started under key format v1 keeps deriving v1 keys
+            task = str(md.get("langgraph_checkpoint_ns") or step)
+            occurrence = ctx.next_occurrence(task, self.action, args_hash)
+            key = keys.derive(ctx.run_id, step, self.action, occurrence, version=1, args_hash=args_hash)
+        else:
+            occurrence = ctx.tracker.next_occurrence(step, self.action)
+            key = keys.derive(ctx.run_id, step, self.action, occurrence)
+        ctx.note_effect(step, key)
+        execution = _Execution(self, ctx, key, step, normal, args, kwargs)
         execution.occurrence, execution.args_hash = occurrence, args_hash
+        version = ctx.key_version
+        execution.rekey = lambda g: keys.derive(
+            ctx.run_id, step, self.action, occurrence, version=version, args_hash=args_hash, generation=g
+        )
         result: R = execution.run()
         return result
 
@@ -177,10 +156,18 @@ def tool(
     dedupes_by_key: bool = False,
     lookup: Lookup | None = None,
     retry: retry.RetryPolicy | None = None,
+    timeout: float | None = None,
+    on_divergence: str = "return_stored",
+    max_in_flight_wait: float = 300.0,
 ) -> Callable[[Callable[Concatenate[Call, P], R]], Tool[P, R]]:
     """Declare a side-effecting tool. ``name`` is a bounded label (metrics); ``action`` (default: name)
     enters the key. ``dedupes_by_key``: the provider honours the key (``Idempotency-Key``), so an
-    unknown outcome may be retried blindly. ``lookup(key, args)``: find the effect at the provider."""
+    unknown outcome may be retried blindly. ``lookup(key, args)``: find the effect at the provider.
+    ``timeout``: seconds after issuing a call during which it may still take effect at the provider (the
+    provider's bound, at least the client timeout); required for a lookup without ``dedupes_by_key``.
+    ``on_divergence``: a replay with other arguments gets the stored result (``"return_stored"``) or stops
+    the run for a human the first time (``"needs_human"``). ``max_in_flight_wait``: longest wait for an
+    earlier call's deadline before handing the effect to a human instead."""
 
     def wrap(fn: Callable[Concatenate[Call, P], R]) -> Tool[P, R]:
         return Tool(
@@ -190,6 +177,9 @@ def tool(
             dedupes_by_key=dedupes_by_key,
             lookup=lookup,
             retry_policy=retry or _DEFAULT_RETRY,
+            timeout=timeout,
+            on_divergence=on_divergence,
+            max_in_flight_wait=max_in_flight_wait,
         )
 
     return wrap
@@ -220,6 +210,8 @@ class _Execution:
         self.call_kwargs = call_kwargs
         self.occurrence = 0
         self.args_hash = canonical.digest(args)
+        self.generation = 0  # retry generation of the key in use (agent_worker.keys.derive)
+        self.rekey: Callable[[int], str] = lambda g: key
 
     def _guard(self) -> None:
         """Before any provider call: stop at once if we cannot prove we still hold the Lease."""
@@ -233,13 +225,12 @@ class _Execution:
                 reason = str(exc)
             raise self.ctx.set_stop(errors.Fenced(f"effect {self.key} not issued: lease not held ({reason})"))
 
-    def _fenced(self, exc: errors.Fenced) -> errors.WorkerError:
+    def _fenced(self, exc: errors.Fenced) -> errors.ControlSignal:
         return self.ctx.set_stop(exc)
 
-    def run(self) -> Any:
-        self._guard()
+    def _reserve(self) -> store.Reservation:
         try:
-            reservation = store.reserve_effect(
+            return store.reserve_effect(
                 self.ctx.conn,
                 key=self.key,
                 run_id=self.ctx.run_id,
@@ -250,44 +241,125 @@ class _Execution:
                 occurrence=self.occurrence,
                 args_hash=self.args_hash,
                 args=self.args,
+                key_version=self.ctx.key_version,
+                timeout_seconds=self.tool.timeout,
+                divergence_needs_human=self.tool.on_divergence == "needs_human",
             )
         except errors.Fenced as exc:
             raise self._fenced(exc) from None
+
+    def run(self) -> Any:
+        self._guard()
+        reservation = self._reserve()
+        # A retried run (spec.retryGeneration): an effect that failed is tried again under the next generation
+        # of its key, walking the generations in order so one that succeeded under an earlier retry is found.
+        while (
+            reservation.outcome == "existing"
+            and reservation.effect.status == "failed"
+            and self.generation < self.ctx.retry_generation
+        ):
+            self.generation += 1
+            self.key = self.rekey(self.generation)
+            self.ctx.note_effect(self.step, self.key)
+            reservation = self._reserve()
         faults.hit("after_reserve")
         effect = reservation.effect
         if reservation.outcome == "existing":
+            diverged = effect.args_hash != self.args_hash
+            if diverged:
+                logger.warning(
+                    "effect %s (%s, step %s): replay asked with other arguments than stored (%s); "
+                    "the effect is not repeated (%s)",
+                    self.key,
+                    self.tool.name,
+                    self.step,
+                    effect.args_hash[:12],
+                    self.tool.on_divergence,
+                )
+            if effect.needs_human and (
+                effect.status == "pending" or (diverged and self.tool.on_divergence == "needs_human")
+            ):
+                raise self.ctx.set_stop(
+                    errors.NeedsHuman(
+                        f"effect {self.key} ({self.tool.name}, step {self.step}) is flagged for a human: "
+                        f"{effect.error}",
+                        key=self.key,
+                    )
+                )
             if effect.status in ("sent", "confirmed"):
                 return effect.result
             if effect.status == "failed":
                 raise errors.EffectFailed(
                     f"effect {self.key} ({self.tool.name}) failed earlier: {effect.error}"
                 )
-            if effect.needs_human:
-                raise self.ctx.set_stop(
-                    errors.NeedsHuman(f"effect {self.key} already flagged for a human", key=self.key)
-                )
             why = f"left pending by an earlier attempt (epoch {effect.epoch})"
-            return self._reconcile(why, unrecorded=0, total=effect.attempts)
+            if reservation.read_only:
+                return self._reconcile_read_only(why, earlier_args=effect.args)
+            return self._reconcile(
+                why,
+                unrecorded=0,
+                total=effect.attempts,
+                in_flight=reservation.in_flight_seconds,
+                earlier_args=effect.args,
+            )
         return self._perform(total=0, unrecorded=0)
 
-    def _reconcile(self, why: str, *, unrecorded: int, total: int) -> Any:
-        """Unknown outcome: look it up, retry where the provider dedupes, or stop for a human."""
+    def _reconcile(
+        self, why: str, *, unrecorded: int, total: int, in_flight: float, earlier_args: Any = None
+    ) -> Any:
+        """Unknown outcome: look it up (once the earlier call can no longer land), retry where the provider
+        dedupes, or stop for a human."""
         if self.tool.lookup is not None:
+            if in_flight > 0 and not self.tool.dedupes_by_key:
+                self._wait_in_flight(in_flight, why, unrecorded)
             try:
-                found = self.tool.lookup(self.key, self.args)
+                found = self.tool.lookup(self.key, self.args if earlier_args is None else earlier_args)
             except Exception as exc:
                 return self._needs_human(f"{why}; lookup failed: {type(exc).__name__}: {exc}", unrecorded)
             if found is not None:
                 return self._record_success(found, calls=unrecorded)
             if total >= self.tool.retry_policy.max_attempts:
                 return self._fail(f"{why}; not performed (lookup) and out of attempts", unrecorded)
-            return self._perform(total=total, unrecorded=unrecorded)  # provably never happened
+            return self._perform(total=total, unrecorded=unrecorded, reissue=True)  # provably never happened
         if self.tool.dedupes_by_key:
-            return self._perform(total=total, unrecorded=unrecorded)  # the provider dedupes by key
+            return self._perform(total=total, unrecorded=unrecorded, reissue=True)  # the provider dedupes
         return self._needs_human(
             f"{why}; tool {self.tool.name!r} has no lookup hook and its provider does not dedupe by key",
             unrecorded,
         )
+
+    def _reconcile_read_only(self, why: str, earlier_args: Any = None) -> Any:
+        """A read-only run performs nothing, not even an effect left pending: a lookup may show it happened
+        (recorded sent, its result returned); otherwise the row stays pending and the effect is refused."""
+        if self.tool.lookup is not None:
+            try:
+                found = self.tool.lookup(self.key, self.args if earlier_args is None else earlier_args)
+            except Exception as exc:
+                why = f"{why}; lookup failed: {type(exc).__name__}: {exc}"
+            else:
+                if found is not None:
+                    return self._record_success(found, calls=0)
+                why = f"{why}; not found at the provider"
+        raise errors.ReadOnlyRun(
+            f"run {self.ctx.run_id} is read-only: effect {self.key} ({self.tool.name}) {why}; not performed"
+        )
+
+    def _wait_in_flight(self, seconds: float, why: str, unrecorded: int) -> None:
+        """The earlier call may still take effect for ``seconds``: a negative lookup now proves nothing.
+        Wait it out (monotonic clock; the Lease keeps renewing, checked every slice) or hand to a human."""
+        if seconds > self.tool.max_in_flight_wait:
+            self._needs_human(
+                f"{why}; the earlier call may still take effect for {seconds:.1f}s "
+                f"(> max_in_flight_wait {self.tool.max_in_flight_wait:g}s)",
+                unrecorded,
+            )
+        logger.info(
+            "effect %s: waiting %.2fs for the earlier call's deadline, then look up", self.key, seconds
+        )
+        until = time.monotonic() + seconds
+        while (left := until - time.monotonic()) > 0:
+            self._guard()
+            self.ctx.sleep(min(left, 0.25))
 
     def _record(self, status: str, calls: int, **fields: Any) -> None:
         """Record this key's new status, fenced by our epoch in the same statement.
@@ -315,15 +387,22 @@ class _Execution:
         self._record("pending", calls, error=message, needs_human=True)
         raise self.ctx.set_stop(errors.NeedsHuman(message, key=self.key))
 
-    def _perform(self, *, total: int, unrecorded: int) -> Any:
+    def _perform(self, *, total: int, unrecorded: int, reissue: bool = False) -> Any:
         """Call the provider (with retries). ``total``: calls made for this key so far (the retry budget
-        spans reconciliations); ``unrecorded``: calls not yet counted in the ledger row."""
+        spans reconciliations); ``unrecorded``: calls not yet counted in the ledger row. ``reissue``: the row
+        existed before this call, so its deadline and arguments are recorded first (reserve sets them)."""
         calls = unrecorded
+        if reissue:
+            self._record(
+                "pending", calls, deadline_seconds=self.tool.timeout, args=self.args, args_hash=self.args_hash
+            )
+            calls = 0
         while True:
             self._guard()
             total += 1
             calls += 1
             call = Call(self.key, attempt=total, run_id=self.ctx.run_id, step=self.step, tool=self.tool.name)
+            issued = time.monotonic()
             try:
                 value = self.tool.fn(call, *self.call_args, **self.call_kwargs)
             except errors.WorkerError:
@@ -338,9 +417,13 @@ class _Execution:
                     rng=self.ctx.rng,
                 )
                 if decision.action == "reconcile":
-                    return self._reconcile(f"call {total} {decision.reason}", unrecorded=calls, total=total)
+                    in_flight = issued + (self.tool.timeout or 0.0) - time.monotonic()
+                    return self._reconcile(
+                        f"call {total} {decision.reason}", unrecorded=calls, total=total, in_flight=in_flight
+                    )
                 status = "failed" if decision.action == "fail" else "pending"
-                self._record(status, calls, error=failure.message)
+                deadline = None if self.tool.timeout is None else decision.delay + self.tool.timeout
+                self._record(status, calls, error=failure.message, deadline_seconds=deadline)
                 calls = 0
                 if decision.action == "fail":
                     raise errors.EffectFailed(

@@ -1,4 +1,12 @@
-"""The worker's error hierarchy. Each maps to one exit code of the worker pod contract (docs/design.md)."""
+"""The worker's error hierarchy. Each maps to one exit code of the worker pod contract (docs/design.md).
+
+Rule: the signals that must stop the run (``Fenced``, ``NeedsHuman``) derive from ``BaseException`` through
+``ControlSignal``, so graph code's ``except Exception`` cannot swallow them and let the node "succeed" (its
+checkpoint would then record the step as done without its effect). LangGraph 1.2 propagates a
+``BaseException`` raised in a node out of ``stream``/``invoke`` without retrying it and without marking the
+task done (checked for sync, async and exit durability, with and without a node RetryPolicy); the run
+context also keeps the signal sticky (``RunContext.stop``) so every later ledger call re-raises it.
+"""
 
 from __future__ import annotations
 
@@ -27,7 +35,13 @@ class GraphLoadError(WorkerError):
     exit_code = 1
 
 
-class Fenced(WorkerError):
+class ControlSignal(BaseException):
+    """Stops the run whatever graph code catches: not an ``Exception`` on purpose (see the module doc)."""
+
+    exit_code = 1
+
+
+class Fenced(ControlSignal):
     """A write was refused because a newer epoch holds the run: this worker is deposed (exit 12)."""
 
     exit_code = 12
@@ -38,7 +52,7 @@ class Fenced(WorkerError):
         self.current_epoch = current_epoch
 
 
-class NeedsHuman(WorkerError):
+class NeedsHuman(ControlSignal):
     """An effect's outcome is unknown and nothing could reconcile it (exit 13): never guess."""
 
     exit_code = 13
@@ -58,3 +72,11 @@ class EffectFailed(WorkerError):
     """A tool failed for good (non-retryable or attempts exhausted); recorded ``failed`` in the ledger."""
 
     exit_code = 1
+
+
+class ApprovalReused(WorkerError):
+    """An interrupt asks for an approval id that is already decided: the run fails instead of reusing it."""
+
+
+class TooManyInterrupts(WorkerError):
+    """The graph stopped with several interrupts pending at once; agentrun asks one approval at a time."""

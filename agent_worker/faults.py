@@ -21,7 +21,7 @@ from collections.abc import Mapping
 ENV_VAR = "AGENTRUN_FAULT_POINTS"
 
 # Every point the worker can crash at, with where it sits. Keep in sync with docs/worker.md.
-POINTS: dict[str, str] = {
+WORKER_POINTS: dict[str, str] = {
     "after_admission_read": "the run row was read from Postgres, nothing else done",
     "after_lease_acquired": "the Lease is held and the epoch written to the run row",
     "after_resume_read": "the decided approval (resume payload) was read, before invoking the graph",
@@ -29,9 +29,18 @@ POINTS: dict[str, str] = {
     "after_call": "the provider call returned, before the ledger records its result",
     "after_record": "the ledger recorded the effect as sent, before the node returns",
     "after_checkpoint": "a step's checkpoint was written (step boundary)",
+    "after_task_writes": "a task's writes were saved, before its step's checkpoint (any durability but exit)",
     "while_parking": "an interrupt's approval was recorded, before the lease is released and the run parked",
     "before_lease_renew": "the background keeper is about to renew the Lease",
 }
+# The operator's notifier (agent_operator.notifier), same mechanism in the operator process; the worker
+# chaos matrix covers WORKER_POINTS, tests/integration/test_notify_faults.py these.
+OPERATOR_POINTS: dict[str, str] = {
+    "notify_after_reserve": "a notification's ledger row was reserved, before it is marked issued and sent",
+    "notify_after_call": "the webhook answered, before the ledger records the notification's outcome",
+    "notify_after_record": "the notification was recorded sent, before the operator goes on",
+}
+POINTS: dict[str, str] = {**WORKER_POINTS, **OPERATOR_POINTS}
 
 
 class FaultConfigError(ValueError):

@@ -3,17 +3,29 @@
 ``attr`` may be a compiled graph (``Pregel``), a ``StateGraph`` builder, or a zero-argument factory returning
 either. A compiled graph is re-bound to our checkpointer with ``copy(update=...)`` rather than mutated: the
 module-level object may be shared.
+
+An import that fails *transiently* (``OSError``: a network filesystem, a timeout, a dependency that
+connects at import) is retried with backoff before the run is failed as ``GraphLoadError`` (InvalidSpec,
+final); a missing module or attribute, a syntax error, and ``SystemExit``/``KeyboardInterrupt`` raised by
+the module or a factory are final at once — a graph reference must never end the worker with exit 0.
 """
 
 from __future__ import annotations
 
 import importlib
+import logging
+import sys
+import time
 from typing import Any
 
 from langgraph.graph import StateGraph
 from langgraph.pregel import Pregel
 
 from agent_worker import errors
+
+logger = logging.getLogger(__name__)
+
+IMPORT_RETRY_DELAYS = (0.5, 1.0, 2.0, 4.0)  # seconds between tries of a transiently failing import
 
 
 def parse_ref(ref: str) -> tuple[str, str]:
@@ -26,14 +38,7 @@ def parse_ref(ref: str) -> tuple[str, str]:
 def load(ref: str) -> Any:
     """Import the object named by ``ref`` (clear ``GraphLoadError`` when it is not there)."""
     module_name, attr = parse_ref(ref)
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        raise errors.GraphLoadError(f"graph reference {ref!r}: module {exc.name!r} not found") from exc
-    except Exception as exc:
-        raise errors.GraphLoadError(
-            f"graph reference {ref!r}: importing {module_name} failed: {exc!r}"
-        ) from exc
+    module = _import(ref, module_name)
     obj: Any = module
     for part in attr.split("."):
         try:
@@ -45,6 +50,27 @@ def load(ref: str) -> Any:
     return obj
 
 
+def _import(ref: str, module_name: str, sleep: Any = time.sleep) -> Any:
+    for delay in (*IMPORT_RETRY_DELAYS, None):
+        try:
+            return importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            raise errors.GraphLoadError(f"graph reference {ref!r}: module {exc.name!r} not found") from exc
+        except OSError as exc:  # transient by nature: try again before calling the spec invalid
+            if delay is None:
+                raise errors.GraphLoadError(
+                    f"graph reference {ref!r}: importing {module_name} kept failing: {exc!r}"
+                ) from exc
+            logger.warning("importing %s failed (%r); retrying in %.1fs", module_name, exc, delay)
+            sys.modules.pop(module_name, None)
+            sleep(delay)
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:
+            raise errors.GraphLoadError(
+                f"graph reference {ref!r}: importing {module_name} failed: {exc!r}"
+            ) from exc
+    raise AssertionError("unreachable")
+
+
 def compile_graph(obj: Any, checkpointer: Any, *, ref: str = "?") -> Pregel[Any, Any, Any, Any]:
     """A compiled graph bound to ``checkpointer``."""
     if isinstance(obj, StateGraph):
@@ -54,7 +80,7 @@ def compile_graph(obj: Any, checkpointer: Any, *, ref: str = "?") -> Pregel[Any,
     if callable(obj):
         try:
             made = obj()
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             raise errors.GraphLoadError(f"graph reference {ref!r}: the factory raised {exc!r}") from exc
         if isinstance(made, StateGraph | Pregel):
             return compile_graph(made, checkpointer, ref=ref)

@@ -1,11 +1,19 @@
-"""Idempotency keys: a pure function of (run id, step, action, canonical args hash, occurrence).
+"""Idempotency keys: a pure function of the effect's POSITION — (run id, step identity, action, occurrence).
 
-Never uuid4, never time: a re-run of the same step after a crash must derive the very same key, so the
-ledger finds the earlier row and the provider (given the key as ``Idempotency-Key``) can dedupe.
+Never uuid4, never time, and (since key format v2) never the arguments: a re-run of the same step after a
+crash must derive the very same key even when the step drafts its arguments nondeterministically (a model
+writes the email body in the same node, ``exit`` durability lost the drafting node's checkpoint, a new image
+adds a defaulted parameter). The ledger then finds the earlier row, returns its stored result and records
+the divergence (agent_worker.effects); the provider (given the key as ``Idempotency-Key``) can dedupe.
 
-``step`` is the LangGraph node plus its ``langgraph_step`` number (plus a task path for ``Send`` fan-out),
-stable across replays of the same step. ``occurrence`` counts identical (action, args) calls within one
-execution of a step, so two intentionally repeated calls get distinct keys while a replay repeats both.
+``step`` is the full chain of LangGraph tasks down to the node calling the tool: for each level the node,
+its ``langgraph_step`` and, for ``Send``/pushed tasks, the push index — never LangGraph's task ids, which
+derive from checkpoint ids and so change when a lost checkpoint is re-made. ``occurrence`` counts calls of
+the same action within one execution of that step (agent_worker.positions).
+
+Format v1 (runs admitted before migration 0003 keep it, ``agentrun_runs.key_version``): the canonical args
+hash was part of the key, ``occurrence`` counted identical (action, args) calls, and the step had no parent
+steps. Both formats coexist in one ledger; a run never changes format.
 
 Format: ``ak-`` + 40 hex of sha256 over the length-prefixed parts. Only ``[a-z0-9-]``: safe as an HTTP
 header value and inside an RFC 5322 Message-ID.
@@ -20,6 +28,8 @@ from typing import Any
 
 KEY_PREFIX = "ak-"
 _KEY_HEX = 40
+KEY_VERSION = 2  # the format new runs get; agentrun_runs.key_version says which one a run uses
+KEY_VERSIONS = (1, 2)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,7 +46,8 @@ class StepId:
 
 
 def step_from_metadata(metadata: Mapping[str, Any]) -> StepId:
-    """Build the step identity from a RunnableConfig's ``metadata`` (set by LangGraph for every task).
+    """Key format v1's step identity from a RunnableConfig's ``metadata`` (kept for v1 runs only: inside a
+    subgraph it drops the parent's step and push index, so loops and fan-out into subgraphs collide).
 
     ``langgraph_checkpoint_ns`` would identify the task too but carries task ids derived from checkpoint ids;
     node + step is what the issue asks for and stays readable. Subgraph nodes get their parent chain (the
@@ -59,18 +70,64 @@ def step_from_metadata(metadata: Mapping[str, Any]) -> StepId:
     return StepId(node=name, step=step, path=extra)
 
 
+def _path_text(path: Any) -> str:
+    """A task path as stable text: ints and strs only (LangGraph appends booleans for call bookkeeping)."""
+    if isinstance(path, tuple | list):
+        return ".".join(t for t in (_path_text(p) for p in path) if t)
+    if isinstance(path, bool) or not isinstance(path, int | str):
+        return ""
+    return str(path)
+
+
+def step_part(metadata: Mapping[str, Any]) -> str:
+    """One level of a v2 step identity: ``node:step`` plus ``:push<path>`` for pushed (``Send``) tasks."""
+    node = metadata.get("langgraph_node")
+    step = metadata.get("langgraph_step")
+    if not isinstance(node, str) or not isinstance(step, int):
+        raise LookupError("not inside a LangGraph node: no langgraph_node/langgraph_step in the metadata")
+    path = metadata.get("langgraph_path") or ()
+    base = f"{node}:{step}"
+    if isinstance(path, tuple | list) and path and path[0] == "__pregel_push":
+        return f"{base}:push{_path_text(path[1:])}"
+    return base
+
+
 def _part(text: str) -> bytes:
     raw = text.encode("utf-8")
     return str(len(raw)).encode("ascii") + b":" + raw
 
 
-def derive(run_id: str, step: StepId | str, action: str, args_hash: str, occurrence: int) -> str:
-    """The idempotency key. Length-prefixed parts: ("a:b", "c") and ("a", "b:c") cannot collide."""
+def derive(
+    run_id: str,
+    step: StepId | str,
+    action: str,
+    occurrence: int,
+    *,
+    version: int = KEY_VERSION,
+    args_hash: str | None = None,
+    generation: int = 0,
+) -> str:
+    """The idempotency key. Length-prefixed parts: ("a:b", "c") and ("a", "b:c") cannot collide.
+
+    v2 (default): position only. v1: also the canonical args hash (``args_hash`` required).
+    ``generation`` (the run's retry generation, ``spec.retryGeneration``) enters the material only when > 0,
+    so every key of a never-retried run is unchanged; a ``failed`` effect retried under generation g gets a
+    key the provider has never seen (a provider that caches failures by key would replay the failure)."""
     if occurrence < 0:
         raise ValueError("occurrence counts from 0")
-    material = b"".join(
-        _part(p) for p in ("agentrun-key-v1", run_id, str(step), action, args_hash, str(occurrence))
-    )
+    if generation < 0:
+        raise ValueError("generation counts from 0")
+    if version == 1:
+        if args_hash is None:
+            raise ValueError("key format v1 needs the canonical args hash")
+        parts: tuple[str, ...] = ("agentrun-key-v1", run_id, str(step), action, args_hash, str(occurrence))
+    elif version == 2:
+        parts = ("agentrun-key-v2", run_id, str(step), action, str(occurrence))
+    else:
+        raise ValueError(f"unknown key format version {version!r} (known: {KEY_VERSIONS})")
+    if generation > 0:
+        parts = (*parts, f"retry-generation:{generation}")
+    material = b"".join(_part(p) for p in parts)
     return KEY_PREFIX + hashlib.sha256(material).hexdigest()[:_KEY_HEX]
 
 

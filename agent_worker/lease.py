@@ -252,6 +252,7 @@ class LeaseKeeper:
         if self._thread is not None:
             return
         self._stop.clear()
+        self._renewed.clear()
         self._thread = threading.Thread(
             target=self._renew_loop, name=f"lease-renew-{self.config.name}", daemon=True
         )
@@ -324,9 +325,10 @@ class LeaseKeeper:
     def _hook_loop(self) -> None:
         # Coalescing: a slow heartbeat write skips renewals instead of queueing them or delaying renewal.
         assert self.on_renewed is not None
+        # ``_halt`` sets ``_renewed`` as well as ``_stop``, so this wait needs no timeout: release() used to
+        # wait for a 0.5 s poll here, on every attempt's exit path.
         while not self._stop.is_set():
-            if not self._renewed.wait(timeout=0.5):
-                continue
+            self._renewed.wait()
             self._renewed.clear()
             if self._stop.is_set():
                 return
@@ -340,7 +342,7 @@ class LeaseKeeper:
             if self._lost is not None or self._released:
                 return
             self._lost = reason
-        self._stop.set()  # ends the heartbeat thread too
+        self._halt()  # ends the heartbeat thread too
         logger.error("lease %s/%s lost: %s", self.config.namespace, self.config.name, reason)
         if self.on_lost is not None:
             try:
@@ -348,9 +350,14 @@ class LeaseKeeper:
             except Exception:
                 logger.exception("lease on_lost callback failed")
 
+    def _halt(self) -> None:
+        """Tell both threads to stop, waking the heartbeat thread from its wait at once."""
+        self._stop.set()
+        self._renewed.set()
+
     def stop(self) -> None:
         """Stop the background threads (without releasing)."""
-        self._stop.set()
+        self._halt()
         for thread in (self._thread, self._hook_thread):
             if thread is not None and thread is not threading.current_thread():
                 thread.join(timeout=self.timeout * 2 + 1)

@@ -70,6 +70,12 @@ def make_holder(
         holder=settings.pod_name,
         duration_seconds=settings.lease_duration_seconds,
         owner=owner,
-        labels={"agentrun.dev/run": settings.run_name} if settings.run_name else None,
+        # The run's uid as a label too: it survives `kubectl delete --cascade=orphan` (which strips owner
+        # references), so the operator can tell a recreated run's Lease from an earlier run's.
+        labels=(
+            {"agentrun.dev/run": settings.run_name, "agentrun.dev/run-uid": settings.run_id}
+            if settings.run_name
+            else None
+        ),
     )
     return lease.LeaseKeeper(api, config, on_lost=on_lost, on_renewed=on_renewed)

@@ -2,12 +2,17 @@
 
 A failed provider call is classified into one of three kinds, because they call for different actions:
 
-* ``refused`` — the provider provably did nothing (429/503 with or without ``Retry-After``, connection
-  refused, a tool raising ``Retryable``): safe to call again after a backoff.
-* ``ambiguous`` — the call may or may not have taken effect (timeout, connection reset, other 5xx): only a
-  provider that dedupes by idempotency key may be called again blindly; otherwise the outcome must be
-  reconciled (lookup hook) or handed to a human.
-* ``permanent`` — retrying cannot help (4xx, ``Permanent``, any other exception type: a bug fails fast).
+* ``refused`` — the provider provably did nothing (429/503 with or without ``Retry-After``, including an
+  ``HTTPError`` from ``raise_for_status()`` carrying the response; a refused or timed-out *connect*; a tool
+  raising ``Retryable``): safe to call again after a backoff, honouring ``Retry-After``.
+* ``ambiguous`` — the call may or may not have taken effect (read/write timeout, connection dropped after
+  sending, other 5xx): only a provider that dedupes by idempotency key may be called again blindly; otherwise
+  the outcome must be reconciled (lookup hook) or handed to a human.
+* ``permanent`` — retrying cannot help (other 4xx, ``Permanent``, a malformed URL, any other exception type:
+  a bug fails fast).
+
+requests, httpx, urllib3, urllib and aiohttp exceptions are recognised by class name and module, without
+importing those libraries.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import random
 import socket
 import time
 import urllib.error
-from typing import Literal
+from typing import Any, Literal
 
 Kind = Literal["refused", "ambiguous", "permanent"]
 Action = Literal["retry", "reconcile", "fail"]
@@ -93,7 +98,84 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
+# HTTP client libraries are recognised by (top-level module, class name) along the exception's MRO, never
+# imported: a graph that uses httpx must not pay for importing requests and aiohttp, and the worker image
+# need not ship them. Names checked against requests 2.3x, httpx 0.2x, urllib3 2.x and aiohttp 3.x.
+_CONNECT_PHASE = {  # the request never left: nothing can have happened at the provider
+    ("requests", "ConnectTimeout"),
+    ("httpx", "ConnectError"),
+    ("httpx", "ConnectTimeout"),
+    ("httpx", "PoolTimeout"),
+    ("urllib3", "NewConnectionError"),  # includes NameResolutionError
+    ("urllib3", "ConnectTimeoutError"),
+    ("aiohttp", "ClientConnectorError"),
+    ("aiohttp", "ConnectionTimeoutError"),
+    ("builtins", "ConnectionRefusedError"),
+    ("socket", "gaierror"),
+}
+_NOT_SENT_BUG = {  # the request could not even be built: retrying cannot help
+    ("requests", "InvalidURL"),
+    ("requests", "MissingSchema"),
+    ("requests", "InvalidSchema"),
+    ("requests", "InvalidHeader"),
+    ("httpx", "UnsupportedProtocol"),
+    ("httpx", "InvalidURL"),
+    ("urllib3", "LocationParseError"),
+    ("aiohttp", "InvalidURL"),
+}
+_TRANSPORT = {  # anything else from the client's transport: it may have been sent, the outcome is unknown
+    ("requests", "RequestException"),
+    ("httpx", "TransportError"),
+    ("urllib3", "HTTPError"),
+    ("aiohttp", "ClientConnectionError"),
+    ("aiohttp", "ClientPayloadError"),
+}
+
+
+def _names(exc: BaseException) -> set[tuple[str, str]]:
+    return {(cls.__module__.split(".", 1)[0], cls.__name__) for cls in type(exc).__mro__}
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """The exception and what it wraps: requests puts urllib3's MaxRetryError in ``args``, whose
+    ``reason`` is the connect/read error; urllib's URLError has ``reason``; plus __cause__/__context__."""
+    seen: list[BaseException] = []
+    todo = [exc]
+    while todo and len(seen) < 12:
+        cur = todo.pop(0)
+        if any(cur is s for s in seen):
+            continue
+        seen.append(cur)
+        nested = [cur.__cause__, cur.__context__, getattr(cur, "reason", None), *cur.args]
+        todo += [n for n in nested if isinstance(n, BaseException)]
+    return seen
+
+
+def _response(exc: BaseException) -> tuple[int, Any] | None:
+    """(status, headers) of an HTTP error response carried by the exception, if any."""
+    if isinstance(exc, urllib.error.HTTPError):
+        return exc.code, exc.headers
+    resp = getattr(exc, "response", None)  # requests.HTTPError, httpx.HTTPStatusError
+    code = getattr(resp, "status_code", None)
+    if isinstance(code, int):
+        return code, getattr(resp, "headers", None)
+    status = getattr(exc, "status", None)  # aiohttp.ClientResponseError
+    if ("aiohttp", "ClientResponseError") in _names(exc) and isinstance(status, int):
+        return status, getattr(exc, "headers", None)
+    return None
+
+
+def _by_status(code: int, headers: Any, message: str) -> Failure:
+    if code in (429, 503):
+        raw = headers.get("Retry-After") if headers is not None else None
+        return Failure("refused", parse_retry_after(raw), code, message)
+    if code >= 500:
+        return Failure("ambiguous", None, code, message)
+    return Failure("permanent", None, code, message)
+
+
 def classify(exc: BaseException) -> Failure:
+    """Refused (nothing happened: retry), ambiguous (may have happened: reconcile) or permanent."""
     message = f"{type(exc).__name__}: {exc}"
     if isinstance(exc, Retryable):
         return Failure("refused", exc.retry_after, message=message)
@@ -101,18 +183,21 @@ def classify(exc: BaseException) -> Failure:
         return Failure("ambiguous", message=message)
     if isinstance(exc, Permanent):
         return Failure("permanent", message=message)
-    if isinstance(exc, urllib.error.HTTPError):
-        retry_after = parse_retry_after(exc.headers.get("Retry-After") if exc.headers else None)
-        if exc.code in (429, 503):
-            return Failure("refused", retry_after, exc.code, message)
-        if exc.code >= 500:
-            return Failure("ambiguous", None, exc.code, message)
-        return Failure("permanent", None, exc.code, message)
-    if isinstance(exc, ConnectionRefusedError):
+    response = _response(exc)
+    if response is not None:
+        return _by_status(response[0], response[1], message)
+    names = _names(exc)
+    if names & _NOT_SENT_BUG:
+        return Failure("permanent", message=message)
+    chain = _chain(exc)
+    # A read timeout wrapping an earlier refused connection is still a read timeout: only a connect-phase
+    # error at the top, or under a generic connection error, proves nothing was sent.
+    if names & _CONNECT_PHASE or (
+        not any("Read" in n or "Protocol" in n or "Disconnected" in n for _, n in names)
+        and any(_names(c) & _CONNECT_PHASE for c in chain[1:])
+    ):
         return Failure("refused", message=message)
-    if isinstance(exc, urllib.error.URLError) and isinstance(exc.reason, ConnectionRefusedError):
-        return Failure("refused", message=message)
-    if isinstance(
+    if names & _TRANSPORT or isinstance(
         exc,
         TimeoutError | socket.timeout | ConnectionError | http.client.HTTPException | urllib.error.URLError,
     ):

@@ -1,12 +1,17 @@
-"""One attempt of a run: admission read → Lease → graph with PostgresSaver → outcome → exit code.
+"""One attempt of a run: admission read → Lease → graph with the fenced saver → outcome → exit code.
 
 Exit codes (docs/design.md): 0 succeeded · 1 failed · 2 config/usage · 10 parked · 11 drained · 12 fenced ·
-13 needs a human. Postgres (``agentrun_runs.status``) is the truth; the exit code tells people and the pod
-runtime what happened.
+13 needs a human · 14 lost to infrastructure (Postgres went away; retried, never ``GraphFailed``). Postgres
+(``agentrun_runs.status``) is the truth; the exit code tells people and the pod runtime what happened.
+
+Checkpoints go through ``checkpointer.FencedSaver``: every write is fenced by the attempt's epoch, and "the
+latest checkpoint" is the run's head (written fenced), never the newest id.
 
 Resumption: no checkpoint → invoke with the admitted input (a crash before the first checkpoint just starts
 again; never ``EmptyInputError``); a pending interrupt with a decided approval → ``Command(resume=payload)``;
-otherwise ``None`` (continue from the last checkpoint).
+no task at the head → finished; otherwise ``None`` (continue from the head checkpoint). "No task", never
+LangGraph's empty ``next``, which also describes a head whose tasks all saved their writes before a kill
+prevented the step's checkpoint: that run still has steps to go.
 """
 
 from __future__ import annotations
@@ -24,16 +29,29 @@ from typing import Any
 
 import psycopg_pool
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.types import Command
 
-from agent_worker import context, errors, faults, graphs, heartbeat, keys, leasing, store
+from agent_worker import checkpointer as checkpointer_mod
+from agent_worker import (
+    context,
+    errors,
+    faults,
+    forking,
+    graphs,
+    heartbeat,
+    infra,
+    keys,
+    leasing,
+    steps,
+    store,
+)
 from agent_worker import settings as settings_mod
 
 logger = logging.getLogger(__name__)
 
 EXIT_SUCCEEDED, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_PARKED, EXIT_DRAINED, EXIT_FENCED, EXIT_NEEDS_HUMAN = 10, 11, 12, 13
+EXIT_INFRA = infra.EXIT_INFRA  # 14
 
 # Status found at startup → exit code, for a worker started on a run that needs no work.
 _STATUS_EXIT = {"succeeded": 0, "failed": 1, "cancelled": 0, "needs_human": 13}
@@ -47,6 +65,12 @@ class _Park:
 @dataclasses.dataclass
 class _Done:
     values: Any
+
+
+@dataclasses.dataclass
+class _Failed:
+    error: str
+    reason: str
 
 
 class Drain:
@@ -82,7 +106,7 @@ def _error_text(exc: BaseException) -> str:
     return text[-8000:]
 
 
-def _worker_error(exc: BaseException) -> errors.WorkerError | None:
+def _worker_error(exc: BaseException) -> errors.ControlSignal | None:
     seen: set[int] = set()
     cur: BaseException | None = exc
     while cur is not None and id(cur) not in seen:
@@ -91,6 +115,18 @@ def _worker_error(exc: BaseException) -> errors.WorkerError | None:
             return cur
         cur = cur.__cause__ or cur.__context__
     return None
+
+
+def _single_interrupt(interrupts: Any) -> Any:
+    """The one pending interrupt. Several at once (parallel branches) are refused: each approval is asked and
+    decided alone, so a run waits on one gate at a time."""
+    if len(interrupts) != 1:
+        raise errors.TooManyInterrupts(
+            f"the graph stopped with {len(interrupts)} interrupts pending at once "
+            f"({', '.join(str(i.id) for i in interrupts)}); agentrun asks for one approval at a time: "
+            "interrupt in sequence, not in parallel branches"
+        )
+    return interrupts[0]
 
 
 class Attempt:
@@ -103,6 +139,7 @@ class Attempt:
         self.ctx: context.RunContext | None = None
         self.beat: heartbeat.WorkerBeat | None = None
         self.drain = Drain(settings.drain_seconds, self._drain_deadline)
+        self.steps: steps.StepRecorder | None = None
 
     # --- lifecycle -------------------------------------------------------------------------------------
 
@@ -115,16 +152,17 @@ class Attempt:
         if run.status in _STATUS_EXIT:
             logger.info("run %s is %s: nothing to do", self.run_id, run.status)
             return _STATUS_EXIT[run.status]
-        try:
-            graph_obj = graphs.load(run.graph)
-        except errors.GraphLoadError as exc:
-            store.fail_unclaimed_run(self.pool, run_id=self.run_id, error=str(exc), reason="GraphLoadError")
-            logger.error("%s", exc)
-            return EXIT_FAILED
+        # The Lease first, the graph after: loading may retry a transient import for seconds, and a load
+        # failure fails the run — a write that, like every write on the failure path, must carry our epoch
+        # so that a worker deposed meanwhile is refused (finish_run is fenced in its statement).
         code = self._acquire(run)
         if code is not None:
             return code
         try:
+            try:
+                graph_obj = graphs.load(run.graph)
+            except errors.GraphLoadError as exc:
+                return self._fail(str(exc), "GraphLoadError")
             return self._execute(run, graph_obj)
         except BaseException as exc:
             return self._on_error(exc)
@@ -162,6 +200,11 @@ class Attempt:
         if self.ctx is not None:
             self.ctx.set_stop(errors.Fenced(f"lease lost: {reason}"))
 
+    def _write_refused(self, exc: errors.ControlSignal) -> None:
+        """A checkpoint write was refused (fenced) or lost Postgres, maybe on a background thread: stop."""
+        if self.ctx is not None:
+            self.ctx.set_stop(exc)
+
     def _drain_deadline(self) -> None:
         logger.warning("drain deadline reached inside a step: exiting 11 now (the step re-runs)")
         self._end_attempt("drained", "drain deadline inside a step")
@@ -193,10 +236,22 @@ class Attempt:
             run_id=self.run_id,
             attempt=self.settings.attempt,
             epoch=self.epoch,
+            retry_generation=run.retry_generation,
             may_act=self.holder.may_act,
             lease_check=self.holder.check,
+            key_version=run.key_version,
         )
-        checkpointer = PostgresSaver(self.pool)
+        checkpointer = checkpointer_mod.FencedSaver(
+            self.pool, run_id=self.run_id, epoch=self.epoch, on_refused=self._write_refused
+        )
+        self.steps = steps.StepRecorder(
+            self.pool,
+            run_id=self.run_id,
+            attempt=self.settings.attempt,
+            saver=checkpointer,
+            epoch=self.epoch,
+            batch_seconds=steps.BATCH_SECONDS.get(run.durability, 0.0),
+        )
         try:
             compiled = graphs.compile_graph(graph_obj, checkpointer, ref=run.graph)
         except errors.GraphLoadError as exc:
@@ -207,6 +262,8 @@ class Attempt:
             return self._park(run, compiled, config)
         if isinstance(start, _Done):
             return self._succeed(start.values)
+        if isinstance(start, _Failed):
+            return self._fail(start.error, start.reason)
         resumed = start[1]
         drained = self._stream(run, compiled, config, start[0], resumed)
         if self.ctx.stop is not None:
@@ -221,19 +278,30 @@ class Attempt:
         state = compiled.get_state(config)
         if state.interrupts:
             return self._park(run, compiled, config)
-        if state.next:
-            return self._fail(f"graph stopped with pending nodes {state.next} and no interrupt", "Stopped")
+        if state.tasks:  # tasks, not ``next``: a finished task's unapplied writes are pending work too
+            pending = tuple(t.name for t in state.tasks)
+            return self._fail(f"graph stopped with pending nodes {pending} and no interrupt", "Stopped")
         return self._succeed(state.values)
 
     def _start_input(
-        self, run: store.Run, compiled: Any, checkpointer: PostgresSaver, config: RunnableConfig
-    ) -> _Park | _Done | tuple[Any, str | None]:
+        self,
+        run: store.Run,
+        compiled: Any,
+        checkpointer: checkpointer_mod.FencedSaver,
+        config: RunnableConfig,
+    ) -> _Park | _Done | _Failed | tuple[Any, str | None]:
         if checkpointer.get_tuple(config) is None:
             return (run.input, None)
+        edits = forking.pending_edits(self.pool, run)
+        if edits is not None:  # a fork's first worker: the human's edits of the copied checkpoint, once
+            try:
+                forking.apply_edits(compiled, config, run, edits)
+            except forking.ForkEditError as exc:
+                return _Failed(f"fork edit refused: {exc}", forking.FORK_EDIT_REFUSED)
+            logger.info("fork %s: applied edits %s", self.run_id, sorted(edits))
         state = compiled.get_state(config)
         if state.interrupts:
-            # One interrupt at a time (agentrun_approvals allows one pending approval per run).
-            interrupt = state.interrupts[0]
+            interrupt = _single_interrupt(state.interrupts)
             approval = store.get_approval(self.pool, keys.approval_id(self.run_id, interrupt.id))
             if approval is None or approval.status == "pending":
                 return _Park("still waiting for the approval")
@@ -241,51 +309,69 @@ class Attempt:
             logger.info(
                 "resuming %s with approval %s (%s)", self.run_id, approval.approval_id, approval.status
             )
-            return (Command(resume=approval.payload), approval.approval_id)
-        if not state.next:
+            # LangGraph's id map: the payload answers exactly this interrupt, never another one.
+            return (Command(resume={interrupt.id: approval.payload}), approval.approval_id)
+        if not state.tasks:
             return _Done(state.values)  # finished before a crash prevented recording it
+        # Not ``state.next``: it leaves out tasks whose writes are saved. A kill after the last task of a step
+        # saved its writes and before the step's checkpoint was (``async``, or the gap inside ``sync``) leaves
+        # a head whose every task is done and ``next == ()``, yet the run is not: resuming with ``None``
+        # applies those writes, saves the step and goes on along their edges.
         return (None, None)
 
     def _stream(
         self, run: store.Run, compiled: Any, config: RunnableConfig, start: Any, resumed: str | None
     ) -> bool:
         """Run the graph, recording step events; True when stopped by a drain at a step boundary."""
-        assert self.ctx is not None
+        assert self.ctx is not None and self.steps is not None
+        try:
+            with context.activate(self.ctx):
+                return self._consume(run, compiled, config, start, resumed)
+        finally:
+            try:
+                self.steps.flush(final=True)  # the stream has ended: every write it made is done
+            except Exception:  # history only: never mask the outcome (e.g. Postgres gone)
+                logger.exception("could not record the last step events")
+
+    def _consume(
+        self, run: store.Run, compiled: Any, config: RunnableConfig, start: Any, resumed: str | None
+    ) -> bool:
+        assert self.ctx is not None and self.steps is not None
         tasks: dict[str, tuple[str, float, datetime.datetime]] = {}  # task id -> (name, t0, started_at)
         step_tasks: list[tuple[str, float, datetime.datetime]] = []
         last_result = 0.0
-        with context.activate(self.ctx):
-            for event in compiled.stream(start, config, durability=run.durability, stream_mode="debug"):
-                kind, payload, now = event.get("type"), event.get("payload") or {}, time.monotonic()
-                if kind == "task":
-                    tasks[payload["id"]] = (payload["name"], now, datetime.datetime.now(datetime.UTC))
-                elif kind == "task_result":
-                    done = tasks.pop(str(payload.get("id")), None)
-                    if done is not None:
-                        step_tasks.append(done)
-                    last_result = now
-                elif kind == "checkpoint":
-                    faults.hit("after_checkpoint")
-                    if resumed is not None:
-                        store.mark_approval_resumed(self.pool, resumed)
-                        resumed = None
-                    if step_tasks:
-                        self._step_event(event, step_tasks, now - last_result, payload)
-                        step_tasks = []
-                    if self.drain.requested.is_set():
-                        return True
-                if self.ctx.stop is not None:
-                    return False
+        for event in compiled.stream(start, config, durability=run.durability, stream_mode="debug"):
+            kind, payload, now = event.get("type"), event.get("payload") or {}, time.monotonic()
+            if kind == "task":
+                tasks[payload["id"]] = (payload["name"], now, datetime.datetime.now(datetime.UTC))
+            elif kind == "task_result":
+                done = tasks.pop(str(payload.get("id")), None)
+                if done is not None:
+                    step_tasks.append(done)
+                last_result = now
+            elif kind == "checkpoint":
+                faults.hit("after_checkpoint")
+                if resumed is not None:
+                    store.mark_approval_resumed(self.pool, resumed)
+                    resumed = None
+                if step_tasks:
+                    self._step_event(event, step_tasks, last_result, payload)
+                    step_tasks = []
+                self.steps.flush(final=False)
+                if self.drain.requested.is_set():
+                    return True
+            if self.ctx.stop is not None:
+                return False
         return False
 
     def _step_event(
         self,
         event: dict[str, Any],
         step_tasks: list[tuple[str, float, datetime.datetime]],
-        cp_seconds: float,
+        last_result: float,
         payload: dict[str, Any],
     ) -> None:
-        assert self.ctx is not None and self.beat is not None
+        assert self.ctx is not None and self.beat is not None and self.steps is not None
         number = event.get("step")
         names = sorted({name for name, _, _ in step_tasks})
         step_name = ",".join(names)
@@ -295,36 +381,38 @@ class Attempt:
             effect_keys += self.ctx.take_effect_keys(f"{name}:{number}")
         checkpoint_id = (payload.get("config") or {}).get("configurable", {}).get("checkpoint_id")
         self.beat.step = f"{step_name}:{number}"
-        store.record_step_event(
-            self.pool,
-            run_id=self.run_id,
-            attempt=self.settings.attempt,
+        self.steps.add(  # recorded once the saver has timed this checkpoint's write (agent_worker/steps.py)
             step=f"{step_name}:{number}",
             checkpoint_id=checkpoint_id,
             started_at=min(s for _, _, s in step_tasks),
-            duration_seconds=max(0.0, time.monotonic() - first - cp_seconds),
-            checkpoint_seconds=cp_seconds,
+            duration_seconds=max(0.0, last_result - first),
             effect_keys=effect_keys,
+            current_step=step_name,  # written with the events, one statement (agent_worker/steps.py)
         )
-        store.set_current_step(self.pool, run_id=self.run_id, epoch=self.epoch, step=step_name)
 
     # --- outcomes --------------------------------------------------------------------------------------
 
     def _park(self, run: store.Run, compiled: Any, config: RunnableConfig) -> int:
         state = compiled.get_state(config)
-        interrupt = state.interrupts[0]
+        interrupt = _single_interrupt(state.interrupts)
         approval_id = keys.approval_id(self.run_id, interrupt.id)
-        timeout = (run.approval_policy or {}).get("timeoutSeconds")
-        store.record_approval(
+        approval = store.record_approval(
             self.pool,
             run_id=self.run_id,
             epoch=self.epoch,
             approval_id=approval_id,
             interrupt_id=interrupt.id,
             prompt=_json(interrupt.value),
-            timeout_seconds=float(timeout) if timeout is not None else None,
             reason=f"waiting for approval {approval_id}",
         )
+        if approval.status != "pending":
+            # The graph asks again under an id that was already decided (a second interrupt() sharing the
+            # first one's id, langgraph < 1.2.20): parking would hand it the earlier decision. Never.
+            raise errors.ApprovalReused(
+                f"interrupt {interrupt.id} asks for approval {approval_id}, which is already "
+                f"{approval.status} (by {approval.decided_by}): refusing to reuse a decision for another "
+                "gate (is langgraph >= 1.2.20 installed? see constraints.txt)"
+            )
         faults.hit("while_parking")
         self._release()
         self._end_attempt("parked", approval_id)
@@ -350,6 +438,10 @@ class Attempt:
 
     def _on_error(self, exc: BaseException) -> int:
         found = _worker_error(exc) or (self.ctx.stop if self.ctx is not None else None)
+        if found is None or isinstance(found, infra.InfraLost):
+            lost = infra.cause(exc) or found
+            if lost is not None:
+                return self._lost_to_infra(infra.lost(lost, "the attempt"))
         if isinstance(found, errors.Fenced):
             logger.error("fenced: %s", found)
             self._end_attempt("fenced", str(found))  # attempts are not fenced: history, not decisions
@@ -376,6 +468,18 @@ class Attempt:
             return self._fail(_error_text(exc), type(exc).__name__)
         except errors.Fenced:
             return EXIT_FENCED
+        except Exception as failed:
+            if infra.cause(failed) is None:
+                raise
+            return self._lost_to_infra(infra.lost(failed, "recording the failure"))
+
+    def _lost_to_infra(self, lost: infra.InfraLost) -> int:
+        """Postgres went away under us: not the graph's failure. Leave the run ``running`` (nothing to write,
+        maybe nowhere to write it), give the Lease back so the next attempt starts at once, exit 14."""
+        logger.error("attempt lost to infrastructure (the operator retries it): %s", lost)
+        self._release()
+        infra.record_lost(self.pool, run_id=self.run_id, attempt=self.settings.attempt, lost=lost)
+        return EXIT_INFRA
 
 
 def run(settings: settings_mod.WorkerSettings) -> int:
@@ -389,5 +493,10 @@ def run(settings: settings_mod.WorkerSettings) -> int:
     )
     try:
         return Attempt(settings, pool).run()
+    except Exception as exc:  # before the Lease (admission read, claim): nothing to release
+        if infra.cause(exc) is None:
+            raise
+        logger.error("attempt lost to infrastructure before it ran: %s", infra.lost(exc, "startup"))
+        return EXIT_INFRA
     finally:
         pool.close()

@@ -1,16 +1,22 @@
-"""``agentrun approve NAME`` / ``agentrun reject NAME [--comment TEXT]`` (also ``kubectl agentrun …``).
+"""``agentrun approve NAME`` / ``agentrun reject NAME [--id ID] [--comment TEXT]`` (``kubectl agentrun …``).
 
-Annotates the AgentRun with the id of its *current* pending approval (read from its status), as the current
-user: the API server's admission policies decide whether that user may approve, and stamp who did. Naming the
-id keeps a late click from approving a later interrupt (``--id`` pins it explicitly).
+Rule: the id annotated is the id of the approval the human saw. Interactive (stdin and stdout are terminals,
+no ``--id``/``--yes``): the pending approval's id and prompt are shown and the human confirms that one.
+Non-interactive without ``--id``: accepted only when the run has asked exactly one approval so far (nothing
+else could be meant); once it has asked several, the caller must name the id. ``--id`` must be the pending
+approval (anything else is refused here, and by the API server). The annotation is set as the current user:
+the admission policies decide whether that user may decide, and stamp who did.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from collections.abc import Callable
+from typing import Any
 
-from agentrun import cluster
+from agentrun import cluster, respond_cli
 
 MULTI_COMMAND = True
 
@@ -19,7 +25,7 @@ ANN_COMMENT = "agentrun.dev/comment"
 
 
 def patch_for(decision: str, approval_id: str, comment: str | None) -> dict[str, str | None]:
-    """The merge patch: set this decision, remove the opposite one (the operator refuses both at once)."""
+    """The merge patch: set this decision, remove the opposite one (the API server refuses both at once)."""
     other = "reject" if decision == "approve" else "approve"
     patch: dict[str, str | None] = {ANN[decision]: approval_id, ANN[other]: None}
     if comment is not None:
@@ -27,43 +33,90 @@ def patch_for(decision: str, approval_id: str, comment: str | None) -> dict[str,
     return patch
 
 
+def choose(
+    status: dict[str, Any],
+    where: str,
+    wanted: str | None,
+    interactive: bool,
+    ask: Callable[[str], str] | None = None,
+    decision: str = "approve",
+) -> str:
+    """The approval id to annotate, or ``CliError`` (pure apart from ``ask``, the interactive prompt)."""
+    pending = status.get("pendingApproval") or {}
+    pending_id = str(pending.get("id") or "")
+    if not pending_id:
+        raise cluster.CliError(
+            f"AgentRun {where} has no pending approval (phase {status.get('phase') or 'unknown'})"
+        )
+    if wanted:
+        if wanted != pending_id:
+            raise cluster.CliError(
+                f"{wanted} is not the pending approval of AgentRun {where} (pending: {pending_id}); "
+                "nothing annotated"
+            )
+        return wanted
+    if interactive and ask is not None:
+        prompt = json.dumps(pending.get("prompt"), indent=2, default=str)
+        deadline = f"\ndeadline: {pending['deadline']}" if pending.get("deadline") else ""
+        shown = f"AgentRun {where} asks (approval {pending_id}):\n{prompt}{deadline}\n"
+        answer = ask(shown + f"{decision} {pending_id}? [y/N] ")
+        if answer.strip().lower() not in {"y", "yes"}:
+            raise cluster.CliError("nothing decided")
+        return pending_id
+    asked = len(status.get("approvals") or ()) + 1
+    if asked > 1:
+        raise cluster.CliError(
+            f"AgentRun {where} has asked {asked} approvals: say which one you decide with --id "
+            f"(pending now: {pending_id}; see `agentrun get` / `kubectl get ar -o yaml`)"
+        )
+    return pending_id
+
+
 def run(decision: str, argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog=f"agentrun {decision}")
     p.add_argument("name", help="the AgentRun's name")
     p.add_argument("-n", "--namespace", help="namespace (default: the kubeconfig context's)")
     p.add_argument("--comment", help="a comment recorded with the decision")
-    p.add_argument("--id", dest="approval_id", help="the approval id (default: the run's pending approval)")
+    p.add_argument("--id", dest="approval_id", help="the approval id you saw (status.pendingApproval.id)")
+    p.add_argument("--yes", action="store_true", help="do not ask (non-interactive rules apply)")
     p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)")
     p.add_argument("--context", help="kubeconfig context")
+    if decision == "approve":  # edits ride on the approval (agentrun.respond_cli)
+        p.add_argument("--set", action="append", default=[], metavar="FIELD=TEXT", help="edit a field")
+        p.add_argument("--edits", metavar="FILE", help="edits as a YAML/JSON mapping of field: text")
     args = p.parse_args(argv)
+    edits = respond_cli.parse_edits(args.set, args.edits) if decision == "approve" else {}
     api, default_ns = cluster.connect(args.kubeconfig, args.context)
     namespace = args.namespace or default_ns
     resource = cluster.get_run(api, namespace, args.name)
-    status = resource.get("status") or {}
-    pending = (status.get("pendingApproval") or {}).get("id")
-    approval_id = args.approval_id or pending
-    if not approval_id:
-        raise cluster.CliError(
-            f"AgentRun {namespace}/{args.name} has no pending approval "
-            f"(phase {status.get('phase') or 'unknown'})"
-        )
-    if args.approval_id and pending and args.approval_id != pending:
-        print(
-            f"agentrun: warning: {args.approval_id} is not the pending approval ({pending}); the operator "
-            "will refuse it",
-            file=sys.stderr,
-        )
-    cluster.annotate(api, namespace, args.name, patch_for(decision, approval_id, args.comment))
+    interactive = not args.yes and sys.stdin.isatty() and sys.stdout.isatty()
+    approval_id = choose(
+        dict(resource.get("status") or {}),
+        f"{namespace}/{args.name}",
+        args.approval_id,
+        interactive,
+        ask=input,
+        decision=decision,
+    )
+    patch = patch_for(decision, approval_id, args.comment)
+    if edits:
+        respond_cli.check_editable(dict(resource.get("status") or {}), edits)
+        patch.update(respond_cli.edit_annotations(edits))
+    cluster.annotate(api, namespace, args.name, patch)
     verb = "approved" if decision == "approve" else "rejected"
+    with_edits = f" with edits of {', '.join(sorted(edits))}" if edits else ""
     print(
-        f"agentrun/{args.name} {verb}: approval {approval_id} (the operator applies it and resumes the run)"
+        f"agentrun/{args.name} {verb}: approval {approval_id}{with_edits} (the operator applies it and "
+        "resumes the run)"
     )
     return 0
 
 
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in ANN:
-        print("usage: agentrun approve|reject NAME [-n NS] [--comment TEXT]", file=sys.stderr)
+        print(
+            "usage: agentrun approve|reject NAME [-n NS] [--id ID] [--comment TEXT] [--yes]", file=sys.stderr
+        )
         return 2
     try:
         return run(argv[0], argv[1:])

@@ -14,18 +14,31 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "dev": ("agentrun_dev.cli", "run the local development cluster (up, env, status, down, logs)"),
     "worker": ("agent_worker.main", "run one attempt of an AgentRun (inside a worker pod)"),
     "operator": ("agent_operator.main", "run the operator (kopf, with Lease leader election)"),
+    # Read commands: each prints through agentrun.output (-o table|wide|json|yaml|name).
+    "get": ("agentrun.trace_cli", "show one run: phase, step, attempts, pending approval, effects"),
+    "list": ("agentrun.trace_cli", "list runs with phase, step, pending approval, effects"),
     "trace": ("agentrun.trace_cli", "show a run's timeline: attempts, steps, effects, approvals"),
     "ledger": ("agentrun.trace_cli", "show a run's effect ledger"),
-    "list": ("agentrun.trace_cli", "list runs with phase, step, pending approval, effects"),
+    "logs": ("agentrun.logs_cli", "print the worker Pod's log of an attempt (-f follows, --attempt N)"),
     "approve": ("agentrun.approve_cli", "approve the pending approval of a run"),
     "reject": ("agentrun.approve_cli", "reject the pending approval of a run"),
+    "respond": ("agentrun.respond_cli", "answer the pending approval with text: NAME --id ID --message TEXT"),
+    "wait": ("agentrun.steer_cli", "wait until a run finished; exit 0 if it Succeeded, non-zero otherwise"),
+    "retry": ("agentrun.steer_cli", "retry a Failed / needs-human / Cancelled run from its checkpoint"),
+    "resolve": ("agentrun.steer_cli", "settle an unknown effect: KEY --sent [--result JSON] | --not-sent"),
+    "cancel": ("agentrun.steer_cli", "cancel a run (it stops at a step boundary)"),
+    "suspend": ("agentrun.steer_cli", "stop a run's worker at a step boundary until resumed"),
+    "resume": ("agentrun.steer_cli", "let a suspended run continue from its checkpoint"),
+    "completion": ("agentrun.completion", "print a shell completion script: bash | zsh | fish"),
+    "fork": ("agentrun.fork_cli", "a new run from a checkpoint: NAME --step S|--checkpoint ID --as NEW"),
     "demo": ("agentrun_examples.demo", "the support-ticket demo on the dev cluster (make demo)"),
+    "bench": ("bench.cli", "the benchmark suite P1-P5 against the dev cluster (README: Performance)"),
 }
 
 
 def _usage() -> str:
     lines = ["usage: agentrun <command> [args...]", "", "commands:"]
-    lines += [f"  {name:<10} {help_}" for name, (_, help_) in SUBCOMMANDS.items()]
+    lines += [f"  {name:<11} {help_}" for name, (_, help_) in SUBCOMMANDS.items()]
     return "\n".join(lines)
 
 
@@ -35,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
         print(_usage())
         return 0
     name, rest = args[0], args[1:]
+    if name == "__complete":  # what the completion scripts call (agentrun.completion)
+        name, rest = "completion", args
     if name not in SUBCOMMANDS:
         print(f"agentrun: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
@@ -51,8 +66,16 @@ def kubectl_plugin_main() -> None:
     sys.exit(main())
 
 
+# Subcommands whose module ends the process itself (``exit_now(code)``) once ``main`` returned: the worker
+# skips the interpreter's teardown. Only the console script does this; ``main()`` always returns (tests).
+FAST_EXIT = {"worker"}
+
+
 def entrypoint() -> None:
-    sys.exit(main())
+    code = main()
+    if len(sys.argv) > 1 and sys.argv[1] in FAST_EXIT:
+        importlib.import_module(SUBCOMMANDS[sys.argv[1]][0]).exit_now(code)
+    sys.exit(code)
 
 
 if __name__ == "__main__":

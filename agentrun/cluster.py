@@ -56,6 +56,11 @@ def _call(what: str, namespace: str, name: str | None, fn: Any, *args: Any, **kw
         raise
 
 
+def call(what: str, fn: Any) -> Any:
+    """``fn()`` with the API server's refusals and connection errors turned into a CliError."""
+    return _call(what, "", None, fn)
+
+
 def get_run(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
     custom = client.CustomObjectsApi(api)
     obj: dict[str, Any] = _call(
@@ -106,3 +111,23 @@ def annotate(api: client.ApiClient, namespace: str, name: str, annotations: dict
         name,
         {"metadata": {"annotations": annotations}},
     )
+
+
+def patch_run(
+    api: client.ApiClient, namespace: str, name: str, body: dict[str, Any], *, what: str
+) -> dict[str, Any]:
+    """Merge-patch an AgentRun (e.g. its spec). The API server's refusal (schema, CEL, policies) is shown."""
+    custom = client.CustomObjectsApi(api)
+    obj: dict[str, Any] = _call(
+        what,
+        namespace,
+        name,
+        custom.patch_namespaced_custom_object,
+        GROUP,
+        VERSION,
+        namespace,
+        PLURAL,
+        name,
+        body,
+    )
+    return obj

@@ -41,7 +41,30 @@ def age(iso: str | None, now: datetime.datetime) -> str:
     return f"{max(s, 0)}s"
 
 
-def trace(data: Mapping[str, Any]) -> str:
+def lineage_lines(lineage: Mapping[str, Any]) -> list[str]:
+    """ "forked from SOURCE (uid) at checkpoint ID (after step S), edits ..." and "forks: A (at ID), ..."."""
+    out = []
+    src = lineage.get("forkedFrom")
+    if src:
+        step = f" (after step {src['step']})" if src.get("step") else ""
+        edits = f", edits {', '.join(src['set'])}" if src.get("set") else ""
+        out.append(
+            f"forked from {src['run']} (uid {src['runUid']}) at checkpoint {src['checkpointId']}{step}{edits}"
+        )
+    if lineage.get("forks"):
+        forks = ", ".join(f"{f['run']} (at {f['checkpointId']})" for f in lineage["forks"])
+        out.append(f"forks: {forks}")
+    return out
+
+
+def _outcome(attempt: Mapping[str, Any]) -> str | None:
+    """The attempt's outcome; a loss the control plane caused (not counted against maxAttempts) says so."""
+    outcome = attempt["outcome"] or ("running" if not attempt["endedAt"] else None)
+    return f"{outcome} (control plane)" if attempt.get("controlPlane") else outcome
+
+
+def trace(data: Mapping[str, Any], *, wide: bool = False) -> str:
+    """The timeline; ``wide`` shows the effects with every ledger column and full keys."""
     run = data["run"]
     out = [
         f"AgentRun {run['namespace']}/{run['name']}  uid {run['uid']}",
@@ -50,6 +73,7 @@ def trace(data: Mapping[str, Any]) -> str:
     ]
     if run.get("error") or run.get("statusReason"):
         out.append(f"reason {run.get('statusReason') or '-'}  error {run.get('error') or '-'}")
+    out += lineage_lines(data.get("lineage") or {})
     if run.get("pendingApproval"):
         p = run["pendingApproval"]
         out.append(f"pending approval {p.get('id')} (deadline {p.get('deadline') or '-'})")
@@ -66,7 +90,7 @@ def trace(data: Mapping[str, Any]) -> str:
                     a["startReason"],
                     when(a["startedAt"]),
                     when(a["endedAt"]),
-                    a["outcome"] or ("running" if not a["endedAt"] else None),
+                    _outcome(a),
                     a["detail"],
                 ]
                 for a in data["attempts"]
@@ -92,7 +116,7 @@ def trace(data: Mapping[str, Any]) -> str:
             ],
         ),
     ]
-    out += ["", "EFFECTS", effects_table(data["effects"], wide=False)]
+    out += ["", "EFFECTS", effects_table(data["effects"], wide=wide)]
     out += [
         "",
         "APPROVALS",
@@ -112,6 +136,18 @@ def trace(data: Mapping[str, Any]) -> str:
             ],
         ),
     ]
+    if data.get("interventions"):
+        out += [
+            "",
+            "INTERVENTIONS",
+            table(
+                ["KIND", "BY", "AT", "RUN WAS", "EFFECT / GENERATION"],
+                [
+                    [i["kind"], i["by"], when(i["at"]), i["fromStatus"], i["key"] or i["generation"]]
+                    for i in data["interventions"]
+                ],
+            ),
+        ]
     if data["reruns"]:
         out += ["", "RE-RUN STEPS"]
         for r in data["reruns"]:
@@ -151,6 +187,7 @@ def effects_table(effects: Sequence[Mapping[str, Any]], *, wide: bool) -> str:
                 "STATUS",
                 "CALLS",
                 "DUPS-PREVENTED",
+                "DIVERGED",
                 "PROVIDER-REF",
                 "EPOCH",
                 "CREATED",
@@ -168,6 +205,7 @@ def effects_table(effects: Sequence[Mapping[str, Any]], *, wide: bool) -> str:
                     e["status"] + (" (needs human)" if e["needsHuman"] else ""),
                     e["attempts"],
                     e["duplicatesPrevented"],
+                    e.get("divergences", 0),
                     e["providerRef"],
                     e["epoch"],
                     when(e["createdAt"]),
@@ -179,7 +217,7 @@ def effects_table(effects: Sequence[Mapping[str, Any]], *, wide: bool) -> str:
             ],
         )
     return table(
-        ["KEY", "STEP", "ACTION", "TOOL", "STATUS", "CALLS", "DUPS-PREVENTED", "PROVIDER-REF"],
+        ["KEY", "STEP", "ACTION", "TOOL", "STATUS", "CALLS", "DUPS-PREVENTED", "DIVERGED", "PROVIDER-REF"],
         [
             [
                 short(e["key"]),
@@ -189,6 +227,7 @@ def effects_table(effects: Sequence[Mapping[str, Any]], *, wide: bool) -> str:
                 e["status"] + (" (needs human)" if e["needsHuman"] else ""),
                 e["attempts"],
                 e["duplicatesPrevented"],
+                e.get("divergences", 0),
                 e["providerRef"],
             ]
             for e in effects
@@ -196,7 +235,16 @@ def effects_table(effects: Sequence[Mapping[str, Any]], *, wide: bool) -> str:
     )
 
 
-def run_list(items: Sequence[Mapping[str, Any]], now: datetime.datetime, all_namespaces: bool) -> str:
+def run_image(item: Mapping[str, Any]) -> str | None:
+    """The image the run's attempts use: the pinned digest when the cluster reported one (status.image)."""
+    pinned = (item.get("status") or {}).get("image") or {}
+    worker = (item.get("spec") or {}).get("worker") or {}
+    return pinned.get("pinned") or pinned.get("ref") or worker.get("image")
+
+
+def run_list(
+    items: Sequence[Mapping[str, Any]], now: datetime.datetime, all_namespaces: bool, *, wide: bool = False
+) -> str:
     rows = []
     for item in items:
         meta, st = item.get("metadata", {}), item.get("status", {}) or {}
@@ -213,6 +261,11 @@ def run_list(items: Sequence[Mapping[str, Any]], now: datetime.datetime, all_nam
             effects,
             age(meta.get("creationTimestamp"), now),
         ]
+        if wide:
+            spec = item.get("spec") or {}
+            row += [spec.get("graph"), run_image(item), st.get("retryGeneration"), st.get("message")]
         rows.append(([meta.get("namespace")] if all_namespaces else []) + row)
     headers = ["NAME", "PHASE", "STEP", "ATTEMPTS", "PENDING-APPROVAL", "EFFECTS", "AGE"]
+    if wide:
+        headers += ["GRAPH", "IMAGE", "RETRIES", "MESSAGE"]
     return table((["NAMESPACE"] if all_namespaces else []) + headers, rows)

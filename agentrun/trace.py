@@ -2,9 +2,11 @@
 
 The interesting part is re-runs: a step that ran in more than one attempt (a worker killed after the step's
 effects but before its checkpoint, or code before an ``interrupt()`` re-running on resume). The ledger makes
-its effects safe when the step asks for the same effects again (same idempotency keys); when it does not —
-different keys, i.e. different arguments for the same action — the step *diverged* from its earlier attempt,
-and the trace says which keys and which arguments changed.
+its effects safe when the step asks for the same effects again (same idempotency keys: keys name an
+effect's position, not its arguments). When the later attempt asked a position with other arguments
+(``agentrun_effects.divergences``: the stored result was returned, nothing repeated), or asked for other
+effects altogether (different keys), the step *diverged* from its earlier attempt, and the trace says which
+keys and which arguments changed.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ class Inputs:
     steps: Sequence[store.StepEvent]
     effects: Sequence[store.Effect]
     approvals: Sequence[store.Approval]
+    interventions: Sequence[store.Intervention] = ()  # retries and resolved effects: who, when
+    forks: Sequence[Mapping[str, Any]] = ()  # runs forked from this one (store.list_forks)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,23 +54,30 @@ def reruns(steps: Sequence[store.StepEvent], effects: Sequence[store.Effect]) ->
         first = set(events[0].effect_keys)
         only_earlier: set[str] = set()
         only_later: set[str] = set()
+        shared: set[str] = set()
         for later in events[1:]:
             if later.attempt == events[0].attempt:
                 continue
             keys = set(later.effect_keys)
             only_earlier |= first - keys
             only_later |= keys - first
+            shared |= first & keys
+        # Same position asked with other arguments: the row counted it and kept the later arguments.
+        same_key = [by_key[k] for k in sorted(shared) if k in by_key and by_key[k].divergences]
+        changes = arg_changes(
+            [by_key[k] for k in sorted(only_earlier) if k in by_key],
+            [by_key[k] for k in sorted(only_later) if k in by_key],
+        )
+        for e in same_key:
+            changes += arg_changes([e], [dataclasses.replace(e, args=e.diverged_args)])
         out.append(
             Rerun(
                 step=step,
                 attempts=attempts,
-                diverged=bool(only_earlier or only_later),
+                diverged=bool(only_earlier or only_later or same_key),
                 only_earlier=sorted(only_earlier),
                 only_later=sorted(only_later),
-                arg_changes=arg_changes(
-                    [by_key[k] for k in sorted(only_earlier) if k in by_key],
-                    [by_key[k] for k in sorted(only_later) if k in by_key],
-                ),
+                arg_changes=changes,
             )
         )
     return out
@@ -132,6 +143,8 @@ def build(inp: Inputs) -> dict[str, Any]:
                 "endedAt": _ts(a.ended_at),
                 "outcome": a.outcome,
                 "detail": a.detail,
+                # Lost to the control plane (API server, operator, Postgres), not counted in maxAttempts.
+                "controlPlane": a.control_plane,
             }
             for a in sorted(inp.attempts, key=lambda a: a.attempt)
         ],
@@ -142,7 +155,7 @@ def build(inp: Inputs) -> dict[str, Any]:
                 "checkpointId": s.checkpoint_id,
                 "startedAt": _ts(s.started_at),
                 "durationSeconds": s.duration_seconds,
-                "checkpointSeconds": s.checkpoint_seconds,
+                "checkpointSeconds": s.checkpoint_seconds,  # timed by the saver around its write (steps.py)
                 "effectKeys": list(s.effect_keys),
             }
             for s in sorted(inp.steps, key=lambda s: s.id)
@@ -161,10 +174,49 @@ def build(inp: Inputs) -> dict[str, Any]:
                 "comment": a.comment,
                 "deadlineAction": a.deadline_action,
                 "prompt": a.prompt,
+                "payload": a.payload,  # what the graph resumed with (type accept | edit | response | ignore)
             }
             for a in sorted(inp.approvals, key=lambda a: a.requested_at)
         ],
+        "lineage": lineage(inp),
         "reruns": [dataclasses.asdict(r) for r in reruns(inp.steps, inp.effects)],
+        "interventions": [
+            {
+                "kind": i.kind,
+                "by": i.by,
+                "at": _ts(i.at),
+                "key": i.effect_key,
+                "generation": i.generation,
+                "fromStatus": i.from_status,
+            }
+            for i in inp.interventions
+        ],
+    }
+
+
+def lineage(inp: Inputs) -> dict[str, Any]:
+    """Forks: where this run was forked from (``agentrun_runs.fork_of``) and the runs forked from it."""
+    fork_of = inp.run.fork_of if inp.run else None
+    return {
+        "forkedFrom": {
+            "run": fork_of.get("name"),
+            "runUid": fork_of.get("run_id"),
+            "checkpointId": fork_of.get("checkpoint_id"),
+            "step": fork_of.get("step"),
+            "set": sorted(fork_of.get("set") or {}),
+        }
+        if fork_of
+        else None,
+        "forks": [
+            {
+                "run": f["name"],
+                "runUid": f["run_id"],
+                "checkpointId": (f.get("fork_of") or {}).get("checkpoint_id"),
+                "step": (f.get("fork_of") or {}).get("step"),
+                "admittedAt": _ts(f.get("admitted_at")),
+            }
+            for f in inp.forks
+        ],
     }
 
 
@@ -183,6 +235,11 @@ def effect_json(e: store.Effect) -> dict[str, Any]:
         "epoch": e.epoch,
         "argsHash": e.args_hash,
         "args": e.args,
+        "keyVersion": e.key_version,
+        "divergences": e.divergences,
+        "divergedArgsHash": e.diverged_args_hash,
+        "divergedArgs": e.diverged_args,
+        "callDeadline": _ts(e.call_deadline),
         "error": e.error,
         "createdAt": _ts(e.created_at),
         "sentAt": _ts(e.sent_at),

@@ -1,14 +1,15 @@
-"""``agentrun trace|ledger|list`` (also ``kubectl agentrun …``).
+"""``agentrun get|list|trace|ledger`` (also ``kubectl agentrun …``): the read commands.
 
 The AgentRun comes from the Kubernetes API (KUBECONFIG, as the current user); the ledger, attempts, steps and
-approvals from Postgres (``AGENTRUN_DSN``; ``agentrun dev env`` prints it for the dev cluster).
+approvals from Postgres (``AGENTRUN_DSN``; ``agentrun dev env`` prints it for the dev cluster). ``get`` and
+``list`` need only the API server. Every command prints through ``agentrun.output`` (``-o
+table|wide|json|yaml|name``).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import sys
 from typing import Any
@@ -16,22 +17,29 @@ from typing import Any
 import psycopg
 
 from agent_worker import store
-from agentrun import cluster, render, trace
+from agentrun import cluster, output, render, trace
 
 MULTI_COMMAND = True
+HELP = {
+    "get": "show one run: phase, step, attempts, pending approval, effects (the API server only)",
+    "list": "list runs with phase, step, pending approval, effects (the API server only)",
+    "trace": "show a run's timeline: attempts, steps, effects, approvals, interventions",
+    "ledger": "show a run's effect ledger (keys for `agentrun resolve`)",
+}
 
 
 def _parser(command: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=f"agentrun {command}")
     if command != "list":
         p.add_argument("name", help="the AgentRun's name")
+    p.description = HELP[command]
     p.add_argument("-n", "--namespace", help="namespace (default: the kubeconfig context's)")
     if command == "list":
         p.add_argument("-A", "--all-namespaces", action="store_true", help="runs of every namespace")
-    p.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    output.add_argument(p)
     p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)")
     p.add_argument("--context", help="kubeconfig context")
-    if command != "list":
+    if command in ("trace", "ledger"):
         p.add_argument("--dsn", help="Postgres DSN of the ledger (default: $AGENTRUN_DSN)")
     return p
 
@@ -57,23 +65,35 @@ def gather(resource: dict[str, Any], dsn: str) -> trace.Inputs:
                 steps=store.list_step_events(conn, run_id),
                 effects=store.list_effects(conn, run_id),
                 approvals=store.list_approvals(conn, run_id),
+                interventions=store.list_interventions(conn, run_id),
+                forks=store.list_forks(conn, run_id),
             )
     except psycopg.Error as exc:
         raise cluster.CliError(f"cannot read the ledger: {exc}") from exc
+
+
+def _runs_view(items: list[dict[str, Any]], all_namespaces: bool, empty: str, single: bool) -> output.View:
+    now = datetime.datetime.now(datetime.UTC)
+    return output.View(
+        data=items[0] if single else output.as_list(items),
+        table=lambda wide: render.run_list(items, now, all_namespaces, wide=wide),
+        names=[output.run_name(i["metadata"]["name"]) for i in items],
+        empty=empty,
+    )
 
 
 def run(command: str, argv: list[str]) -> int:
     args = _parser(command).parse_args(argv)
     api, default_ns = cluster.connect(args.kubeconfig, args.context)
     namespace = args.namespace or default_ns
-    if command == "list":
-        items = cluster.list_runs(api, None if args.all_namespaces else namespace)
-        if args.output == "json":
-            print(json.dumps(items, indent=2, default=str))
-        elif not items:
-            print("No AgentRuns found" + ("" if args.all_namespaces else f" in namespace {namespace}") + ".")
+    if command in ("list", "get"):
+        if command == "list":
+            items = cluster.list_runs(api, None if args.all_namespaces else namespace)
+            where = "" if args.all_namespaces else f" in namespace {namespace}"
+            view = _runs_view(items, args.all_namespaces, f"No AgentRuns found{where}.", single=False)
         else:
-            print(render.run_list(items, datetime.datetime.now(datetime.UTC), args.all_namespaces))
+            view = _runs_view([cluster.get_run(api, namespace, args.name)], False, "", single=True)
+        print(output.emit(args.output, view))
         return 0
     resource = cluster.get_run(api, namespace, args.name)
     data = trace.build(gather(resource, _dsn(args)))
@@ -84,23 +104,34 @@ def run(command: str, argv: list[str]) -> int:
             file=sys.stderr,
         )
     if command == "ledger":
-        if args.output == "json":
-            print(json.dumps(data["effects"], indent=2, default=str))
-        else:
-            print(
-                render.effects_table(data["effects"], wide=True)
-                if data["effects"]
-                else "No effects recorded."
-            )
-        return 0
-    print(json.dumps(data, indent=2, default=str) if args.output == "json" else render.trace(data))
+        effects = data["effects"]
+        # -o name lists the effect keys: what `agentrun resolve NAME KEY` takes. The ledger's table is always
+        # the wide one: its full keys are what a human copies into `resolve`.
+        view = output.View(
+            data=effects,
+            table=lambda wide: render.effects_table(effects, wide=True),
+            names=[f"effect/{e['key']}" for e in effects],
+            empty="No effects recorded.",
+        )
+    else:
+        view = output.View(
+            data=data,
+            table=lambda wide: render.trace(data, wide=wide),
+            names=[output.run_name(args.name)],
+        )
+    print(output.emit(args.output, view))
     return 0
 
 
+COMMANDS = tuple(HELP)
+
+
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in {"trace", "ledger", "list"}:
+    if not argv or argv[0] not in COMMANDS:
         print(
-            "usage: agentrun trace|ledger NAME [-n NS] [-o json] | agentrun list [-n NS|-A]", file=sys.stderr
+            "usage: agentrun get|trace|ledger NAME [-n NS] [-o FORMAT] | "
+            "agentrun list [-n NS|-A] [-o FORMAT]",
+            file=sys.stderr,
         )
         return 2
     try:

@@ -8,6 +8,7 @@ import shlex
 import sys
 import time
 from pathlib import Path
+from types import ModuleType
 
 from agentrun_dev import cluster, controlplane, identities, procs
 from agentrun_dev import settings as settings_mod
@@ -23,10 +24,12 @@ def _usage_after_up(s: settings_mod.Settings) -> str:
     )
 
 
-def _cmd_up(s: settings_mod.Settings, _: argparse.Namespace) -> int:
+def _cmd_up(s: settings_mod.Settings, args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     try:
         cluster.up(s)
+        if getattr(args, "node", "local") == "real":
+            _real_node().up(s)
     except controlplane.BuildError as exc:
         print(exc, file=sys.stderr)
         return 1
@@ -73,6 +76,31 @@ def _cmd_status(s: settings_mod.Settings, _: argparse.Namespace) -> int:
     print(f"{'PART':<26}{'PID':>8}  {'PORT':>6}  HEALTHY")
     for r in rows:
         print(f"{r.name:<26}{r.pid or '-':>8}  {r.port or '-':>6}  {'yes' if r.healthy else 'NO'}")
+    return 0 if all(r.healthy for r in rows) else 1
+
+
+def _real_node() -> ModuleType:
+    # Imported on use: the real node's module pulls in nothing the rest of the CLI needs.
+    return importlib.import_module("agentrun_dev.node.lifecycle")
+
+
+def _cmd_real_node(s: settings_mod.Settings, args: argparse.Namespace) -> int:
+    lifecycle = _real_node()
+    host = importlib.import_module("agentrun_dev.node.host")
+    if args.action == "up":
+        try:
+            lifecycle.up(s)
+        except (host.HostError, controlplane.BuildError, RuntimeError) as exc:
+            print(f"agentrun dev real-node up: {exc}", file=sys.stderr)
+            return 1
+        return 0
+    if args.action == "down":
+        lifecycle.down(s)
+        return 0
+    rows = lifecycle.status(s)
+    print(f"{'PART':<26}{'PID':>8}  HEALTHY")
+    for r in rows:
+        print(f"{r.name:<26}{r.pid or '-':>8}  {'yes' if r.healthy else 'NO'}")
     return 0 if all(r.healthy for r in rows) else 1
 
 
@@ -134,7 +162,17 @@ def _cmd_daemon_log(s: settings_mod.Settings, args: argparse.Namespace) -> int:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="agentrun dev", description="The local development cluster.")
     sub = p.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("up", help="start (idempotently) etcd, kube-apiserver, controller-manager, Postgres, ...")
+    u = sub.add_parser(
+        "up", help="start (idempotently) etcd, kube-apiserver, controller-manager, Postgres, ..."
+    )
+    u.add_argument(
+        "--node",
+        choices=("local", "real"),
+        default="local",
+        help="real: also a real node (kubelet, containerd, runc, CNI) and kube-scheduler; docs/real-node.md",
+    )
+    rn = sub.add_parser("real-node", help="the real node (kubelet, containerd, runc): up | down | status")
+    rn.add_argument("action", choices=("up", "down", "status"))
     r = sub.add_parser(
         "restart", help="restart some parts (e.g. pod-runtime after changing its code), or all"
     )
@@ -166,7 +204,8 @@ def _parser() -> argparse.ArgumentParser:
 
 _COMMANDS = {
     "up": _cmd_up, "restart": _cmd_restart, "build": _cmd_build, "env": _cmd_env, "status": _cmd_status,
-    "down": _cmd_down, "logs": _cmd_logs, "kubeconfig": _cmd_kubeconfig, "daemon-log": _cmd_daemon_log,
+    "down": _cmd_down, "real-node": _cmd_real_node, "logs": _cmd_logs, "kubeconfig": _cmd_kubeconfig,
+    "daemon-log": _cmd_daemon_log,
 }  # fmt: skip
 
 

@@ -296,8 +296,21 @@ def stop_parts(s: settings_mod.Settings, names: list[str], out: TextIO = sys.std
         _stop(s, set(names), out)
 
 
+def outage(
+    s: settings_mod.Settings, names: list[str], down_seconds: float = 0.0, out: TextIO = sys.stderr
+) -> None:
+    """An outage of the named parts (e.g. ``["kube-apiserver"]``): stop them, keep them down for
+    ``down_seconds``, and bring the cluster up again (``up`` restarts what is missing). Chaos tests."""
+    stop_parts(s, names, out)
+    time.sleep(down_seconds)
+    up(s, out)
+
+
 def down(s: settings_mod.Settings | None = None, purge: bool = False, out: TextIO = sys.stderr) -> None:
     s = s or settings_mod.from_env()
+    if (s.state_dir / "node").exists():
+        # The real node first (its namespaces, mounts, cgroups, processes), while the API server still runs.
+        importlib.import_module("agentrun_dev.node.lifecycle").down(s, out)
     with state.locked(s):
         _stop(s, {p.name for p in parts(s)}, out)
         if purge:

@@ -83,10 +83,23 @@ def apiserver(binary: Path, s: settings_mod.Settings, p: Ports, certs: pki.PKI) 
         f"--proxy-client-cert-file={certs.front_proxy.cert}",
         f"--proxy-client-key-file={certs.front_proxy.key}",
         f"--cert-dir={s.state_dir / 'apiserver'}",
+        # pods/log (kubectl logs, agentrun logs) reaches the node's log endpoint at its InternalIP with this
+        # client certificate (the pod runtime's endpoint, agentrun_dev.podruntime.logserver, requires it).
+        "--kubelet-preferred-address-types=InternalIP,Hostname",
+        *(
+            [
+                f"--kubelet-client-certificate={certs.kubelet_client.cert}",
+                f"--kubelet-client-key={certs.kubelet_client.key}",
+            ]
+            if certs.kubelet_client is not None
+            else []
+        ),
         "--authorization-mode=Node,RBAC",
         # Added to the defaults (NamespaceLifecycle, LimitRanger, ServiceAccount, PodSecurity, …,
-        # ResourceQuota, ValidatingAdmissionPolicy, MutatingAdmissionPolicy, webhooks), as kubeadm does.
-        "--enable-admission-plugins=NodeRestriction",
+        # ResourceQuota, ValidatingAdmissionPolicy, MutatingAdmissionPolicy, webhooks): NodeRestriction, as
+        # kubeadm does; PodNodeSelector and PodTolerationRestriction let a namespace's annotations put its
+        # Pods on the real node (agentrun_dev.node), inert for namespaces without those annotations.
+        "--enable-admission-plugins=NodeRestriction,PodNodeSelector,PodTolerationRestriction",
         f"--service-account-issuer={SA_ISSUER}",
         f"--service-account-key-file={certs.sa_pub}",
         f"--service-account-signing-key-file={certs.sa_key}",

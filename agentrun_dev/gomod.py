@@ -16,6 +16,9 @@ _GO_RE = re.compile(r"^go\s+(\d+\.\d+(?:\.\d+)?)\s*$", re.MULTILINE)
 K8S_TARGETS = {
     "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
     "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
+    # The real node (agentrun_dev.node): built the same way, into a cache directory of their own.
+    "kubelet": "k8s.io/kubernetes/cmd/kubelet",
+    "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
 }
 ETCD_MODULE = "go.etcd.io/etcd/server/v3"
 
@@ -77,3 +80,34 @@ def k8s_ldflags(k8s_version: str) -> str:
         f"-s -w -X {pkg}.gitVersion={k8s_version} -X {pkg}.gitMajor={major} -X {pkg}.gitMinor={minor}"
         f" -X {pkg}.gitTreeState=clean"
     )
+
+
+PAUSE_GO = """// The pod sandbox's process: sleeps until told to stop, reaping orphans (it is PID 1).
+package main
+
+import (
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGCHLD)
+	for sig := range sigs {
+		if sig != syscall.SIGCHLD {
+			os.Exit(0)
+		}
+		for {
+			var ws syscall.WaitStatus
+			if pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil); pid <= 0 || err != nil {
+				break
+			}
+		}
+	}
+}
+"""
+
+
+def pause_gomod(go: str) -> str:
+    return f"module agentrun.dev/pause\n\ngo {go}\n"

@@ -10,7 +10,10 @@ many times its effect was actually performed, which is what the chaos tests asse
 * ``POST /control/faults`` — ``{"mode": ..., "count": N, "retry_after": s, "delay": s}`` queues faults for the
   next N ``POST /effects``: ``"429"`` / ``"503"`` (refused with ``Retry-After``, nothing performed),
   ``"drop"`` (performed and persisted, then the connection is closed without a response: an unknown
-  outcome), ``"delay"`` (performed after sleeping ``delay`` seconds). ``DELETE /control/faults`` clears.
+  outcome), ``"delay"`` (performed after sleeping ``delay`` seconds, holding the provider's lock),
+  ``"late"`` (accepted, then committed ``delay`` seconds later WITHOUT holding the lock: lookups and other
+  requests meanwhile see nothing — a provider whose commit outlives the client's timeout).
+  ``DELETE /control/faults`` clears.
 * ``POST /control/config`` — ``{"honour_keys": false}`` makes the provider ignore keys (every POST performs:
   shows the ledger alone prevents duplicates). ``POST /control/reset`` forgets everything.
 
@@ -44,7 +47,7 @@ STATE_FILE = "http_provider_state.json"
 
 @dataclasses.dataclass
 class Fault:
-    mode: str  # "429" | "503" | "drop" | "delay"
+    mode: str  # "429" | "503" | "drop" | "delay" | "late"
     count: int = 1
     retry_after: float = 1.0
     delay: float = 0.0
@@ -65,6 +68,7 @@ class Store:
         self.state = json.loads(self.path.read_text()) if self.path.exists() else _empty_state()
         self.honour_keys = True
         self.faults: list[Fault] = []
+        self.late_accepted = 0  # "late" requests received so far (committed or still sleeping)
 
     def save(self) -> None:
         tmp = self.path.with_suffix(".tmp")
@@ -133,6 +137,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                         "effects_performed_total": st["effects_performed_total"],
                         "requests": st["requests"],
                         "replays": st["replays"],
+                        "late_accepted": store.late_accepted,
                         "keys": len(per_key),
                         "effects_performed": per_key,
                     },
@@ -172,7 +177,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             except TypeError as exc:
                 self._send(400, {"error": f"bad fault: {exc}"})
                 return
-            if fault.mode not in ("429", "503", "drop", "delay"):
+            if fault.mode not in ("429", "503", "drop", "delay", "late"):
                 self._send(400, {"error": f"unknown fault mode {fault.mode!r}"})
                 return
             with store.lock:
@@ -196,11 +201,19 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def _effect(self, body: Any) -> None:
         store = self.server.store
         key = self.headers.get("Idempotency-Key")
+        late: Fault | None = None
+        with store.lock:
+            if store.faults and store.faults[0].mode == "late":
+                late = store.next_fault()
+                # Counted on arrival (not persisted): tests see the request is in flight before it commits.
+                store.late_accepted += 1
+        if late is not None:
+            time.sleep(late.delay)  # the client may have given up long ago; we commit anyway
         # One lock around decide + perform + persist: concurrent retries with one key perform once.
         with store.lock:
             st = store.state
             st["requests"] += 1
-            fault = store.next_fault()
+            fault = None if late is not None else store.next_fault()
             if fault is not None and fault.mode in ("429", "503"):
                 store.save()
                 self._send(

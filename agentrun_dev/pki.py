@@ -61,6 +61,21 @@ class PKI:
     etcd_client: Pair
     front_proxy: Pair
     """The apiserver's client cert towards aggregated API servers (CN front-proxy-client)."""
+    kubelet_client: Pair | None = None
+    """The apiserver's client cert towards kubelets (``pods/log``): the pod runtime's log endpoint accepts
+    only this certificate (CN kube-apiserver-kubelet-client)."""
+
+
+KUBELET_CLIENT_CN = "kube-apiserver-kubelet-client"
+
+
+def kubelet_serving(d: Path, node_name: str) -> Pair:
+    """The pod runtime's serving certificate for its kubelet log endpoint (127.0.0.1), from the dev CA."""
+    ca = _ensure_ca(d)
+    pair = Pair(d / "kubelet-serving.crt", d / "kubelet-serving.key")
+    if not _valid(pair.cert, pair.key, ca):
+        _issue(ca, pair, node_name, (), server=True, client=False, dns=[node_name], ips=["127.0.0.1"])
+    return pair
 
 
 def _now() -> datetime.datetime:
@@ -261,6 +276,10 @@ def ensure(s: settings_mod.Settings) -> PKI:
     front_proxy = Pair(d / "front-proxy-client.crt", d / "front-proxy-client.key")
     if not _valid(front_proxy.cert, front_proxy.key, ca):
         _issue(ca, front_proxy, "front-proxy-client", (), server=False, client=True)
+    kubelet_client = Pair(d / "apiserver-kubelet-client.crt", d / "apiserver-kubelet-client.key")
+    if not _valid(kubelet_client.cert, kubelet_client.key, ca):
+        # system:masters as kubeadm's cert had it: a real kubelet (--node=real) authorizes it without RBAC.
+        _issue(ca, kubelet_client, KUBELET_CLIENT_CN, ("system:masters",), server=False, client=True)
     sa_key, sa_pub = _ensure_sa_keys(d)
     return PKI(
         ca=ca,
@@ -270,6 +289,7 @@ def ensure(s: settings_mod.Settings) -> PKI:
         etcd=etcd,
         etcd_client=etcd_client,
         front_proxy=front_proxy,
+        kubelet_client=kubelet_client,
     )
 
 

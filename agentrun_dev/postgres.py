@@ -206,6 +206,7 @@ def ensure_running(s: settings_mod.Settings) -> Info:
             with open(data / "postgresql.conf", "a") as fh:
                 fh.write(_CONF)
         _clear_stale_pidfile(s)
+        _tenant_passwords(data)
         _pg(
             "pg_ctl",
             [
@@ -228,8 +229,33 @@ def ensure_running(s: settings_mod.Settings) -> Info:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"postgres did not accept connections on 127.0.0.1:{port}; see {log}")
             time.sleep(0.2)
+    if _tenant_passwords(data_dir(s)):
+        with psycopg.connect(dsn(s, "postgres"), autocommit=True) as conn:
+            conn.execute("SELECT pg_reload_conf()")
     _ensure_database(s)
     return info(s)
+
+
+# Tenant worker roles (members of agentrun_worker, migration 0005) must give their password even here, so
+# the dev cluster proves the DSN in each namespace's Secret is right; everyone else stays trusted (dev only).
+_HBA_MARK = "# agentrun: tenant worker roles authenticate with their password"
+_HBA_LINES = f"""{_HBA_MARK}
+host all +agentrun_worker 127.0.0.1/32 scram-sha-256
+host all +agentrun_worker ::1/128 scram-sha-256
+"""
+
+
+def _tenant_passwords(data: Path) -> bool:
+    """Put the tenant lines first in pg_hba.conf (first match wins); True when the file changed."""
+    hba = data / "pg_hba.conf"
+    if not hba.exists():
+        return False
+    text = hba.read_text()
+    if _HBA_MARK in text:
+        return False
+    with open(hba, "w") as fh:  # in place: the server's user keeps owning the file
+        fh.write(_HBA_LINES + text)
+    return True
 
 
 def _ensure_database(s: settings_mod.Settings) -> None:

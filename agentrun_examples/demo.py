@@ -53,11 +53,6 @@ patches:
   - target: {{kind: Namespace}}
     patch: |-
       - {{op: replace, path: /metadata/name, value: {NAMESPACE}}}
-secretGenerator:
-  - name: agentrun-db
-    behavior: replace
-    literals: [dsn={env["AGENTRUN_DSN"]}]
-    options: {{disableNameSuffixHash: true}}
 configMapGenerator:
   - name: support-ticket-config
     behavior: replace

@@ -25,6 +25,9 @@ _FROM: dict[str, list[str]] = {
 class Reservation:
     outcome: ReserveOutcome
     effect: rows.Effect
+    # existing rows: seconds until the earlier call can no longer take effect (Postgres clock), 0 if past
+    in_flight_seconds: float = 0.0
+    read_only: bool = False  # the run refuses effects: an existing pending row is looked up, never performed
 
 
 def reserve_effect(
@@ -39,8 +42,15 @@ def reserve_effect(
     occurrence: int,
     args_hash: str,
     args: Any,
+    key_version: int = 2,
+    timeout_seconds: float | None = None,
+    divergence_needs_human: bool = False,
 ) -> Reservation:
-    """Insert a ``pending`` row for ``key`` or return the existing one; ``Fenced`` / ``ReadOnlyRun``."""
+    """Insert a ``pending`` row for ``key`` or return the existing one; ``Fenced`` / ``ReadOnlyRun``.
+
+    ``timeout_seconds``: the tool's bound on a call taking effect (sets the new row's call deadline);
+    an existing row with another ``args_hash`` counts a divergence (``divergence_needs_human``: the first
+    one flags the row for a human)."""
     row = db.fetch_one(
         conn,
         "reserve_effect",
@@ -54,6 +64,9 @@ def reserve_effect(
             "occurrence": occurrence,
             "args_hash": args_hash,
             "args": Jsonb(args),
+            "key_version": key_version,
+            "timeout_seconds": timeout_seconds,
+            "divergence_needs_human": divergence_needs_human,
         },
     )
     return reservation_from_row(row, key=key, run_id=run_id, epoch=epoch)
@@ -65,7 +78,9 @@ def reservation_from_row(row: dict[str, Any] | None, *, key: str, run_id: str, e
     if checked["inserted"] is not None:
         return Reservation("reserved", rows.pack_json(rows.Effect, checked["inserted"]))
     if checked["existing"] is not None:
-        return Reservation("existing", rows.pack_json(rows.Effect, checked["existing"]))
+        wait = float(checked.get("in_flight_seconds") or 0.0)
+        effect = rows.pack_json(rows.Effect, checked["existing"])
+        return Reservation("existing", effect, wait, read_only=bool(checked["read_only"]))
     if checked["read_only"]:
         raise errors.ReadOnlyRun(f"run {run_id} is read-only: new effect {key} refused")
     # Inserted concurrently by a transaction our snapshot does not see; only possible for two writers of
@@ -87,8 +102,14 @@ def record_effect(
     provider_ref: str | None = None,
     error: str | None = None,
     needs_human: bool = False,
+    deadline_seconds: float | None = None,
+    args: Any = None,
+    args_hash: str | None = None,
 ) -> rows.Effect:
-    """Move ``key`` to ``status`` (fenced, one statement). ``calls``: provider calls since last record."""
+    """Move ``key`` to ``status`` (fenced, one statement). ``calls``: provider calls since last record.
+
+    ``deadline_seconds``: a call is about to be issued; it may take effect until now + this (Postgres clock).
+    ``args``/``args_hash``: the arguments of that call, when they differ from the stored ones."""
     if status not in _FROM:
         raise ValueError(f"unknown effect status {status!r}")
     row = db.fetch_one(
@@ -105,6 +126,9 @@ def record_effect(
             "error": error,
             "needs_human": needs_human,
             "from_statuses": _FROM[status],
+            "deadline_seconds": deadline_seconds,
+            "args": None if args is None else Jsonb(args),
+            "args_hash": args_hash,
         },
     )
     checked = rows.fenced(row, run_id=run_id, epoch=epoch, refused=f"effect {key}: record")

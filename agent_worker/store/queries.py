@@ -1,4 +1,5 @@
-"""Named SQL queries from ``sql/queries.sql``: blocks introduced by ``-- name: foo`` lines.
+"""Named SQL queries from the ``sql/*.sql`` files (``queries.sql``, ``fork.sql``): blocks introduced by
+``-- name: foo`` lines. A name is unique across all the files.
 
 Queries use psycopg named placeholders (``%(run_id)s``). Loading is pure text parsing, cached once.
 """
@@ -41,8 +42,14 @@ def parse(text: str) -> dict[str, str]:
 
 @functools.cache
 def all_queries() -> dict[str, str]:
-    path = importlib.resources.files("agent_worker.store") / "sql" / "queries.sql"
-    return parse(path.read_text(encoding="utf-8"))
+    root = importlib.resources.files("agent_worker.store") / "sql"
+    merged: dict[str, str] = {}
+    for path in sorted((p for p in root.iterdir() if p.name.endswith(".sql")), key=lambda p: p.name):
+        for name, sql in parse(path.read_text(encoding="utf-8")).items():
+            if name in merged:
+                raise ValueError(f"query {name!r} defined twice ({path.name})")
+            merged[name] = sql
+    return merged
 
 
 def get(name: str) -> str:

@@ -37,6 +37,18 @@ class Run:
     admitted_at: datetime.datetime
     updated_at: datetime.datetime
     finished_at: datetime.datetime | None
+    head_checkpoint_id: str | None = None  # migration 0002: the root checkpoint a resume starts from
+    key_version: int = 1  # migration 0003: the run's idempotency-key format (agent_worker.keys)
+    # migration 0004 (steering): defaults keep rows of an older schema packable
+    retry_generation: int = 0
+    reopened: int = 0
+    interventions: int = 0
+    # migration 0008 (image pin): the worker image the operator pinned, its digest when reported
+    worker_image: str | None = None
+    image_digest: str | None = None
+    image_generation: int = 0
+    # migration 0009: where a fork starts ({run_id, name, checkpoint_id, step, set}); None for other runs
+    fork_of: dict[str, Any] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +62,7 @@ class Attempt:
     ended_at: datetime.datetime | None
     outcome: str | None
     detail: str | None
+    control_plane: bool = False  # lost to the control plane, not counted against maxAttempts (0012)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +87,12 @@ class Effect:
     updated_at: datetime.datetime
     sent_at: datetime.datetime | None
     confirmed_at: datetime.datetime | None
+    # migration 0003 (defaults: rows read through an older schema)
+    key_version: int = 1
+    divergences: int = 0  # replays that asked for this position with other arguments
+    diverged_args_hash: str | None = None
+    diverged_args: Any = None
+    call_deadline: datetime.datetime | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +110,16 @@ class Approval:
     payload: Any
     deadline_action: str | None
     resumed_at: datetime.datetime | None
+    policy: Any = None  # spec.approval in force when requested (migration 5)
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """What ``decide_approval`` did: ``won`` the one time it changed the row; else the row's status then."""
+
+    won: bool
+    status: str | None  # None: no such approval of this run
+    past_deadline: bool
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,6 +161,8 @@ _TIMESTAMP_FIELDS = {
     "resumed_at",
     "beat_at",
     "recorded_at",
+    "call_deadline",
+    "at",
 }
 
 
@@ -157,23 +188,44 @@ def resume_payload(
     decided_by: str | None,
     comment: str | None,
     deadline_action: str | None,
+    edits: Mapping[str, Any] | None = None,
+    response: str | None = None,
+    action: str | None = None,
 ) -> dict[str, Any]:
-    """What ``Command(resume=...)`` receives (docs/design.md, Approvals)."""
+    """What ``Command(resume=...)`` receives (docs/design.md, Approvals).
+
+    Besides ``approved`` it carries LangGraph's human-in-the-loop response (agent inbox's ``HumanResponse``):
+    ``type`` accept | edit | response | ignore and ``args`` — None, ``{"action", "args": edits}`` for an
+    approval with edits, the human's text for a response. Edits go only with an approval, a response only
+    with a rejection (the admission policy and the operator refuse anything else; so does this)."""
     if decision not in DECISIONS:
         raise ValueError(f"decision must be one of {DECISIONS}, not {decision!r}")
+    if edits and decision != "approved":
+        raise ValueError("edits go with an approval only")
+    if response is not None and decision != "rejected":
+        raise ValueError("a response goes with a rejection only (the graph is told not to go ahead)")
     if decision == "expired":
         return {
             "approved": False,
             "expired": True,
             "read_only": deadline_action in ("read_only", "readOnly"),
             "approval_id": approval_id,
+            "type": "ignore",
+            "args": None,
         }
-    return {
+    payload: dict[str, Any] = {
         "approved": decision == "approved",
         "approval_id": approval_id,
         "by": decided_by,
         "comment": comment,
     }
+    if edits:
+        payload.update(type="edit", args={"action": action, "args": dict(edits)})
+    elif response is not None:
+        payload.update(type="response", args=response)
+    else:
+        payload.update(type="accept" if decision == "approved" else "ignore", args=None)
+    return payload
 
 
 def fenced(row: Mapping[str, Any] | None, *, run_id: str, epoch: int, refused: str) -> Mapping[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+from collections.abc import Mapping
 from typing import Any
 
 from psycopg.types.json import Jsonb
@@ -22,31 +23,66 @@ def admit_run(
     spec_hash: str,
     durability: str = "sync",
     approval_policy: dict[str, Any] | None = None,
+    retry_generation: int = 0,
 ) -> rows.Run:
-    """Insert-or-return the admission row: admitting the same run id again returns the first row."""
-    if durability not in rows.DURABILITIES:
-        raise ValueError(f"durability must be one of {rows.DURABILITIES}, not {durability!r}")
-    row = db.fetch_one(
-        conn,
-        "admit_run",
-        {
-            "run_id": run_id,
-            "namespace": namespace,
-            "name": name,
-            "graph": graph,
-            "input": Jsonb(input),
-            "spec_hash": spec_hash,
-            "durability": durability,
-            "approval_policy": Jsonb(approval_policy or {}),
-        },
+    """Insert-or-return the admission row: admitting the same run id again returns the first row.
+
+    ``retry_generation``: spec.retryGeneration at admission, the baseline later retries count from."""
+    params = admission_params(
+        run_id=run_id,
+        namespace=namespace,
+        name=name,
+        graph=graph,
+        input=input,
+        spec_hash=spec_hash,
+        durability=durability,
+        approval_policy=approval_policy or {},
+        retry_generation=retry_generation,
     )
+    row = db.fetch_one(conn, "admit_run", params)
     assert row is not None  # insert-or-return always yields the row
     return rows.pack(rows.Run, row)
+
+
+def admission_params(
+    *,
+    run_id: str,
+    namespace: str,
+    name: str,
+    graph: str,
+    input: Any,
+    spec_hash: str,
+    durability: str,
+    approval_policy: dict[str, Any],
+    retry_generation: int,
+) -> dict[str, Any]:
+    """The admission row's query parameters (``admit_run``, ``admit_fork``), the durability checked."""
+    if durability not in rows.DURABILITIES:
+        raise ValueError(f"durability must be one of {rows.DURABILITIES}, not {durability!r}")
+    return {
+        "run_id": run_id,
+        "namespace": namespace,
+        "name": name,
+        "graph": graph,
+        "input": Jsonb(input),
+        "spec_hash": spec_hash,
+        "durability": durability,
+        "approval_policy": Jsonb(approval_policy),
+        "retry_generation": retry_generation,
+    }
 
 
 def get_run(conn: db.Conn, run_id: str) -> rows.Run | None:
     row = db.fetch_one(conn, "get_run", {"run_id": run_id})
     return rows.pack(rows.Run, row) if row else None
+
+
+def get_run_now(conn: db.Conn, run_id: str) -> tuple[rows.Run | None, datetime.datetime]:
+    """The run (None when not admitted) and Postgres' ``now()``, in one round trip."""
+    row = db.fetch_one(conn, "get_run_now", {"run_id": run_id})
+    assert row is not None
+    now: datetime.datetime = row.pop("db_now")
+    return (rows.pack(rows.Run, row) if row.get("run_id") is not None else None), now
 
 
 def list_runs(
@@ -115,21 +151,20 @@ def set_current_step(conn: db.Conn, *, run_id: str, epoch: int, step: str) -> bo
     return db.execute(conn, "set_current_step", {"run_id": run_id, "epoch": epoch, "step": step}) == 1
 
 
-def fail_unclaimed_run(conn: db.Conn, *, run_id: str, error: str, reason: str) -> bool:
-    """Fail a run before any lease is held (unknown graph reference): no fencing epoch yet."""
-    return (
-        db.fetch_one(conn, "fail_unclaimed_run", {"run_id": run_id, "error": error, "reason": reason})
-        is not None
-    )
-
-
 def set_read_only(conn: db.Conn, run_id: str, read_only: bool) -> bool:
     """Refuse (True) or allow (False) new effects. True if the run exists."""
     return db.fetch_one(conn, "set_read_only", {"run_id": run_id, "read_only": read_only}) is not None
 
 
+def pin_image(conn: db.Conn, *, run_id: str, image: str, digest: str | None, generation: int) -> bool:
+    """Record the run's pinned worker image (agent_operator.imagepin); operator only. True if it exists."""
+    params = {"run_id": run_id, "image": image, "digest": digest, "generation": generation}
+    return db.fetch_one(conn, "pin_image", params) is not None
+
+
 def cancel_run(conn: db.Conn, run_id: str, reason: str) -> bool:
-    """Mark the run cancelled unless already final. True if this call cancelled it."""
+    """Mark the run cancelled unless already final, raising its fencing epoch in the same statement (a
+    frozen or partitioned worker can no longer write anything). True if this call cancelled it."""
     return db.fetch_one(conn, "cancel_run", {"run_id": run_id, "reason": reason}) is not None
 
 
@@ -163,6 +198,19 @@ def record_attempt_end(
     return row is not None
 
 
+def record_attempt_loss(
+    conn: db.Conn, *, run_id: str, attempt: int, detail: str, control_plane: bool
+) -> bool:
+    """The operator closes a lost attempt (``lost`` / ``detail`` unless the worker wrote its own outcome)
+    and records whether the control plane lost it. True if the attempt row exists."""
+    row = db.fetch_one(
+        conn,
+        "record_attempt_loss",
+        {"run_id": run_id, "attempt": attempt, "detail": detail, "control_plane": control_plane},
+    )
+    return row is not None
+
+
 def list_attempts(conn: db.Conn, run_id: str) -> list[rows.Attempt]:
     return [rows.pack(rows.Attempt, r) for r in db.fetch_all(conn, "list_attempts", {"run_id": run_id})]
 
@@ -178,10 +226,13 @@ def record_approval(
     approval_id: str,
     interrupt_id: str,
     prompt: Any,
-    timeout_seconds: float | None,
     reason: str | None = None,
 ) -> rows.Approval:
-    """Record the pending approval (idempotent per id) and park the run, fenced, in one statement."""
+    """Record the pending approval (idempotent per id) and park the run, fenced, in one statement.
+
+    The returned row is the one Postgres holds: a re-park after a crash finds its own row, which may be
+    decided already (the caller must not park on a decided approval). Its deadline and policy snapshot are
+    Postgres's (trigger of migration 5), never the caller's."""
     row = db.fetch_one(
         conn,
         "record_approval",
@@ -191,7 +242,6 @@ def record_approval(
             "approval_id": approval_id,
             "interrupt_id": interrupt_id,
             "prompt": Jsonb(prompt),
-            "timeout_seconds": timeout_seconds,
             "reason": reason,
         },
     )
@@ -220,10 +270,37 @@ def decide_approval(
     comment: str | None = None,
     deadline_action: str | None = None,
 ) -> bool:
-    """Decide a pending approval exactly once (True the one time it changes). One statement.
+    """Decide a pending approval exactly once (True the one time it changes). One statement."""
+    return decide_approval_detail(
+        conn,
+        approval_id=approval_id,
+        run_id=run_id,
+        decision=decision,
+        decided_by=decided_by,
+        comment=comment,
+        deadline_action=deadline_action,
+    ).won
 
-    ``decision='expired'`` with ``deadline_action`` ``read_only`` (or ``readOnly``) also makes the run
-    read-only. The resume payload is stored on the row; the next worker passes it to ``Command(resume=...)``.
+
+def decide_approval_detail(
+    conn: db.Conn,
+    *,
+    approval_id: str,
+    run_id: str,
+    decision: str,
+    decided_by: str | None,
+    comment: str | None = None,
+    deadline_action: str | None = None,
+    edits: Mapping[str, Any] | None = None,
+    response: str | None = None,
+    action: str | None = None,
+) -> rows.Decision:
+    """Decide a pending approval exactly once, judging the deadline with Postgres's clock. One statement.
+
+    ``decision='expired'`` applies only once the stored deadline has passed; approved/rejected only before
+    it, unless the approval's policy is ``onTimeout: escalate``. With ``deadline_action`` ``read_only``
+    (or ``readOnly``) an expiry also makes the run read-only. The resume payload is stored on the row; the
+    next worker passes it to ``Command(resume=...)``.
     """
     payload = rows.resume_payload(
         approval_id=approval_id,
@@ -231,6 +308,9 @@ def decide_approval(
         decided_by=decided_by,
         comment=comment,
         deadline_action=deadline_action,
+        edits=edits,
+        response=response,
+        action=action,
     )
     row = db.fetch_one(
         conn,
@@ -246,11 +326,37 @@ def decide_approval(
             "read_only": bool(payload.get("read_only")),
         },
     )
-    return bool(row and row["decided"] == 1)
+    if row is None:
+        return rows.Decision(won=False, status=None, past_deadline=False)
+    return rows.Decision(
+        won=row["decided"] == 1, status=row["status"], past_deadline=bool(row["past_deadline"])
+    )
+
+
+def sync_approval_policy(conn: db.Conn, run_id: str, approval_policy: dict[str, Any]) -> bool:
+    """Make the run's approval policy ``spec.approval``'s, unless an approval is pending. True if changed."""
+    params = {"run_id": run_id, "approval_policy": Jsonb(approval_policy)}
+    return db.execute(conn, "sync_approval_policy", params) == 1
 
 
 def mark_approval_resumed(conn: db.Conn, approval_id: str) -> bool:
     return db.execute(conn, "mark_approval_resumed", {"approval_id": approval_id}) == 1
+
+
+# ---------------------------------------------------------------------------------------------- tenants
+
+
+def provision_tenant(conn: db.Conn, namespace: str, password: str) -> str:
+    """Create (or reset the password of) the worker role of ``namespace``; its name. Needs CREATEROLE."""
+    row = db.fetch_one(conn, "provision_tenant", {"namespace": namespace, "password": password})
+    assert row is not None
+    return str(row["role_name"])
+
+
+def tenant_role(conn: db.Conn, namespace: str) -> str | None:
+    """The worker role provisioned for ``namespace`` in this database, if any."""
+    row = db.fetch_one(conn, "get_tenant", {"namespace": namespace})
+    return str(row["role_name"]) if row else None
 
 
 # ------------------------------------------------------------------------------------ heartbeats, events
@@ -290,6 +396,40 @@ def record_step_event(
             "effect_keys": list(effect_keys or []),
         },
     )
+
+
+def record_steps(
+    conn: db.Conn,
+    *,
+    run_id: str,
+    attempt: int,
+    epoch: int | None,
+    events: list[dict[str, Any]],
+    current_step: str | None,
+) -> bool:
+    """Insert ``events`` (dicts of ``record_step_event``'s fields, in step order) and, fenced by ``epoch``,
+    set the run's current step, in one statement. True if the current step moved."""
+    payload = [
+        {
+            **e,
+            "n": i,
+            "started_at": e["started_at"].isoformat(),
+            "effect_keys": list(e.get("effect_keys") or []),
+        }
+        for i, e in enumerate(events)
+    ]
+    row = db.fetch_one(
+        conn,
+        "record_steps",
+        {
+            "run_id": run_id,
+            "attempt": attempt,
+            "epoch": epoch,
+            "events": Jsonb(payload),
+            "current_step": current_step,
+        },
+    )
+    return row is not None and row["moved"] == 1
 
 
 def list_step_events(conn: db.Conn, run_id: str) -> list[rows.StepEvent]:

@@ -1,4 +1,6 @@
-"""Schema migrations: our numbered ``sql/migrations/NNNN_*.sql`` files, then LangGraph's own tables.
+"""Schema migrations: our numbered ``sql/migrations/NNNN_*.sql`` files, then LangGraph's own tables, then
+row-level security on every table keyed by a run (``agentrun_protect_all``, migration 5) — LangGraph's
+checkpoint tables only exist after its ``setup()``, so they are covered last.
 
 Our version table is ``agentrun_schema_version`` (never langgraph's ``checkpoint_migrations``). Migrations run
 under a session advisory lock so concurrent workers/operators starting together apply each file once.
@@ -79,12 +81,21 @@ def migrate(conn: psycopg.Connection[Any]) -> list[str]:
                     )
                 applied_now.append(migration.name)
             PostgresSaver(conn).setup()  # any row factory works: its cursors set dict_row
+            # LangGraph's checkpoint tables exist only now: cover them (and any table a migration left
+            # uncovered) with the tenants' row-level security of migration 5.
+            if _has_function(conn, "agentrun_protect_all"):
+                conn.execute("SELECT agentrun_protect_all()")
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", (_MIGRATE_LOCK_ID,))
     finally:
         if not was_autocommit:
             conn.autocommit = False
     return applied_now
+
+
+def _has_function(conn: psycopg.Connection[Any], name: str) -> bool:
+    row = conn.execute("SELECT to_regprocedure(%s) IS NOT NULL", (f"{name}()",)).fetchone()
+    return bool(row and row[0])
 
 
 def schema_version(conn: psycopg.Connection[Any]) -> int:

@@ -97,9 +97,15 @@ class Kube:
         }
         _call(self.core.create_namespaced_pod_binding, name, namespace, body)
 
-    def patch_pod_status(self, namespace: str, name: str, uid: str, status: JSON) -> JSON:
-        # metadata.uid in the patch is a precondition: a recreated pod of the same name answers 409.
-        body = {"metadata": {"uid": uid}, "status": status}
+    def patch_pod_status(
+        self, namespace: str, name: str, uid: str, status: JSON, resource_version: str = ""
+    ) -> JSON:
+        # metadata.uid in the patch is a precondition: a recreated pod of the same name answers 409; so does
+        # a resourceVersion, when given, for a pod changed since (e.g. bound by kube-scheduler meanwhile).
+        meta: JSON = {"uid": uid}
+        if resource_version:
+            meta["resourceVersion"] = resource_version
+        body = {"metadata": meta, "status": status}
         return _call(
             self.core.patch_namespaced_pod_status,
             name,

@@ -53,7 +53,7 @@ def status_body(s: settings_mod.Settings, now: float, since: float) -> dict[str,
             {"type": "InternalIP", "address": s.host_ip},
             {"type": "Hostname", "address": s.node_name},
         ],
-        "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": s.kubelet_port}},
         "nodeInfo": {
             "machineID": "",
             "systemUUID": "",

@@ -12,6 +12,7 @@ with no process and reports them ``ContainerStatusUnknown`` (exit 137), then hon
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -21,11 +22,14 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from agentrun_dev.podruntime import control, kubeapi, node, podworker, processes, proctable, status
+from agentrun_dev.podruntime import control, kubeapi, logserver, node, podworker, processes, proctable, status
 from agentrun_dev.podruntime import settings as settings_mod
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
+
+
+UNSCHEDULABLE_MESSAGE = "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."
 
 
 def selector_matches(pod: Obj, labels: Mapping[str, str]) -> bool:
@@ -35,11 +39,14 @@ def selector_matches(pod: Obj, labels: Mapping[str, str]) -> bool:
 
 class Runtime:
     def __init__(self, s: settings_mod.Settings) -> None:
+        self.workers: dict[str, podworker.PodWorker] = {}
+        self.lock = threading.Lock()
+        # pods/log through the API server reaches this endpoint (the node's kubeletEndpoint port).
+        self.logs = logserver.LogServer(s.pods_dir, s.state_dir / "pki", s.node_name, self._pod_running)
+        s = dataclasses.replace(s, kubelet_port=self.logs.port)
         self.s = s
         self.kube = kubeapi.Kube(str(s.kubeconfig))
         self.stop = threading.Event()
-        self.workers: dict[str, podworker.PodWorker] = {}
-        self.lock = threading.Lock()
         self._control = control.State()
         self._control_mtime = -1
         self._table: Mapping[int, proctable.Proc] = {}
@@ -55,8 +62,15 @@ class Runtime:
             allocatable=dict(resources),
         )
 
+    def _pod_running(self, namespace: str, name: str) -> bool:
+        """A Pod of this node whose worker has not finished (its containers may still write their logs)."""
+        with self.lock:
+            workers = list(self.workers.values())
+        return any(w.ns == namespace and w.name == name and not w.finished.is_set() for w in workers)
+
     # --- main --------------------------------------------------------------------------------------------
     def run(self) -> int:
+        self.logs.start()
         self.s.runtime_dir.mkdir(parents=True, exist_ok=True)
         self.s.pods_dir.mkdir(parents=True, exist_ok=True)
         (self.s.runtime_dir / control.RUNTIME).write_text(
@@ -97,6 +111,7 @@ class Runtime:
             w.shutting_down = True
         for w in workers:
             w.finished.wait(self.s.kill_wait_s)
+        self.logs.stop()
         log.info("pod runtime stopped; %d pod worker(s) killed", len(workers))
 
     def _tick(self) -> None:
@@ -206,6 +221,7 @@ class Runtime:
                     meta["namespace"],
                     meta["name"],
                 )
+                self._unschedulable(pod)
                 return
             # No scheduler runs: this runtime is also the scheduler for its one node.
             try:
@@ -232,6 +248,31 @@ class Runtime:
             self.pending_deletes[uid] = (meta["namespace"], meta["name"])
             if not self._control.frozen:
                 self._retry_deletes()
+
+    def _unschedulable(self, pod: Obj) -> None:
+        """Say so the way kube-scheduler does: ``PodScheduled=False``, reason ``Unschedulable`` (once)."""
+        meta = pod.get("metadata") or {}
+        for cond in (pod.get("status") or {}).get("conditions") or ():
+            if cond.get("type") == "PodScheduled" and cond.get("reason") == "Unschedulable":
+                return
+        cond = {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": UNSCHEDULABLE_MESSAGE,
+            "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        try:
+            # Only the version we judged: a Pod kube-scheduler bound meanwhile (real node) is left alone.
+            self.kube.patch_pod_status(
+                meta["namespace"],
+                meta["name"],
+                meta["uid"],
+                {"conditions": [cond]},
+                resource_version=str(meta.get("resourceVersion") or ""),
+            )
+        except kubeapi.ApiError as e:
+            log.info("pod %s/%s: could not report Unschedulable: %s", meta["namespace"], meta["name"], e)
 
     def _orphan_deleted(self, pod: Obj) -> bool:
         """Deleted, never started by us, no process: no worker needed, only the removal."""

@@ -50,6 +50,8 @@ class Settings:
     lease_renew_s: float = 10.0
     node_status_s: float = 30.0
     """Seconds between node status heartbeats (kubelet: 5 min with leases; ours is cheap and helps thaw)."""
+    kubelet_port: int = 0
+    """Port of the runtime's log endpoint (logserver), published as the node's kubeletEndpoint; 0: none."""
     token_seconds: int = 3600
     """Lifetime asked for pod service-account tokens; the kubeconfig is rewritten at 80 % of it."""
     watch_timeout_s: int = 240

@@ -30,7 +30,9 @@ def find_email(key: str, args: dict[str, Any]) -> effects.Outcome | None:
     return effects.Outcome(found, provider_ref=str(found["message_id"]), confirmed=True)
 
 
-@effects.tool(name="send_email", dedupes_by_key=False, lookup=find_email)
+# timeout: an SMTP submission either completes within the client's timeout or the server drops it; 30 s
+# covers the default settings.SmtpConfig timeout with margin (a lookup is trusted only after it).
+@effects.tool(name="send_email", dedupes_by_key=False, lookup=find_email, timeout=30)
 def _send_email(call: effects.Call, *, to: str, subject: str, body: str) -> effects.Outcome:
     try:
         result = mail.send(
@@ -46,7 +48,8 @@ def _send_email(call: effects.Call, *, to: str, subject: str, body: str) -> effe
 
 
 def send_email(*, to: str, subject: str, body: str) -> dict[str, Any]:
-    """Send the reply exactly once per (run, step, arguments); returns the stored result."""
+    """Send the reply exactly once per position in the run (run, step, occurrence); returns the stored
+    result, also when a replay drafted another body."""
     # The ledger returns the stored Outcome.result (the dict), not the Outcome the tool built.
     return cast(dict[str, Any], _send_email(to=to, subject=subject, body=body))
 

@@ -10,10 +10,11 @@ The run's input is the initial state::
 the worker while a step is running, deterministically; leave it out in real use.
 
 ``review`` calls ``interrupt()``: the worker parks the run (no pod) until someone annotates the AgentRun
-with ``agentrun.dev/approve=<id>`` or ``agentrun.dev/reject=<id>``. The node holds nothing but the
-interrupt, because LangGraph re-runs a node from its start when it resumes. ``send`` goes through the effect
-ledger (see :mod:`agentrun_examples.support_ticket.tools`), so a crash anywhere in it never sends a second
-email.
+with ``agentrun.dev/approve=<id>`` or ``agentrun.dev/reject=<id>`` (``kubectl agentrun approve|reject``;
+``approve --set body=...`` edits the reply first, ``respond --message ...`` answers without sending). The
+node holds nothing but the interrupt, because LangGraph re-runs a node from its start when it resumes.
+``send`` goes through the effect ledger (see :mod:`agentrun_examples.support_ticket.tools`), so a crash
+anywhere in it never sends a second email.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ class TicketState(TypedDict, total=False):
     draft: dict[str, Any]
     decision: dict[str, Any]  # the approval payload the run was resumed with
     email: dict[str, Any]  # the send effect's result
-    outcome: str  # sent | rejected | expired
+    outcome: str  # sent | rejected | responded | expired
 
 
 def _pause(state: TicketState, step: str) -> None:
@@ -77,11 +78,19 @@ def draft(state: TicketState) -> TicketState:
     return {"draft": drafting.draft(ticket, result, state["passages"], settings.from_env())}
 
 
+# What the manager may change before the reply goes out (kubectl agentrun approve NAME --id ID --set body=.)
+EDITABLE = ("subject", "body")
+
+
 def review(state: TicketState) -> TicketState:
+    """Ask the manager. The answer is LangGraph's human-in-the-loop response: accept (send as drafted), edit
+    (send with the manager's subject/body), response (do not send; the manager's text is kept) or ignore."""
     reply = state["draft"]
     decision = interrupt(
         {
             "question": "Send this reply to the customer?",
+            "action": "send_email",
+            "editable": list(EDITABLE),
             "ticket": state["ticket"]["id"],
             "to": reply["to"],
             "subject": reply["subject"],
@@ -91,7 +100,13 @@ def review(state: TicketState) -> TicketState:
     if not isinstance(decision, dict):
         # Resumed by hand (e.g. Command(resume=True) in a notebook): accept a bare bool.
         decision = {"approved": bool(decision)}
-    return {"decision": decision}
+    update: TicketState = {"decision": decision}
+    if decision.get("type") == "edit" and decision.get("approved") is True:
+        edits = (decision.get("args") or {}).get("args") or {}
+        # Only the fields the prompt offered; the ledger's key of the send is by position, so an edited
+        # reply is still sent at most once.
+        update["draft"] = {**reply, **{k: str(v) for k, v in edits.items() if k in EDITABLE}}
+    return update
 
 
 def route_after_review(state: TicketState) -> Literal["send", "closed"]:
@@ -106,8 +121,12 @@ def send(state: TicketState) -> TicketState:
 
 
 def closed(state: TicketState) -> TicketState:
-    """Not approved: rejected by the manager, or the approval deadline passed. Nothing is sent."""
-    return {"outcome": "expired" if state["decision"].get("expired") else "rejected"}
+    """Not approved: rejected by the manager (possibly with a response), or the approval deadline passed.
+    Nothing is sent."""
+    decision = state["decision"]
+    if decision.get("expired"):
+        return {"outcome": "expired"}
+    return {"outcome": "responded" if decision.get("type") == "response" else "rejected"}
 
 
 def build() -> StateGraph[TicketState]:

@@ -19,7 +19,13 @@ class AddFinalizer:
 
 @dataclasses.dataclass(frozen=True)
 class Admit:
-    """Write the run's admission row (``store.admit_run``) — before anything else exists for the run."""
+    """Write the run's admission row (``store.admit_run``) — before anything else exists for the run.
+
+    A fork (``fork_source`` set) is admitted with ``store.admit_fork``: the row and the copy of the source's
+    checkpoint ``fork_checkpoint`` in one statement."""
+
+    fork_source: str | None = None
+    fork_checkpoint: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,6 +33,7 @@ class CreatePod:
     attempt: int
     reason: str  # attempt start reason (metrics.ATTEMPT_REASONS): first, evicted, OOMKilled, ...
     lost_observed: bool = False  # the previous attempt was lost (for the resume latency metric)
+    image: str | None = None  # the run's pinned image (agent_operator.imagepin); None: the spec's/default
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,12 +44,22 @@ class DeletePod:
 
 
 @dataclasses.dataclass(frozen=True)
+class CleanupPod:
+    """Delete a finished attempt's Pod (``agent_operator.cleanup``): its outcome is on record already."""
+
+    name: str
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
 class RecordLoss:
-    """Close the attempt's row as ``lost`` (unless its worker recorded an outcome itself)."""
+    """Close the attempt's row as ``lost`` (unless its worker recorded an outcome itself), saying whether the
+    control plane lost it (then it did not count against ``maxAttempts``)."""
 
     attempt: int
     reason: str
     message: str
+    control_plane: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +71,10 @@ class Decide:
     decided_by: str
     comment: str | None = None
     deadline_action: str | None = None  # escalate | cancel | read_only (decision == expired)
+    # An approval with edits (agent_operator.edits): field -> text
+    edits: dict[str, str] = dataclasses.field(default_factory=dict)
+    response: str | None = None  # a rejection with the human's response
+    action: str | None = None  # the prompt's action name (the edit's "action")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +93,38 @@ class RemoveDecisionAnnotations:
 
 
 @dataclasses.dataclass(frozen=True)
+class ReopenRun:
+    """Retry: ``store.reopen_run`` under ``generation`` (only forward; a no-op once applied)."""
+
+    generation: int
+    by: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ResolveEffect:
+    """``store.resolve_effect``; the runner emits the Event, since only Postgres knows whether it applied."""
+
+    key: str
+    outcome: str  # sent | not_sent
+    by: str
+    result: Any = None
+
+
+@dataclasses.dataclass(frozen=True)
+class RemoveResolveAnnotations:
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class PinImage:
+    """Record the run's image pin in its Postgres row (agentrun_runs.worker_image / image_digest)."""
+
+    ref: str
+    digest: str | None
+    generation: int
+
+
+@dataclasses.dataclass(frozen=True)
 class DeleteRun:
     """TTL after finish: delete the AgentRun (its Pods and Lease go with it by owner references)."""
 
@@ -81,11 +134,16 @@ Action = (
     | Admit
     | CreatePod
     | DeletePod
+    | CleanupPod
     | RecordLoss
     | Decide
     | CancelRun
     | SetReadOnly
     | RemoveDecisionAnnotations
+    | ReopenRun
+    | ResolveEffect
+    | RemoveResolveAnnotations
+    | PinImage
     | DeleteRun
 )
 
@@ -99,11 +157,27 @@ class Event:
 
 @dataclasses.dataclass
 class Plan:
+    """``requeue_after`` starts as the default look-again interval (the active poll) and is *replaced* by the
+    first ``soon()``; later calls only lower it. A decision that says when it next needs a look (an idle run:
+    the idle poll; a backoff: its end; a deadline) is taken at its word, instead of being capped by the
+    active poll: otherwise parked and finished runs were reconciled every ~2 s, not every 30 s, and the
+    operator's idle CPU grew with the number of idle runs. Anything that changes the run (its Pods, its
+    Lease, the resource itself) wakes the run's loop earlier anyway (``handlers.run_loop``).
+    """
+
     actions: list[Action] = dataclasses.field(default_factory=list)
     events: list[Event] = dataclasses.field(default_factory=list)
     status: dict[str, Any] | None = None  # the whole desired status; None = leave status alone
     requeue_after: float = 2.0  # seconds until the next look at this run, at the latest
     done: bool = False  # deletion: the worker is gone and the run released; the finalizer may go
+    asked: bool = dataclasses.field(default=False, repr=False)  # soon() was called: requeue_after is asked
+    # Set when the decision rests on the watch cache alone and would be destructive (a force-delete, "the
+    # Pod is gone", a new attempt): the runner re-reads the Pod and the Lease from the API server and
+    # decides again; when it cannot read them, it does nothing ("unknown" is never "gone").
+    confirm: str | None = None
+    # The run wants to start an attempt and its namespace has no free worker slot (agent_operator.throttle):
+    # it waits in the namespace's queue; nothing was created.
+    queued: bool = False
 
     def warn(self, reason: str, message: str) -> None:
         self.events.append(Event("Warning", reason, message))
@@ -112,4 +186,7 @@ class Plan:
         self.events.append(Event("Normal", reason, message))
 
     def soon(self, seconds: float) -> None:
-        self.requeue_after = max(0.0, min(self.requeue_after, seconds))
+        """Look again within ``seconds`` (the earliest of all the asks wins over the default)."""
+        seconds = max(0.0, seconds)
+        self.requeue_after = min(self.requeue_after, seconds) if self.asked else seconds
+        self.asked = True

@@ -1,16 +1,24 @@
 """Approval decisions from annotations and from deadlines. Pure.
 
-The API server already refused what the admission policies forbid (no ``approve`` verb, self-approval,
-forged stamps). The checks here are the operator's own line: they decide *which* approval an annotation
-may apply to (only the pending one, by exact id) and repeat the identity checks so a cluster without the
-policies installed still never applies an unverified decision.
+The API server already refused what the admission policies forbid (no ``approve`` verb, a decision judged
+against the policy in force before the request, self-approval, forged stamps). The checks here are the
+operator's own line: they decide *which* approval an annotation may apply to (only the pending one, by exact
+id) and repeat the identity checks against the policy Postgres recorded when the approval was requested
+(approvers, self-approval), never against the live spec.
+
+Rules of a plan that carries a human's decision: the decision is stored first (``Decide``, exactly once in
+Postgres), the annotations are removed only after it (``RemoveDecisionAnnotations``): a failed store or an
+operator exit between the two leaves the annotations, and the next reconcile applies them again (a no-op
+if the first store did land). Without the admission policies (``world.admission_ok`` False) the stamps are
+just annotations anyone who can patch the run can write, so no decision is applied at all.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 
-from agent_operator import actions, model
+from agent_operator import actions, edits, model
 
 OPERATOR_IDENTITY = "agentrun-operator"
 
@@ -27,6 +35,9 @@ class Request:
     decided_by: str
     created_by: str
     comment: str | None
+    groups: tuple[str, ...] = ()  # the decider's groups, stamped by the API server
+    edits: Mapping[str, str] = dataclasses.field(default_factory=dict)  # field -> text (with an approval)
+    response: str | None = None  # the human's text for the graph (with a rejection)
 
 
 def parse(annotations: dict[str, str] | None) -> tuple[Request | None, str | None]:
@@ -51,6 +62,9 @@ def parse(annotations: dict[str, str] | None) -> tuple[Request | None, str | Non
             decided_by=decided_by,
             created_by=ann.get(model.ANN_CREATED_BY, "").strip(),
             comment=ann.get(model.ANN_COMMENT) or None,
+            groups=tuple(g for g in ann.get(model.ANN_DECIDED_GROUPS, "").split(",") if g),
+            edits=edits.from_annotations(ann)[0],
+            response=edits.from_annotations(ann)[1],
         ),
         None,
     )
@@ -63,11 +77,35 @@ def from_annotations(world: model.World, plan: actions.Plan, finished: bool) -> 
     request, refusal = parse(dict(world.run.annotations))
     if request is None and refusal is None:
         return False
-    plan.actions.append(actions.RemoveDecisionAnnotations())
+    if world.admission_ok is None:
+        plan.soon(5.0)  # could not tell whether the policies are installed: decide nothing, look again
+        return False
+    remove = actions.RemoveDecisionAnnotations()
+    if not world.admission_ok:
+        plan.warn("ApprovalPolicyMissing", POLICY_MISSING)
+        plan.actions.append(remove)
+        return False
     if refusal is not None:
         plan.warn("ApprovalRefused", refusal)
+        plan.actions.append(remove)
         return False
     assert request is not None
+    decide = _check(world, plan, request, finished)
+    if decide is not None:
+        plan.actions.append(decide)  # stored first ...
+    plan.actions.append(remove)  # ... the annotations go only once it is stored
+    return decide is not None
+
+
+POLICY_MISSING = (
+    "decision annotations ignored: the agentrun admission policies (ValidatingAdmissionPolicy "
+    "agentrun-approvals, MutatingAdmissionPolicy agentrun-stamp-decided-by and their bindings) are not "
+    "installed, so anyone who can patch this run could have written them; install deploy/admission and "
+    "decide again"
+)
+
+
+def _check(world: model.World, plan: actions.Plan, request: Request, finished: bool) -> actions.Decide | None:
     verb = "approval" if request.decision == "approved" else "rejection"
     approval = world.approval(request.approval_id)
     if approval is None:
@@ -76,7 +114,7 @@ def from_annotations(world: model.World, plan: actions.Plan, finished: bool) -> 
             f"{verb} of {request.approval_id!r} by {request.decided_by} refused: no such approval in this run"
             + _pending_hint(world),
         )
-        return False
+        return None
     if approval.status != "pending":
         latest = _latest_decided(world)
         repeat = (
@@ -92,13 +130,23 @@ def from_annotations(world: model.World, plan: actions.Plan, finished: bool) -> 
             plan.info("ApprovalAlreadyDecided", message)
         else:
             plan.warn("StaleApproval", message)
-        return False
+        return None
     if finished:
         plan.warn("ApprovalRefused", f"{verb} of {approval.approval_id} refused: the run is finished")
-        return False
+        return None
+    # The policy the approval was requested under (Postgres's snapshot), not today's spec.
+    policy = model.ApprovalPolicy.from_json(approval.policy) if approval.policy else world.spec.approval
+    if not _is_approver(policy, request):
+        plan.warn(
+            "ApproverRefused",
+            f"{verb} of {approval.approval_id} by {request.decided_by} refused: not among "
+            f"spec.approval.approvers in force when it was requested (users {list(policy.approver_users)}, "
+            f"groups {list(policy.approver_groups)})",
+        )
+        return None
     if (
         request.decision == "approved"
-        and not world.spec.approval.allow_self_approval
+        and not policy.allow_self_approval
         and request.created_by
         and request.created_by == request.decided_by
     ):
@@ -106,16 +154,29 @@ def from_annotations(world: model.World, plan: actions.Plan, finished: bool) -> 
             "SelfApprovalRefused",
             f"{request.decided_by} created this run and spec.approval.allowSelfApproval is false",
         )
-        return False
-    plan.actions.append(
-        actions.Decide(
-            approval_id=approval.approval_id,
-            decision=request.decision,
-            decided_by=request.decided_by,
-            comment=request.comment,
-        )
+        return None
+    refused = edits.problem(request.decision, request.edits, request.response, approval.prompt)
+    if refused is not None:
+        who = f"{verb} of {approval.approval_id} by {request.decided_by}"
+        plan.warn("DecisionPayloadRefused", f"{who} refused: {refused}")
+        return None
+    return actions.Decide(
+        approval_id=approval.approval_id,
+        decision=request.decision,
+        decided_by=request.decided_by,
+        comment=request.comment,
+        edits=dict(request.edits),
+        response=request.response,
+        action=edits.action(approval.prompt),
     )
-    return True
+
+
+def _is_approver(policy: model.ApprovalPolicy, request: Request) -> bool:
+    if not policy.approver_users and not policy.approver_groups:
+        return True
+    if request.decided_by in policy.approver_users:
+        return True
+    return any(g in policy.approver_groups for g in request.groups)
 
 
 def _latest_decided(world: model.World) -> model.Approval | None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -28,11 +29,16 @@ import kopf
 import psycopg
 import psycopg_pool
 
-from agent_operator import kube, leader, metrics, model, runner
+from agent_operator import kube, leader, metrics, model, retention, runner, throttle
 from agent_operator import settings as settings_
 from agent_worker import lease_math, store
 
 logger = logging.getLogger(__name__)
+
+# kopf decodes and copies whole objects recursively; an AgentRun nested thousands deep (the API server
+# accepts ~10,000) must not crash its watcher and so the operator. The run itself is refused before
+# admission (phases.input_problem); this only keeps the process alive to say so.
+sys.setrecursionlimit(max(sys.getrecursionlimit(), 40_000))
 
 RUNS = (kube.GROUP, kube.VERSION, kube.PLURAL)
 ERROR_RETRY_SECONDS = 2.0  # first retry after a failed reconcile; doubled per failure in a row
@@ -45,11 +51,14 @@ class _State:
     settings: settings_.Settings
     reconciler: runner.Runner
     elector: leader.Elector | None = None
-    keeper: asyncio.Task[None] | None = None
+    keeper: leader.Keeper | None = None
+    purger: retention.Purger | None = None
     pool: psycopg_pool.ConnectionPool[Any] | None = None
     wakeups: dict[tuple[str, str], asyncio.Event]
     memories: dict[str, runner.RunMemory]
     leading: threading.Event  # set once this replica leads (for good: losing the Lease exits the process)
+    throttle: throttle.Throttle | None = None
+    pod_index: Any = None  # kopf's run_pods index, once the first daemon has seen it (throttle seeding)
 
 
 STATE = _State()
@@ -63,11 +72,27 @@ def _migrate(dsn: str) -> list[str]:
         return store.migrate(conn)
 
 
+class SmallDiffBase(kopf.AnnotationsDiffBaseStorage):
+    """kopf's last-handled-configuration without ``spec.input``.
+
+    The input is immutable (CRD rule) and may be up to the API server's object size: kept in an annotation
+    (at most 256 KiB in all) it made large runs impossible to finalize and so to delete. Nothing here reacts
+    to input changes, so the diff base does not need it.
+    """
+
+    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> Any:
+        essence = super().build(body=body, extra_fields=extra_fields)
+        spec = essence.get("spec")
+        if isinstance(spec, dict):
+            spec.pop("input", None)
+        return essence
+
+
 def configure_kopf(settings: kopf.OperatorSettings) -> None:
     settings.persistence.finalizer = model.FINALIZER
     # Progress of kopf's own handlers (only on.delete here) in annotations: status belongs to us.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="kopf.agentrun.dev")
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+    settings.persistence.diffbase_storage = SmallDiffBase(
         prefix="kopf.agentrun.dev", key="last-handled-configuration"
     )
     settings.peering.standalone = True  # leadership comes from our Lease, never from kopf peering
@@ -89,7 +114,7 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     if cfg.leader.enabled:
         STATE.elector = leader.Elector(api, cfg.leader)
         await leader.acquire(STATE.elector)
-        STATE.keeper = asyncio.create_task(leader.keep(STATE.elector), name="leader-keeper")
+        STATE.keeper = leader.Keeper(STATE.elector).start()  # its own thread: never behind reconciles
     STATE.leading.set()
     if cfg.migrate:
         # Only the leader migrates, and before the first admission row is written.
@@ -98,14 +123,27 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     STATE.pool = psycopg_pool.ConnectionPool(
         cfg.dsn, min_size=1, max_size=4, kwargs={"autocommit": True}, open=True, name="agentrun-operator"
     )
-    STATE.reconciler = runner.Runner(cfg, api, STATE.pool)
+    may_write = STATE.elector.may_act if STATE.elector is not None else None
+    loop = asyncio.get_running_loop()
+    STATE.throttle = throttle.Throttle(
+        cfg.reconcile.max_workers_per_namespace,
+        # Reconciles run in threads; the wake-up Events belong to this loop.
+        wake=lambda ns, name: loop.call_soon_threadsafe(_wake, ns, name),
+        seed=_live_worker_runs,
+    )
+    STATE.reconciler = runner.Runner(cfg, api, STATE.pool, may_write=may_write, throttle_=STATE.throttle)
+    STATE.purger = retention.Purger(
+        STATE.pool, interval_seconds=cfg.reconcile.purge_interval_seconds, batch=cfg.reconcile.purge_batch
+    ).start()
     logger.info("operator ready: namespaces=%s", ",".join(cfg.namespaces) or "(cluster-wide)")
 
 
 @kopf.on.cleanup()
 async def cleanup(**_: Any) -> None:
+    if STATE.purger is not None:
+        await asyncio.to_thread(STATE.purger.stop)
     if STATE.keeper is not None:
-        STATE.keeper.cancel()
+        await asyncio.to_thread(STATE.keeper.stop)
     if STATE.elector is not None:
         await asyncio.to_thread(STATE.elector.release)
     if STATE.pool is not None:
@@ -117,12 +155,37 @@ async def cleanup(**_: Any) -> None:
 
 @kopf.index("pods", labels={model.LABEL_RUN: kopf.PRESENT})
 def run_pods(namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_: Any) -> Any:
-    return {(namespace or "", labels[model.LABEL_RUN]): model.PodInfo.from_body(body)}
+    # Keyed by the run's uid, not its name: a run recreated under the same name never sees the earlier
+    # run's Pods (orphaned by `kubectl delete --cascade=orphan`, or not yet garbage-collected).
+    return {(namespace or "", labels.get(model.LABEL_RUN_UID, "")): model.PodInfo.from_body(body)}
 
 
 @kopf.index("coordination.k8s.io", "v1", "leases", labels={model.LABEL_RUN: kopf.PRESENT})
 def run_leases(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> Any:
-    return {(namespace or "", name): lease_math.LeaseSummary.from_body(body)}
+    return {(namespace or "", name): (_lease_run_uid(body), lease_math.LeaseSummary.from_body(body))}
+
+
+def _lease_run_uid(body: Mapping[str, Any]) -> str:
+    """The uid of the run a Lease belongs to, from its label or AgentRun owner ("" when it says nothing)."""
+    meta = body.get("metadata") or {}
+    label = (meta.get("labels") or {}).get(model.LABEL_RUN_UID)
+    if label:
+        return str(label)
+    owners = [o.get("uid") for o in meta.get("ownerReferences") or () if o.get("kind") == "AgentRun"]
+    return str(owners[0]) if owners else ""
+
+
+def _live_worker_runs() -> list[tuple[str, str, str]] | None:
+    """(namespace, run uid, "") of every run with a worker Pod that has not terminated, from the Pod index:
+    what a restarted operator finds running before it grants any start (``throttle`` seeding)."""
+    index = STATE.pod_index
+    if index is None:
+        return None  # no daemon has started yet: the throttle asks again
+    return [
+        (ns, uid, "")
+        for (ns, uid), infos in list(index.items())
+        if any(not info.terminated for info in infos)
+    ]
 
 
 def _wake(namespace: str, name: str) -> None:
@@ -132,7 +195,16 @@ def _wake(namespace: str, name: str) -> None:
 
 
 @kopf.on.event("pods", labels={model.LABEL_RUN: kopf.PRESENT})
-async def pod_changed(namespace: str | None, labels: Mapping[str, str], **_: Any) -> None:
+async def pod_changed(
+    namespace: str | None, labels: Mapping[str, str], type: str | None, body: kopf.Body, **_: Any
+) -> None:
+    if type == "DELETED":
+        # The index forgets a deleted Pod; its final state (DisruptionTarget, exit code) says why the attempt
+        # ended (runner.pod_deleted). Only for runs this replica reconciles: a memory made here for a run
+        # already deleted would never be dropped.
+        memory = STATE.memories.get(labels.get(model.LABEL_RUN_UID, ""))
+        if memory is not None:
+            runner.pod_deleted(memory, body)
     _wake(namespace or "", labels[model.LABEL_RUN])
 
 
@@ -142,10 +214,15 @@ async def run_changed(namespace: str | None, name: str, **_: Any) -> None:
 
 
 def _inputs(
-    namespace: str, name: str, run_pods: kopf.Index[Any, Any], run_leases: kopf.Index[Any, Any]
+    namespace: str,
+    name: str,
+    uid: str,
+    run_pods: kopf.Index[Any, Any],
+    run_leases: kopf.Index[Any, Any],
 ) -> tuple[list[model.PodInfo], lease_math.LeaseSummary | None]:
-    found = list(run_pods.get((namespace, name), ()))
-    leases = list(run_leases.get((namespace, model.lease_name(name)), ()))
+    found = list(run_pods.get((namespace, uid), ()))
+    # An earlier run's Lease of the same name is not this run's: it says nothing about this run's worker.
+    leases = [s for owner, s in run_leases.get((namespace, model.lease_name(name)), ()) if owner in ("", uid)]
     return found, (leases[0] if leases else None)
 
 
@@ -163,13 +240,14 @@ async def run_loop(
 ) -> None:
     namespace = namespace or ""
     run_pods, run_leases = kwargs["run_pods"], kwargs["run_leases"]  # kopf passes indexes by name
+    STATE.pod_index = run_pods  # kopf fills its indexes before it starts any daemon
     key = (namespace, name)
     wake = STATE.wakeups.setdefault(key, asyncio.Event())
     memory = STATE.memories.setdefault(uid, runner.RunMemory())
     try:
         while not stopped:
             wake.clear()
-            pod_list, lease = _inputs(namespace, name, run_pods, run_leases)
+            pod_list, lease = _inputs(namespace, name, uid, run_pods, run_leases)
             try:
                 plan = await asyncio.to_thread(STATE.reconciler.reconcile, body, pod_list, lease, memory)
                 delay = plan.requeue_after
@@ -223,7 +301,7 @@ async def run_deleted(
 ) -> None:
     namespace = namespace or ""
     memory = STATE.memories.setdefault(uid, runner.RunMemory())
-    pod_list, lease = _inputs(namespace, name, kwargs["run_pods"], kwargs["run_leases"])
+    pod_list, lease = _inputs(namespace, name, uid, kwargs["run_pods"], kwargs["run_leases"])
     try:
         plan = await asyncio.to_thread(
             STATE.reconciler.reconcile, body, pod_list, lease, memory, deleting=True
@@ -234,4 +312,10 @@ async def run_deleted(
         ) from exc
     if not plan.done:
         raise kopf.TemporaryError("waiting for the worker Pod to stop", delay=max(0.5, plan.requeue_after))
+    retention = STATE.settings.reconcile.retention_seconds
+    await asyncio.to_thread(
+        store.mark_for_purge, STATE.reconciler.db, uid, after_seconds=retention, reason="deleted"
+    )
     STATE.memories.pop(uid, None)
+    if STATE.throttle is not None:
+        STATE.throttle.forget(namespace, uid)

@@ -7,6 +7,7 @@ Every call is synchronous; the handlers run them in threads.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import datetime
 import json
@@ -16,7 +17,7 @@ from typing import Any
 import kubernetes.client
 import urllib3
 
-from agent_operator import model
+from agent_operator import admission, model
 from agent_worker import kube as worker_kube
 
 Body = dict[str, Any]
@@ -34,6 +35,10 @@ _RUN = _RUNS + "/{name}"
 _PODS = "/api/v1/namespaces/{namespace}/pods"
 _POD = _PODS + "/{name}"
 _EVENTS = "/api/v1/namespaces/{namespace}/events"
+_SECRETS = "/api/v1/namespaces/{namespace}/secrets"
+_SECRET = _SECRETS + "/{name}"
+_ADMISSION = "/apis/admissionregistration.k8s.io/v1/{kind}/{name}"
+_LEASE = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
 
 TIMEOUT = 10.0  # seconds per request: a reconcile retries on its own schedule
 
@@ -91,14 +96,23 @@ def get_run(api: ApiClient, namespace: str, name: str) -> Body:
     return _call(api, "GET", _RUN, {"namespace": namespace, "name": name})
 
 
-def patch_status(api: ApiClient, namespace: str, name: str, status_patch: Body) -> Body:
-    """JSON merge patch of ``.status`` (the status subresource: spec and metadata are untouched)."""
+def patch_status(
+    api: ApiClient, namespace: str, name: str, status_patch: Body, resource_version: str = ""
+) -> Body:
+    """JSON merge patch of ``.status`` (the status subresource: spec and metadata are untouched).
+
+    With ``resource_version`` the API server applies it only to that version of the object (``Conflict``
+    otherwise): a replica that decided on an old view cannot overwrite a newer leader's status.
+    """
+    body: Body = {"status": status_patch}
+    if resource_version:
+        body["metadata"] = {"resourceVersion": resource_version}
     return _call(
         api,
         "PATCH",
         _RUN + "/status",
         {"namespace": namespace, "name": name},
-        {"status": status_patch},
+        body,
         content_type="application/merge-patch+json",
     )
 
@@ -174,6 +188,72 @@ def delete_pod(api: ApiClient, namespace: str, name: str, *, force: bool = False
 
 def get_pod(api: ApiClient, namespace: str, name: str) -> Body:
     return _call(api, "GET", _POD, {"namespace": namespace, "name": name})
+
+
+# --- Secrets (only the worker DSN Secret the operator provisions) ----------------------------------------
+
+
+def secret_exists(api: ApiClient, namespace: str, name: str) -> bool:
+    try:
+        _call(api, "GET", _SECRET, {"namespace": namespace, "name": name})
+    except NotFound:
+        return False
+    return True
+
+
+def read_secret_key(api: ApiClient, namespace: str, name: str, key: str) -> str | None:
+    """One key of a Secret, decoded (None: the Secret has no such key). ``NotFound`` / ``KubeError`` (403)
+    propagate. The value is a credential: callers never log it."""
+    body = _call(api, "GET", _SECRET, {"namespace": namespace, "name": name})
+    raw = (body.get("data") or {}).get(key)
+    if raw is None:
+        return None
+    return base64.b64decode(str(raw)).decode("utf-8").strip()
+
+
+def put_secret(api: ApiClient, namespace: str, body: Body) -> None:
+    """Create the Secret, or replace it when it exists."""
+    name = str(body["metadata"]["name"])
+    try:
+        _call(api, "POST", _SECRETS, {"namespace": namespace}, body)
+    except AlreadyExists:
+        _call(api, "PUT", _SECRET, {"namespace": namespace, "name": name}, body)
+
+
+# --- admission policies ----------------------------------------------------------------------------------
+
+# What makes decision annotations trustworthy (deploy/admission): (plural, name).
+ADMISSION_OBJECTS = (
+    ("validatingadmissionpolicies", "agentrun-approvals"),
+    ("validatingadmissionpolicybindings", "agentrun-approvals"),
+    ("mutatingadmissionpolicies", "agentrun-stamp-decided-by"),
+    ("mutatingadmissionpolicybindings", "agentrun-stamp-decided-by"),
+)
+
+
+def missing_admission_objects(api: ApiClient) -> list[str]:
+    """The decision-guarding admission objects that are absent or not as shipped (``admission.problem``:
+    edited CEL, failurePolicy Ignore, a binding without Deny or narrowed)."""
+    missing = []
+    for kind, name in ADMISSION_OBJECTS:
+        try:
+            body = _call(api, "GET", _ADMISSION, {"kind": kind, "name": name})
+        except NotFound:
+            missing.append(f"{kind}/{name}")
+            continue
+        why = admission.problem(kind, name, body)
+        if why is not None:
+            missing.append(f"{kind}/{name} ({why})")
+    return missing
+
+
+def delete_exact(api: ApiClient, namespace: str, kind: str, name: str, uid: str) -> None:
+    """Delete the Pod or Lease ``name`` only if it is still the object with ``uid`` (a precondition):
+    never the object of a run recreated under the same name meanwhile."""
+    path = _POD if kind == "pod" else _LEASE
+    options: Body = {"propagationPolicy": "Background", "preconditions": {"uid": uid}}
+    with contextlib.suppress(NotFound, Conflict):
+        _call(api, "DELETE", path, {"namespace": namespace, "name": name}, options)
 
 
 # --- Events ----------------------------------------------------------------------------------------------

@@ -7,6 +7,12 @@ no comparison of clocks across machines). The leader renews every third of the d
 process when it cannot renew within the renew deadline (two thirds): by then a standby may take over, and
 a deposed leader must not reconcile a moment longer. Exiting, rather than "stepping down", leaves no
 half-stopped kopf state behind; the Deployment restarts the process as a standby.
+
+Renewal runs on a thread of its own (``Keeper``), never on the event loop's thread pool: reconciles that
+block in Postgres or the API server fill that pool, and a renewal queued behind them would miss its deadline
+although nothing is wrong with this replica. One renewal is bounded: a conflict is re-read and retried a
+few times (someone edited a label), never recursively without end. ``may_act()`` says whether this replica
+is still within its renew deadline; the runner checks it before every status write.
 """
 
 from __future__ import annotations
@@ -14,7 +20,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from agent_operator import kube
@@ -24,6 +32,7 @@ from agent_worker import lease_math
 logger = logging.getLogger(__name__)
 
 EXIT_LEADERSHIP_LOST = 3
+RENEW_CONFLICT_RETRIES = 3  # re-reads after a 409 within one renewal (a label edit, not another holder)
 
 
 class Elector:
@@ -93,29 +102,38 @@ class Elector:
         return True
 
     def renew(self) -> bool:
-        """Renew (sync). False when someone else holds the Lease now."""
+        """Renew (sync). False when someone else holds the Lease now; raises ``KubeError`` when it could not
+        tell (unreachable, or conflicting more than ``RENEW_CONFLICT_RETRIES`` times in a row)."""
         timeout = lease_math.request_timeout(self.cfg.duration_seconds)
-        started = time.monotonic()
-        body = self._body
-        if body is None:
-            return False
-        spec = body.get("spec") or {}
-        new = {
-            "metadata": body["metadata"],
-            "spec": self._spec(int(spec.get("leaseTransitions") or 1), False),
-        }
-        try:
-            self._body = kube.replace_lease(self.api, self.cfg.namespace, self.cfg.name, new, timeout=timeout)
-        except kube.Conflict:
-            current = kube.get_lease(self.api, self.cfg.namespace, self.cfg.name, timeout=timeout)
-            if (current.get("spec") or {}).get("holderIdentity") != self.identity:
+        for _ in range(RENEW_CONFLICT_RETRIES + 1):
+            started = time.monotonic()
+            body = self._body
+            if body is None:
                 return False
-            self._body = current  # our own Lease, written by someone else (labels): retry on its version
-            return self.renew()
-        except kube.NotFound:
-            return False
-        self.last_renewed_at = started
-        return True
+            spec = body.get("spec") or {}
+            new = {
+                "metadata": body["metadata"],
+                "spec": self._spec(int(spec.get("leaseTransitions") or 1), False),
+            }
+            try:
+                self._body = kube.replace_lease(
+                    self.api, self.cfg.namespace, self.cfg.name, new, timeout=timeout
+                )
+            except kube.Conflict:
+                current = kube.get_lease(self.api, self.cfg.namespace, self.cfg.name, timeout=timeout)
+                if (current.get("spec") or {}).get("holderIdentity") != self.identity:
+                    return False
+                self._body = current  # our own Lease, written by someone else (labels): retry on its version
+                continue
+            except kube.NotFound:
+                return False
+            self.last_renewed_at = started
+            return True
+        raise kube.Conflict(f"leader Lease renewal conflicted {RENEW_CONFLICT_RETRIES + 1} times in a row")
+
+    def may_act(self) -> bool:
+        """Still within the renew deadline of the last successful renewal (by our monotonic clock)."""
+        return lease_math.may_act(self.last_renewed_at, time.monotonic(), self.cfg.duration_seconds)
 
     def release(self) -> None:
         """Clear ``holderIdentity`` so a standby takes over without waiting for expiry."""
@@ -161,21 +179,40 @@ async def acquire(elector: Elector) -> None:
         await asyncio.sleep(lease_math.poll_interval(elector.cfg.duration_seconds))
 
 
-async def keep(elector: Elector) -> None:
-    """Renew until leadership is lost, then exit the process (``EXIT_LEADERSHIP_LOST``)."""
-    duration = elector.cfg.duration_seconds
-    while True:
-        await asyncio.sleep(lease_math.renew_interval(duration))
-        while True:
-            try:
-                if await asyncio.to_thread(elector.renew):
-                    break
-                _lost(elector, "another replica holds the Lease")
-            except kube.KubeError as exc:
-                logger.warning("leader: renewal failed: %s", exc)
-            if not lease_math.may_act(elector.last_renewed_at, time.monotonic(), duration):
-                _lost(elector, "no successful renewal within the renew deadline")
-            await asyncio.sleep(lease_math.retry_delay(duration))
+class Keeper:
+    """Renews on its own daemon thread; calls ``on_lost`` (default: exit the process) when leadership is
+    lost: another holder, or no successful renewal within the renew deadline."""
+
+    def __init__(self, elector: Elector, on_lost: Callable[[Elector, str], None] | None = None) -> None:
+        self.elector = elector
+        self.on_lost = on_lost or _lost
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="leader-renewal", daemon=True)
+
+    def start(self) -> Keeper:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.thread.join(timeout=lease_math.request_timeout(self.elector.cfg.duration_seconds) * 2 + 1)
+
+    def _run(self) -> None:
+        elector, duration = self.elector, self.elector.cfg.duration_seconds
+        while not self.stopped.wait(lease_math.renew_interval(duration)):
+            while True:
+                try:
+                    if elector.renew():
+                        break
+                    self.on_lost(elector, "another replica holds the Lease")
+                    return
+                except kube.KubeError as exc:
+                    logger.warning("leader: renewal failed: %s", exc)
+                if not elector.may_act():
+                    self.on_lost(elector, "no successful renewal within the renew deadline")
+                    return
+                if self.stopped.wait(lease_math.retry_delay(duration)):
+                    return
 
 
 def _lost(elector: Elector, why: str) -> None:

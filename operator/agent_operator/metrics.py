@@ -41,7 +41,8 @@ prometheus_client.PlatformCollector(registry=REGISTRY)
 # Attempt start reasons form a closed set so a typo or a new Kubernetes reason cannot mint new series.
 ATTEMPT_REASONS = frozenset(
     {"first", "evicted", "OOMKilled", "lease_expired", "failed", "drained", "preempted", "deleted",
-     "approval", "deadline", "operator_restart", "other"}
+     "approval", "deadline", "operator_restart", "infra", "lease_lost", "resumed", "retry", "resolved",
+     "other"}
 )
 
 # Histogram buckets, seconds. Steps and checkpoint writes are sub-second to minutes; human waits are
@@ -67,6 +68,9 @@ EFFECT_STATUSES = ("pending", "sent", "confirmed", "failed")
 DECISIONS = ("approved", "rejected", "expired")
 DEADLINE_ACTIONS = ("escalate", "cancel", "read_only")
 ATTEMPT_OUTCOMES = ("succeeded", "failed", "parked", "drained", "fenced", "needs_human", "lost")
+# What a worker's row says when the control plane lost its attempt: "fenced" (its Lease lapsed while the
+# API server was away, exit 12) or "lost" (Postgres gone, exit 14, or closed by the operator).
+CONTROL_PLANE_OUTCOMES = ("fenced", "lost")
 
 ATTEMPTS_STARTED = prometheus_client.Counter(
     "agentrun_attempts_started_total", "Worker attempts started by the operator, by reason.",
@@ -152,10 +156,16 @@ class Snapshot:
     approvals_pending: list[tuple[str, int, float | None]] = dataclasses.field(default_factory=list)
     approvals_decided: list[tuple[str, str, int]] = dataclasses.field(default_factory=list)  # ns, decision, n
     deadline_outcomes: list[tuple[str, str, int]] = dataclasses.field(default_factory=list)  # ns, action, n
-    attempts_ended: list[tuple[str, str, int]] = dataclasses.field(default_factory=list)  # ns, outcome, n
+    # namespace, outcome, cause ("control_plane": lost to the control plane, not counted against maxAttempts;
+    # "run": everything else), n
+    attempts_ended: list[tuple[str, str, str, int]] = dataclasses.field(default_factory=list)
     approval_wait: dict[str, Histogram] = dataclasses.field(default_factory=dict)
     step_duration: dict[str, Histogram] = dataclasses.field(default_factory=dict)
     checkpoint_duration: dict[str, Histogram] = dataclasses.field(default_factory=dict)
+    # namespace, tool, rows replayed with other arguments, such replays in total (stored result returned)
+    effect_divergences: list[tuple[str, str, int, int]] = dataclasses.field(default_factory=list)
+    # namespace, seconds since a pending approval was requested: one entry per pending approval
+    approval_pending_ages: list[tuple[str, float]] = dataclasses.field(default_factory=list)
 
 
 def bucketize(values: Iterable[float], bounds: Sequence[float]) -> Histogram:
@@ -213,6 +223,23 @@ def families(snap: Snapshot) -> list[core.Metric]:
         calls.add_metric([ns, tool], pc)
         dups.add_metric([ns, tool], dp)
     out += [effects, human, calls, dups]
+    divergent = core.GaugeMetricFamily(
+        "agentrun_effects_divergent",
+        "Effect rows a replay asked for with other arguments (a nondeterministic step); never repeated.",
+        labels=["namespace", "tool"],
+    )
+    divergences = core.CounterMetricFamily(
+        "agentrun_effect_divergences",
+        "Replays that reached a recorded effect's position with other arguments (stored result returned).",
+        labels=["namespace", "tool"],
+    )
+    # Zeros for every (namespace, tool) with effects: dashboards and rates see 0, not an absent series.
+    diverged = {key: (0, 0) for key in by_tool}
+    diverged |= {(ns, tool): (n, d) for ns, tool, n, d in snap.effect_divergences}
+    for (ns, tool), (rows, total) in sorted(diverged.items()):
+        divergent.add_metric([ns, tool], rows)
+        divergences.add_metric([ns, tool], total)
+    out += [divergent, divergences]
 
     oldest = core.GaugeMetricFamily("agentrun_effect_oldest_pending_age_seconds",
                                     "Age of the oldest effect still pending (0: none pending).",
@@ -224,13 +251,17 @@ def families(snap: Snapshot) -> list[core.Metric]:
     out += _heartbeat_families(snap, namespaces)
     out += _approval_families(snap, namespaces)
 
-    ended = core.CounterMetricFamily("agentrun_attempts_ended", "Worker attempts ended, by outcome.",
-                                     labels=["namespace", "outcome"])
-    per_outcome = {(ns, o): 0 for ns in namespaces for o in ATTEMPT_OUTCOMES}
-    for ns, outcome, n in snap.attempts_ended:
-        per_outcome[(ns, outcome)] = per_outcome.get((ns, outcome), 0) + n
-    for (ns, outcome), n in sorted(per_outcome.items()):
-        ended.add_metric([ns, outcome], n)
+    ended = core.CounterMetricFamily("agentrun_attempts_ended",
+                                     "Worker attempts ended, by outcome and cause (control_plane: lost to "
+                                     "the control plane, not counted against maxAttempts; run: the rest).",
+                                     labels=["namespace", "outcome", "cause"])
+    # Zeros: every outcome as "run", and the outcomes a control-plane loss ends with as "control_plane".
+    per_outcome = {(ns, o, "run"): 0 for ns in namespaces for o in ATTEMPT_OUTCOMES}
+    per_outcome |= {(ns, o, "control_plane"): 0 for ns in namespaces for o in CONTROL_PLANE_OUTCOMES}
+    for ns, outcome, cause, n in snap.attempts_ended:
+        per_outcome[(ns, outcome, cause)] = per_outcome.get((ns, outcome, cause), 0) + n
+    for (ns, outcome, cause), n in sorted(per_outcome.items()):
+        ended.add_metric([ns, outcome, cause], n)
     out.append(ended)
 
     for name, doc, data, bounds in (
@@ -314,7 +345,42 @@ def _approval_families(snap: Snapshot, namespaces: list[str]) -> list[core.Metri
                                       labels=["namespace"])
     for ns, h in sorted(_with_zeros(snap.approval_wait, namespaces, APPROVAL_WAIT_BUCKETS).items()):
         wait.add_metric([ns], _buckets(h), h.total)
-    return [pending, remaining, decided, outcomes, wait]
+    return [pending, remaining, decided, outcomes, wait, *_pending_age_families(snap, namespaces)]
+
+
+# Age bands of waiting approvals (upper bound in seconds, label), for "waiting approvals by age".
+PENDING_AGE_BANDS: tuple[tuple[float, str], ...] = (
+    (300.0, "<5m"),
+    (3600.0, "5m-1h"),
+    (86400.0, "1h-1d"),
+    (float("inf"), ">1d"),
+)
+
+
+def _pending_age_families(snap: Snapshot, namespaces: list[str]) -> list[core.Metric]:
+    """Waiting approvals by age band (zeros for known namespaces: a band emptying shows as 0, not a gap) and
+    the oldest one's age (absent when none waits: AgentRunApprovalPending then cannot fire)."""
+    by_age = core.GaugeMetricFamily(
+        "agentrun_approvals_pending_by_age",
+        "Approvals waiting for a human, by how long they have waited (age band).",
+        labels=["namespace", "age"],
+    )
+    oldest = core.GaugeMetricFamily(
+        "agentrun_approval_oldest_pending_age_seconds",
+        "Seconds the longest-waiting pending approval has waited (absent: none pending).",
+        labels=["namespace"],
+    )
+    bands = {(ns, label): 0 for ns in namespaces for _, label in PENDING_AGE_BANDS}
+    worst: dict[str, float] = {}
+    for ns, age in snap.approval_pending_ages:
+        label = next(lbl for bound, lbl in PENDING_AGE_BANDS if age < bound)
+        bands[(ns, label)] = bands.get((ns, label), 0) + 1
+        worst[ns] = max(worst.get(ns, 0.0), age)
+    for (ns, label), n in sorted(bands.items()):
+        by_age.add_metric([ns, label], n)
+    for ns, age in sorted(worst.items()):
+        oldest.add_metric([ns], age)
+    return [by_age, oldest]
 
 
 class LedgerCollector:

@@ -16,13 +16,31 @@ from psycopg import sql
 
 from agent_operator import metrics
 
-RUNS = "SELECT namespace, status, count(*) FROM agentrun_runs GROUP BY 1, 2"
+# Live runs from the partial index agentrun_runs_live_idx (migration 0011): its size is the number of runs
+# not yet final, whatever the history retained. Final runs are counted from agentrun_runs_status_idx.
+RUNS_LIVE = """
+SELECT namespace, status, count(*) FROM agentrun_runs
+WHERE status NOT IN ('succeeded', 'failed', 'cancelled')
+GROUP BY 1, 2
+"""
+RUNS_FINAL = """
+SELECT namespace, status, count(*) FROM agentrun_runs
+WHERE status IN ('succeeded', 'failed', 'cancelled')
+GROUP BY 1, 2
+"""
 
 EFFECTS = """
 SELECT r.namespace, e.tool, e.status, count(*), count(*) FILTER (WHERE e.needs_human),
        coalesce(sum(e.attempts), 0), coalesce(sum(e.duplicates_prevented), 0)
 FROM agentrun_effects e JOIN agentrun_runs r USING (run_id)
 GROUP BY 1, 2, 3
+"""
+
+EFFECT_DIVERGENCES = """
+SELECT r.namespace, e.tool, count(*), coalesce(sum(e.divergences), 0)
+FROM agentrun_effects e JOIN agentrun_runs r USING (run_id)
+WHERE e.divergences > 0
+GROUP BY 1, 2
 """
 
 OLDEST_PENDING_EFFECT = """
@@ -34,14 +52,19 @@ GROUP BY 1
 
 # Only heartbeats that still mean something, of running runs: the worker's own ('worker'), the current step's
 # ('step:<name>'), and tool calls whose effect is still pending (a finished call's last beat is history).
+# Driven from the running runs (agentrun_runs_live_idx), each of the keys looked up by primary key: the
+# heartbeats of finished runs are never read (a join over the whole table would read them all).
 HEARTBEAT_AGES = """
-SELECT r.namespace,
-       CASE WHEN h.key = 'worker' THEN 'worker' WHEN h.key LIKE 'step:%' THEN 'step' ELSE 'tool' END,
-       greatest(0, extract(epoch FROM now() - h.beat_at))::float8
-FROM agentrun_heartbeats h JOIN agentrun_runs r USING (run_id)
+SELECT r.namespace, k.kind, greatest(0, extract(epoch FROM now() - h.beat_at))::float8
+FROM agentrun_runs r
+CROSS JOIN LATERAL (
+    VALUES ('worker', 'worker'), ('step', 'step:' || r.current_step)
+    UNION ALL
+    SELECT 'tool', e.idempotency_key FROM agentrun_effects e
+    WHERE e.run_id = r.run_id AND e.status = 'pending'
+) k (kind, key)
+JOIN agentrun_heartbeats h ON h.run_id = r.run_id AND h.key = k.key
 WHERE r.status = 'running'
-  AND (h.key = 'worker' OR h.key = 'step:' || r.current_step
-       OR EXISTS (SELECT 1 FROM agentrun_effects e WHERE e.idempotency_key = h.key AND e.status = 'pending'))
 """
 
 APPROVALS_PENDING = """
@@ -49,6 +72,12 @@ SELECT r.namespace, count(*), extract(epoch FROM min(a.deadline) - now())::float
 FROM agentrun_approvals a JOIN agentrun_runs r USING (run_id)
 WHERE a.status = 'pending'
 GROUP BY 1
+"""
+
+APPROVAL_PENDING_AGES = """
+SELECT r.namespace, greatest(0, extract(epoch FROM now() - a.requested_at))::float8
+FROM agentrun_approvals a JOIN agentrun_runs r USING (run_id)
+WHERE a.status = 'pending'
 """
 
 APPROVALS_DECIDED = """
@@ -66,10 +95,10 @@ GROUP BY 1, 2
 """
 
 ATTEMPTS_ENDED = """
-SELECT r.namespace, t.outcome, count(*)
+SELECT r.namespace, t.outcome, CASE WHEN t.control_plane THEN 'control_plane' ELSE 'run' END, count(*)
 FROM agentrun_attempts t JOIN agentrun_runs r USING (run_id)
 WHERE t.outcome IS NOT NULL
-GROUP BY 1, 2
+GROUP BY 1, 2, 3
 """
 
 # (value expression, source table, filter) for each histogram read from rows.
@@ -140,16 +169,18 @@ def read_snapshot(conn: psycopg.Connection[Any]) -> metrics.Snapshot:
         return conn.execute(query).fetchall()
 
     return metrics.Snapshot(
-        runs=[(ns, st, int(n)) for ns, st, n in rows(RUNS)],
+        runs=[(ns, st, int(n)) for ns, st, n in rows(RUNS_LIVE) + rows(RUNS_FINAL)],
         effects=[(ns, tool, st, int(n), int(nh), int(pc), int(dp))
                  for ns, tool, st, n, nh, pc, dp in rows(EFFECTS)],
         oldest_pending_effect={ns: float(age) for ns, age in rows(OLDEST_PENDING_EFFECT)},
+        effect_divergences=[(ns, tool, int(n), int(d)) for ns, tool, n, d in rows(EFFECT_DIVERGENCES)],
         heartbeat_ages=[(ns, kind, float(age)) for ns, kind, age in rows(HEARTBEAT_AGES)],
         approvals_pending=[(ns, int(n), None if left is None else float(left))
                            for ns, n, left in rows(APPROVALS_PENDING)],
         approvals_decided=[(ns, st, int(n)) for ns, st, n in rows(APPROVALS_DECIDED)],
+        approval_pending_ages=[(ns, float(age)) for ns, age in rows(APPROVAL_PENDING_AGES)],
         deadline_outcomes=[(ns, action, int(n)) for ns, action, n in rows(DEADLINE_OUTCOMES)],
-        attempts_ended=[(ns, outcome, int(n)) for ns, outcome, n in rows(ATTEMPTS_ENDED)],
+        attempts_ended=[(ns, outcome, cause, int(n)) for ns, outcome, cause, n in rows(ATTEMPTS_ENDED)],
         approval_wait=histograms(rows(histogram_query(*APPROVAL_WAIT, metrics.APPROVAL_WAIT_BUCKETS)),
                                  metrics.APPROVAL_WAIT_BUCKETS),
         step_duration=histograms(rows(histogram_query(*STEP_DURATION, metrics.STEP_BUCKETS)),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,7 +21,31 @@ ANN_REJECT = "agentrun.dev/reject"
 ANN_COMMENT = "agentrun.dev/comment"
 ANN_DECIDED_BY = "agentrun.dev/decided-by"
 ANN_CREATED_BY = "agentrun.dev/created-by"
-DECISION_ANNOTATIONS = (ANN_APPROVE, ANN_REJECT, ANN_COMMENT, ANN_DECIDED_BY)
+# The decider's groups as the API server saw them (comma-joined), stamped with decided-by: the operator
+# checks spec.approval.approvers.groups against them.
+ANN_DECIDED_GROUPS = "agentrun.dev/decided-by-groups"
+DECISION_ANNOTATIONS = (ANN_APPROVE, ANN_REJECT, ANN_COMMENT, ANN_DECIDED_BY, ANN_DECIDED_GROUPS)
+
+# Container waiting reasons that mean "this Pod will not start by itself" (kubelet's names).
+BLOCKED_WAITING_REASONS = frozenset(
+    {
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "ErrImageNeverPull",
+        "RunContainerError",
+    }
+)
+
+# Steering (agent_operator.steering): resolve an effect of unknown outcome; who retried / resolved (stamped by
+# the MutatingAdmissionPolicy in deploy/admission/steer-mutating-policy.yaml from request.userInfo).
+ANN_RESOLVE = "agentrun.dev/resolve"  # "<effect key>=sent" | "<effect key>=not-sent"
+ANN_RESOLVE_RESULT = "agentrun.dev/resolve-result"  # JSON: the tool's return value for =sent
+ANN_RESOLVED_BY = "agentrun.dev/resolved-by"
+ANN_RETRIED_BY = "agentrun.dev/retried-by"
+RESOLVE_ANNOTATIONS = (ANN_RESOLVE, ANN_RESOLVE_RESULT, ANN_RESOLVED_BY)
 
 # agentrun_runs.status values the worker writes (migration 0001).
 DB_FINAL = frozenset({"succeeded", "failed", "cancelled"})
@@ -46,13 +71,79 @@ class ApprovalPolicy:
     timeout_seconds: int = 86400
     on_timeout: str = "escalate"  # escalate | cancel | readOnly
     allow_self_approval: bool = False
+    approver_users: tuple[str, ...] = ()  # spec.approval.approvers: empty = anyone with the `approve` verb
+    approver_groups: tuple[str, ...] = ()
 
     def as_json(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "timeoutSeconds": self.timeout_seconds,
             "onTimeout": self.on_timeout,
             "allowSelfApproval": self.allow_self_approval,
         }
+        if self.approver_users or self.approver_groups:
+            doc["approvers"] = {"users": list(self.approver_users), "groups": list(self.approver_groups)}
+        return doc
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any] | None) -> ApprovalPolicy:
+        """From ``spec.approval`` (or its copy in Postgres: the same shape)."""
+        doc = doc or {}
+        approvers = doc.get("approvers") or {}
+        return cls(
+            timeout_seconds=int(doc.get("timeoutSeconds") or 86400),
+            on_timeout=str(doc.get("onTimeout") or "escalate"),
+            allow_self_approval=bool(doc.get("allowSelfApproval", False)),
+            approver_users=tuple(str(u) for u in approvers.get("users") or ()),
+            approver_groups=tuple(str(g) for g in approvers.get("groups") or ()),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class ForkRequest:
+    """``spec.forkOf``: start from a checkpoint of another run of this namespace (kubectl agentrun fork)."""
+
+    run: str
+    run_uid: str | None = None
+    checkpoint: str | None = None
+    step: str | None = None
+    set: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # dotted state path -> new value
+    problem: str | None = None  # setJson that is not JSON, or a path in both set and setJson
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any] | None) -> ForkRequest | None:
+        if not doc or not doc.get("run"):
+            return None
+        edits: dict[str, Any] = dict(doc.get("set") or {})
+        problem = None
+        for path, text in (doc.get("setJson") or {}).items():
+            if path in edits:
+                problem = f"spec.forkOf: {path!r} is in both set and setJson"
+            try:
+                edits[path] = json.loads(text)
+            except ValueError as exc:
+                problem = f"spec.forkOf.setJson.{path} is not JSON: {exc}"
+        return cls(
+            run=str(doc["run"]),
+            run_uid=str(doc["runUid"]) if doc.get("runUid") else None,
+            checkpoint=str(doc["checkpoint"]) if doc.get("checkpoint") else None,
+            step=str(doc["step"]) if doc.get("step") else None,
+            set=edits,
+            problem=problem,
+        )
+
+    @property
+    def set_keys(self) -> tuple[str, ...]:
+        """The top-level state keys the edits change (``draft.body`` changes ``draft``)."""
+        return tuple(sorted({path.split(".", 1)[0] for path in self.set}))
+
+
+@dataclasses.dataclass(frozen=True)
+class ForkSource:
+    """The source of a fork as Postgres resolved it before admission; ``problem`` when it cannot be."""
+
+    run_id: str | None
+    checkpoint_id: str | None
+    problem: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +158,9 @@ class RunSpec:
     ttl_seconds_after_finished: int | None = None
     cancel: bool = False
     suspend: bool = False
+    retry_generation: int = 0  # raised by a human to retry a stopped run (only ever increases)
+    fork_of: ForkRequest | None = None
+    notify: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # spec.approval.notify (notify.py)
 
     @classmethod
     def from_body(cls, spec: Mapping[str, Any]) -> RunSpec:
@@ -86,14 +180,13 @@ class RunSpec:
                 backoff_seconds=float(retry.get("backoffSeconds", 2)),
                 max_backoff_seconds=float(retry.get("maxBackoffSeconds", 60)),
             ),
-            approval=ApprovalPolicy(
-                timeout_seconds=int(approval.get("timeoutSeconds") or 86400),
-                on_timeout=str(approval.get("onTimeout") or "escalate"),
-                allow_self_approval=bool(approval.get("allowSelfApproval", False)),
-            ),
+            approval=ApprovalPolicy.from_json(approval),
             ttl_seconds_after_finished=int(ttl) if ttl is not None else None,
             cancel=bool(spec.get("cancel", False)),
             suspend=bool(spec.get("suspend", False)),
+            retry_generation=int(spec.get("retryGeneration") or 0),
+            fork_of=ForkRequest.from_json(spec.get("forkOf")),
+            notify=dict(approval.get("notify") or {}),
         )
 
 
@@ -140,6 +233,10 @@ class DbRun:
     admitted_at: datetime.datetime | None = None
     finished_at: datetime.datetime | None = None
     updated_at: datetime.datetime | None = None
+    retry_generation: int = 0
+    reopened: int = 0  # times a human reopened the run (retry, resolve of a needs-human run)
+    interventions: int = 0
+    fork_of: Mapping[str, Any] | None = None  # migration 0008: where this fork started
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> DbRun:
@@ -155,6 +252,31 @@ class DbRun:
             admitted_at=row.get("admitted_at"),
             finished_at=row.get("finished_at"),
             updated_at=row.get("updated_at"),
+            retry_generation=int(row.get("retry_generation") or 0),
+            reopened=int(row.get("reopened") or 0),
+            interventions=int(row.get("interventions") or 0),
+            fork_of=row.get("fork_of"),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Intervention:
+    """A human's retry or resolve, as recorded in Postgres (agentrun_interventions)."""
+
+    kind: str  # retry | resolve_sent | resolve_not_sent
+    by: str
+    at: datetime.datetime | None = None
+    effect_key: str | None = None
+    generation: int | None = None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Intervention:
+        return cls(
+            kind=str(row["kind"]),
+            by=str(row.get("by") or ""),
+            at=row.get("at"),
+            effect_key=row.get("effect_key"),
+            generation=row.get("generation"),
         )
 
 
@@ -169,6 +291,9 @@ class Approval:
     decided_at: datetime.datetime | None = None
     comment: str | None = None
     deadline_action: str | None = None
+    # spec.approval in force when the approval was requested (snapshot in Postgres); None: not recorded.
+    policy: Mapping[str, Any] | None = None
+    payload: Any = None  # what the graph resumed with (type accept | edit | response | ignore, args)
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Approval:
@@ -176,12 +301,14 @@ class Approval:
             approval_id=str(row["approval_id"]),
             status=str(row.get("status") or "pending"),
             prompt=row.get("prompt"),
+            payload=row.get("payload"),
             deadline=row.get("deadline"),
             requested_at=row.get("requested_at"),
             decided_by=row.get("decided_by"),
             decided_at=row.get("decided_at"),
             comment=row.get("comment"),
             deadline_action=row.get("deadline_action"),
+            policy=row.get("policy") or None,
         )
 
 
@@ -198,6 +325,12 @@ class PodInfo:
     exit_code: int | None = None
     message: str | None = None
     disruption: str | None = None  # reason of a DisruptionTarget=True condition (EvictionByEvictionAPI, ...)
+    # Why the Pod cannot start, as kubelet/scheduler say it: ("Unschedulable", message) from
+    # PodScheduled=False, or the container's waiting reason (CreateContainerConfigError, ...). None: fine.
+    blocked: tuple[str, str] | None = None
+    image: str | None = None  # the worker container's image as the Pod spec names it
+    image_id: str | None = None  # what the node says it runs (containerStatuses[].imageID; "" on some)
+    started: bool = False  # the worker container was running or has run (its imageID is meaningful)
 
     @property
     def terminated(self) -> bool:
@@ -223,6 +356,28 @@ class PodInfo:
         for cond in status.get("conditions") or ():
             if cond.get("type") == "DisruptionTarget" and cond.get("status") == "True":
                 disruption = cond.get("reason") or "DisruptionTarget"
+        blocked = None
+        for cond in status.get("conditions") or ():
+            if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+                blocked = (str(cond.get("reason") or "Unschedulable"), str(cond.get("message") or ""))
+        for cs in status.get("containerStatuses") or ():
+            waiting = (cs.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason") in BLOCKED_WAITING_REASONS:
+                blocked = (str(waiting["reason"]), str(waiting.get("message") or ""))
+        image = next(
+            (
+                c.get("image")
+                for c in (body.get("spec") or {}).get("containers") or ()
+                if c.get("name") == "worker"
+            ),
+            None,
+        )
+        image_id, started = None, False
+        for cs in status.get("containerStatuses") or ():
+            if cs.get("name") == "worker":
+                image_id = cs.get("imageID") or None
+                state = cs.get("state") or {}
+                started = bool(state.get("running") or state.get("terminated"))
         for cs in status.get("containerStatuses") or ():
             term = (cs.get("state") or {}).get("terminated")
             if term:
@@ -240,6 +395,10 @@ class PodInfo:
             exit_code=int(exit_code) if exit_code is not None else None,
             message=message,
             disruption=disruption,
+            blocked=blocked,
+            image=image,
+            image_id=image_id,
+            started=started,
         )
 
 
@@ -253,11 +412,15 @@ class World:
     now: datetime.datetime
     db: DbRun | None = None  # None: not admitted yet
     approvals: tuple[Approval, ...] = ()
+    interventions: tuple[Intervention, ...] = ()  # read only when the run has any
     effects: Mapping[str, int] = dataclasses.field(default_factory=dict)
     pods: Mapping[int, PodInfo] = dataclasses.field(default_factory=dict)  # attempt -> Pod
     # The run Lease is held by this pod name and has not changed for longer than its duration, by
     # locally observed time (lease_math.LeaseObserver). None when the Lease is held, free or absent.
     lease_expired_holder: str | None = None
+    # That expiry overlaps a period in which this operator could not reach the API server (its fresh reads
+    # failed): the worker could not renew either — a control-plane loss, not the run's (runner.confirm).
+    lease_lapsed_in_outage: bool = False
     lease_holder: str | None = None
     # Seconds since the current attempt's Pod was created by us (None: not by this process), to
     # tell "deleted" from "the watch has not delivered it yet".
@@ -268,6 +431,35 @@ class World:
     # The current attempt's Pod as last seen, when it is gone from the cache now: why it ended
     # (eviction, OOM) is often only visible in its last state.
     last_seen_pod: PodInfo | None = None
+    # The admission policies that make decision annotations trustworthy are installed (None: unknown, the
+    # check itself failed). Without them the operator applies no decision.
+    admission_ok: bool | None = True
+    # The current attempt's Pod and the run's Lease in this World were read from the API server during this
+    # reconcile (a fresh read), not only from the watch-fed indexes, which may lag or stall.
+    live: bool = False
+    # How long after creating a Pod its absence from the watch cache is not yet suspicious (seconds).
+    pod_cache_grace: float = 5.0
+    # How long an attempt may stay unable to start (Pod refused, unschedulable, container config error,
+    # worker never took its Lease) before the run is Failed with that reason (seconds).
+    start_timeout: float = 300.0
+    # The current attempt has been blocked (its Pod's ``blocked``, or Running without its worker holding
+    # the Lease) for this long, by the operator's clock; None when it is not blocked.
+    blocked_for: float | None = None
+    unclaimed_for: float | None = None
+    # Postgres' now() read with the run row: deadlines on Postgres timestamps (finished_at) use this clock.
+    db_now: datetime.datetime | None = None
+    # The API server refused to create the Pod of this attempt: (attempt, HTTP status, message, seconds).
+    pod_refused: tuple[int, int, str, float] | None = None
+    # The namespace's start throttle lets this run create a worker Pod now (agent_operator.throttle).
+    start_allowed: bool = True
+    # attempt -> seconds this operator has seen that attempt's Pod terminated (agent_operator.cleanup).
+    pods_terminated_for: Mapping[int, float] = dataclasses.field(default_factory=dict)
+    # The worker image when spec.worker.image names none (AGENTRUN_WORKER_IMAGE): what a run is pinned to.
+    default_image: str = "agentrun:dev"
+    # A fork not admitted yet: its source as resolved in Postgres (None: not a fork, or already admitted).
+    fork_source: ForkSource | None = None
+    # The last notification problem (reason, message) of this process (agent_operator.notifier), or None.
+    notify_problem: tuple[str, str] | None = None
 
     @property
     def pending_approval(self) -> Approval | None:

@@ -11,7 +11,8 @@ FINAL_PHASES = frozenset({"Succeeded", "Failed", "Cancelled"})
 PHASES = ("Pending", "Running", "WaitingApproval", "Succeeded", "Failed", "Cancelled", "Suspended")
 
 # Condition types always present (True/False), in this order; extra ones appear only while True.
-CORE_CONDITIONS = ("Admitted", "Running", "WaitingApproval", "Succeeded", "Failed")
+# Finished is True for every final phase (reason = the outcome): `kubectl wait --for=condition=Finished`.
+CORE_CONDITIONS = ("Admitted", "Running", "WaitingApproval", "Succeeded", "Failed", "Finished")
 EXTRA_CONDITIONS = ("Cancelled", "Suspended", "ApprovalEscalated", "ReadOnly")
 
 # Failure reasons (condition Failed, reason).
@@ -22,7 +23,7 @@ NEEDS_HUMAN = "NeedsHuman"
 
 # Error texts/status reasons of the worker that mean "the spec cannot run" rather than "the graph failed".
 _INVALID_SPEC_MARKERS = (
-    "graphloaderror",  # agent_worker: fail_unclaimed_run(reason="GraphLoadError")
+    "graphloaderror",  # agent_worker: a graph that cannot be loaded (fenced finish_run)
     "invalid_spec",
     "invalidspec",
     "unknown graph",
@@ -33,6 +34,13 @@ _INVALID_SPEC_MARKERS = (
     "not a graph",
     "invalid graph",
 )
+
+# Bounds of spec.input, checked before admission (docs/operator.md): the API server accepts objects nested
+# ~10,000 deep and ~1.4 MiB large, which the operator must survive but never runs; msgpack (checkpoints)
+# refuses integers beyond 64 bits, so those are refused here rather than failing inside the graph.
+MAX_INPUT_DEPTH = 64
+MAX_INPUT_BYTES = 256 * 1024
+_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
 
 RESULT_LIMIT_BYTES = 8192  # larger results are summarised in status (the full one stays in Postgres)
 
@@ -123,6 +131,8 @@ def desired_conditions(
             message if phase == "Failed" else "",
         ),
     }
+    final = phase in FINAL_PHASES
+    desired["Finished"] = (final, phase if final else "NotFinished", message if final else f"phase {phase}")
     if phase == "Cancelled":
         desired["Cancelled"] = (True, reason, message)
     if phase == "Suspended":
@@ -171,3 +181,33 @@ def status_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, An
         if key not in new:
             patch[key] = None
     return patch or None
+
+
+def input_problem(value: Any) -> str | None:
+    """Why ``spec.input`` cannot run (too deep, too large, an integer msgpack cannot carry), or None.
+
+    Iterative (an explicit stack), so a hostile depth costs memory, never a RecursionError.
+    """
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    size = 0
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_INPUT_DEPTH:
+            return f"spec.input is nested deeper than {MAX_INPUT_DEPTH} levels"
+        if isinstance(item, Mapping):
+            size += 2 + sum(len(str(k)) + 4 for k in item)
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list | tuple):
+            size += 2 + len(item)
+            stack.extend((v, depth + 1) for v in item)
+        elif isinstance(item, bool) or item is None:
+            size += 5
+        elif isinstance(item, int):
+            if not _INT_MIN <= item <= _INT_MAX:
+                return f"spec.input holds an integer outside the 64-bit range: {str(item)[:40]}..."
+            size += 20
+        else:
+            size += len(str(item)) + 2
+        if size > MAX_INPUT_BYTES:
+            return f"spec.input is larger than {MAX_INPUT_BYTES // 1024} KiB"
+    return None

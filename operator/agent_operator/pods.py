@@ -17,10 +17,23 @@ EXIT_PARKED = 10
 EXIT_DRAINED = 11
 EXIT_FENCED = 12
 EXIT_NEEDS_HUMAN = 13
+EXIT_INFRA = 14  # the worker lost Postgres (restart, crash): the attempt is lost, the graph did not fail
 EXIT_OOM = 137
+
+# End reasons caused by the control plane, not by the run: they do not consume spec.retry.maxAttempts
+# (``reconcile._lost``). ``lease_lost``: the worker exited fenced (12) because it could not keep or take its
+# Lease — the API server was unreachable for a lease duration, or a stale holder still held it. ``infra``: the
+# worker lost Postgres (exit 14: a restart, a crash), which is the platform's loss, not the graph's.
+CONTROL_PLANE_REASONS = frozenset({"lease_lost", "infra"})
+# ... but at most this many of them per run, so a cause that never goes away still ends the run.
+CONTROL_PLANE_LOSS_LIMIT = 20
 
 # spec.worker.env entries named AGENTRUN_FAULT_POINTS_ATTEMPT_<n> become AGENTRUN_FAULT_POINTS in attempt n
 # only, so a test can crash the first attempt and let the second one finish.
+# The Secret holding the namespace's worker DSN when the operator provisions it (agent_operator.tenants).
+TENANT_SECRET = "agentrun-worker-db"
+TENANT_SECRET_KEY = "dsn"
+
 _ATTEMPT_FAULTS = re.compile(r"^AGENTRUN_FAULT_POINTS_ATTEMPT_(\d+)$")
 
 
@@ -36,11 +49,10 @@ def _worker_env(
         {"name": "AGENTRUN_LEASE_NAME", "value": model.lease_name(run.name)},
         {"name": "AGENTRUN_LEASE_DURATION_SECONDS", "value": str(spec.lease_duration_seconds)},
     ]
-    if settings.worker.dsn_secret:
-        secret, _, key = settings.worker.dsn_secret.partition("/")
-        env.append({"name": "AGENTRUN_DSN", "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}})
-    else:
-        env.append({"name": "AGENTRUN_DSN", "value": settings.worker_dsn})
+    # Credentials reach a Pod only through a Secret of its namespace: the one an admin made
+    # (AGENTRUN_WORKER_DSN_SECRET) or the tenant role's the operator provisions (agent_operator.tenants).
+    secret, _, key = (settings.worker.dsn_secret or f"{TENANT_SECRET}/{TENANT_SECRET_KEY}").partition("/")
+    env.append({"name": "AGENTRUN_DSN", "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}})
     for item in spec.worker.get("env") or ():
         name = str(item.get("name", ""))
         match = _ATTEMPT_FAULTS.match(name)
@@ -53,9 +65,18 @@ def _worker_env(
 
 
 def manifest(
-    run: model.RunRef, spec: model.RunSpec, attempt: int, reason: str, settings: settings_.Settings
+    run: model.RunRef,
+    spec: model.RunSpec,
+    attempt: int,
+    reason: str,
+    settings: settings_.Settings,
+    *,
+    image: str | None = None,
 ) -> dict[str, Any]:
     """The Pod for ``attempt``: owned by the AgentRun, labelled, never restarted in place.
+
+    ``image`` is the run's pinned image (agent_operator.imagepin) when the reconciler gives one: attempts
+    after the first run what the first ran, whatever the spec or the operator's default says now.
 
     ``restartPolicy: Never`` because a restart is a new attempt: the operator decides it (backoff, limit,
     reason), and a new Pod name gives the new attempt its own Lease holder identity.
@@ -63,7 +84,7 @@ def manifest(
     worker: Mapping[str, Any] = spec.worker
     container: dict[str, Any] = {
         "name": "worker",
-        "image": worker.get("image") or settings.worker.image,
+        "image": image or worker.get("image") or settings.worker.image,
         "imagePullPolicy": settings.worker.image_pull_policy,
         "command": list(worker.get("command") or settings.worker.command),
         "env": _worker_env(run, spec, attempt, settings),
@@ -137,6 +158,13 @@ def end_reason(pod: model.PodInfo | None) -> tuple[str, str]:
         return "OOMKilled", f"the worker was OOM-killed (exit code {code})"
     if code == EXIT_DRAINED:
         return "drained", "the worker drained at a step boundary (SIGTERM)"
+    if code == EXIT_INFRA:
+        return "infra", "the worker lost its connection to Postgres (exit code 14); the attempt is retried"
+    if code == EXIT_FENCED and not pod.deleting:
+        return "lease_lost", (
+            "the worker lost its Lease (exit code 12): it could not renew or take it, e.g. the API server "
+            "was unreachable for a lease duration (a control-plane loss: not counted against maxAttempts)"
+        )
     if pod.deleting and not pod.terminated:
         return "deleted", "the worker Pod is being deleted"
     if code is not None:

@@ -48,3 +48,17 @@ def on_loss(
         return Loss(attempt, reason, message, restarts, None)
     delay = backoff_seconds(policy, restarts)
     return Loss(attempt, reason, message, restarts, now + datetime.timedelta(seconds=delay))
+
+
+def on_control_plane_loss(
+    policy: model.RetryPolicy,
+    attempt: int,
+    reason: str,
+    message: str,
+    previous_restarts: int,
+    now: datetime.datetime,
+) -> Loss:
+    """A loss the control plane caused (API server unreachable, ...): restarts and the limit unchanged; the
+    next attempt after the base backoff (the cause may still be there, so not at once)."""
+    delay = backoff_seconds(policy, 1)
+    return Loss(attempt, reason, message, previous_restarts, now + datetime.timedelta(seconds=delay))

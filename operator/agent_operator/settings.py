@@ -44,6 +44,19 @@ class ReconcileSettings:
     # Wait this long after creating a run's Pod before treating "no Pod in the cache" as "Pod deleted":
     # the watch may lag the create by a moment.
     pod_cache_grace_seconds: float = 5.0  # AGENTRUN_POD_CACHE_GRACE_SECONDS
+    # An attempt that cannot start (Pod refused by the API server, unschedulable, container config error,
+    # worker never takes its Lease) fails the run after this long, with that reason.
+    start_timeout_seconds: float = 300.0  # AGENTRUN_START_TIMEOUT_SECONDS
+    # Retention in Postgres of a run whose AgentRun was deleted (not by its TTL: those go at once).
+    retention_seconds: float = 7 * 86400.0  # AGENTRUN_RETENTION_SECONDS
+    purge_interval_seconds: float = 60.0  # AGENTRUN_PURGE_INTERVAL_SECONDS: how often the leader purges
+    purge_batch: int = 500  # AGENTRUN_PURGE_BATCH: runs per purge statement
+    # Worker Pods alive at once per namespace (a count; 0 = no limit). Runs beyond it wait, first come
+    # first served, and start as slots free (agent_operator.throttle).
+    max_workers_per_namespace: int = 50  # AGENTRUN_MAX_WORKERS_PER_NAMESPACE
+    # How long the last attempt's Pod of a finished run is kept for its log (seconds, from when the
+    # operator saw it terminated); earlier attempts' Pods go once a later one started (cleanup.py).
+    finished_pod_retention_seconds: float = 600.0  # AGENTRUN_FINISHED_POD_RETENTION_SECONDS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,6 +146,20 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         idle_poll_seconds=_float(env, "AGENTRUN_IDLE_POLL_SECONDS", ReconcileSettings.idle_poll_seconds),
         pod_cache_grace_seconds=_float(
             env, "AGENTRUN_POD_CACHE_GRACE_SECONDS", ReconcileSettings.pod_cache_grace_seconds
+        ),
+        start_timeout_seconds=_float(
+            env, "AGENTRUN_START_TIMEOUT_SECONDS", ReconcileSettings.start_timeout_seconds
+        ),
+        retention_seconds=_float(env, "AGENTRUN_RETENTION_SECONDS", ReconcileSettings.retention_seconds),
+        purge_interval_seconds=_float(
+            env, "AGENTRUN_PURGE_INTERVAL_SECONDS", ReconcileSettings.purge_interval_seconds
+        ),
+        purge_batch=max(1, int(_float(env, "AGENTRUN_PURGE_BATCH", ReconcileSettings.purge_batch))),
+        max_workers_per_namespace=int(
+            _float(env, "AGENTRUN_MAX_WORKERS_PER_NAMESPACE", ReconcileSettings.max_workers_per_namespace)
+        ),
+        finished_pod_retention_seconds=_float(
+            env, "AGENTRUN_FINISHED_POD_RETENTION_SECONDS", ReconcileSettings.finished_pod_retention_seconds
         ),
     )
     metrics_port = int(_float(env, "AGENTRUN_METRICS_PORT", 0))

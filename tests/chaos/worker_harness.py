@@ -154,3 +154,13 @@ def admit(dsn: str, run_id: str, graph: str = GRAPH, durability: str = "sync", *
             durability=durability,
             approval_policy={"timeoutSeconds": 3600},
         )
+
+
+def fenced_itself(proc: subprocess.CompletedProcess[str]) -> bool:
+    """True when the worker exited 12 because it lost or could not get its Lease: on a loaded machine the API
+    server can time renewals out for a whole (3 s) lease, and the worker then stops without writing, exactly
+    as designed. The chaos harness starts another attempt then, as the operator would; anything else that
+    exits 12 is not excused (the harness runs one worker at a time, so no one else deposes it)."""
+    if proc.returncode != 12:
+        return False
+    return "lease lost" in proc.stderr or "lease held by another worker" in proc.stderr

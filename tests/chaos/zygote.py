@@ -17,8 +17,10 @@ import traceback
 import agent_worker.kube
 import agent_worker.lease
 import agent_worker.main
+import agent_worker.positions
 import agent_worker.runner
-import tests.graphs.effect_graph  # noqa: F401  (pre-import the chaos graph)
+import tests.graphs.effect_graph  # pre-import the chaos graphs
+import tests.graphs.subgraph_graph  # noqa: F401
 
 
 def _child(request: dict[str, object]) -> int:

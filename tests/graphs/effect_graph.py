@@ -1,5 +1,9 @@
 """A tiny graph with one idempotent HTTP effect, one SMTP effect and (optionally) an approval.
 
+Nondeterministic on purpose, like a model: ``act`` drafts the email body at random in the same node that
+sends it, so every re-execution of ``act`` asks for the email with other arguments (a divergence): exactly
+one email must still reach the sink, with the key of the email's position.
+
 Env: AGENTRUN_TEST_HTTP_URL (agentrun_dev.http_provider),
 AGENTRUN_SMTP_HOST/PORT/API (agentrun_dev.smtp_sink),
 AGENTRUN_TEST_JITTER_MS (random sleep up to N ms inside each node, to shake timings),
@@ -85,15 +89,15 @@ def find_mail(key: str, args: dict[str, Any]) -> Any:
     return {"message_id": f"<{key}@test.invalid>", "found": found["count"]} if found["count"] else None
 
 
-@effects.tool(name="send_email", dedupes_by_key=False, lookup=find_mail)
-def send_email(call: effects.Call, *, to: str, subject: str) -> Any:
+@effects.tool(name="send_email", dedupes_by_key=False, lookup=find_mail, timeout=2)
+def send_email(call: effects.Call, *, to: str, subject: str, body: str = "hello") -> Any:
     msg = email.message.EmailMessage()
     msg["From"], msg["To"], msg["Subject"] = "agent@test.invalid", to, subject
     msg["Message-ID"] = f"<{call.idempotency_key}@test.invalid>"
-    msg.set_content("hello")
+    msg.set_content(body)
     _jitter()
     with smtplib.SMTP(
-        os.environ["AGENTRUN_SMTP_HOST"], int(os.environ["AGENTRUN_SMTP_PORT"]), timeout=10
+        os.environ["AGENTRUN_SMTP_HOST"], int(os.environ["AGENTRUN_SMTP_PORT"]), timeout=2
     ) as s:
         s.send_message(msg)
     return {"message_id": msg["Message-ID"]}
@@ -113,7 +117,8 @@ def act(state: State) -> State:
     receipt = charge(customer="c-1", cents=500)
     for i in range(int(state.get("extra_effects", 0) or 0)):
         charge(customer=f"c-extra-{i}", cents=1)
-    mail = send_email(to="user@test.invalid", subject="your receipt")
+    draft = f"Dear customer, here is draft {random.getrandbits(64):016x}."  # a model's fresh draft
+    mail = send_email(to="user@test.invalid", subject="your receipt", body=draft)
     if state.get("fail"):
         raise ValueError("the graph failed on purpose")
     return {"log": [receipt["id"], mail["message_id"]]}

@@ -1,11 +1,15 @@
-"""Graphs for worker edge cases: an unknown-outcome effect without lookup, parallel branches, a factory."""
+"""Graphs for worker edge cases: an unknown-outcome effect without lookup, parallel branches, a factory, a
+provider that commits late, control signals swallowed by graph code."""
 
 from __future__ import annotations
 
+import json
 import operator
 import os
 import signal
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
@@ -104,3 +108,66 @@ def _busy() -> StateGraph[State]:
 
 
 busy_graph = _busy()
+
+
+# --- a lookup-only tool whose provider may commit long after the client gave up ---------------------------
+
+
+def find_late(key: str, args: dict[str, Any]) -> Any:
+    try:
+        with urllib.request.urlopen(f"{os.environ['AGENTRUN_TEST_HTTP_URL']}/effects/{key}", timeout=5) as r:
+            return json.loads(r.read())["response"]
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return None
+        raise
+
+
+# timeout=6: the provider's own bound on a request taking effect (longer than the client's timeout below).
+@effects.tool(name="post_late", lookup=find_late, timeout=6.0)
+def post_late(call: effects.Call, *, text: str) -> Any:
+    req = urllib.request.Request(
+        f"{os.environ['AGENTRUN_TEST_HTTP_URL']}/effects",
+        data=json.dumps({"text": text}).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json", "Idempotency-Key": call.idempotency_key},
+    )
+    client_timeout = float(os.environ.get("AGENTRUN_TEST_CLIENT_TIMEOUT", "5"))
+    with urllib.request.urlopen(req, timeout=client_timeout) as resp:
+        return json.loads(resp.read())
+
+
+def post(state: State) -> State:
+    return {"log": [post_late(text=f"note {time.time_ns()}")]}  # nondeterministic too
+
+
+def _late() -> StateGraph[State]:
+    g: StateGraph[State] = StateGraph(State)
+    g.add_node("post", post)
+    g.add_edge(START, "post")
+    g.add_edge("post", END)
+    return g
+
+
+late_graph = _late()
+
+
+# --- graph code that swallows everything (`except Exception`) around an effect ----------------------------
+
+
+def careless(state: State) -> State:
+    try:
+        return {"log": [post_note(text="careless")]}
+    except Exception:  # must not swallow Fenced / NeedsHuman
+        return {"log": ["swallowed"]}
+
+
+def _careless() -> StateGraph[State]:
+    g: StateGraph[State] = StateGraph(State)
+    g.add_node("careless", careless)
+    g.add_edge(START, "careless")
+    g.add_edge("careless", END)
+    return g
+
+
+careless_graph = _careless()

@@ -26,6 +26,8 @@ from typing import Any
 import kubernetes
 import pytest
 
+from agentrun_dev import smtp_sink
+
 REPO = Path(__file__).resolve().parents[2]
 GROUP, VERSION, PLURAL = "agentrun.dev", "v1alpha1", "agentruns"
 WORKER_SA = "agentrun-worker"
@@ -332,3 +334,22 @@ def kubectl(kubeconfig: Path | str, *args: str, check: bool = False) -> subproce
         timeout=60,
         check=check,
     )
+
+
+def bind(
+    kube: kubernetes.client.ApiClient, namespace: str, user: str, role: str, kind: str = "ClusterRole"
+) -> None:
+    """Bind ``user`` to ``role`` (a ClusterRole by default) in ``namespace``."""
+    body: dict[str, Any] = {
+        "metadata": {"name": f"{user}-{role}"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": role},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+    }
+    kubernetes.client.RbacAuthorizationV1Api(kube).create_namespaced_role_binding(namespace, body)
+
+
+@pytest.fixture
+def sink(tmp_path: Path) -> Iterator[smtp_sink.SmtpSink]:
+    """A real SMTP sink of the test's own (emails are counted where they arrive)."""
+    with smtp_sink.SmtpSink(tmp_path / "smtp") as server:
+        yield server

@@ -314,8 +314,8 @@ def stage_alerts(ledger: Ledger) -> None:
     )
     ledger.admit("st-wait", "parked")
     ledger.sql(
-        "INSERT INTO agentrun_approvals (approval_id, run_id, interrupt_id, prompt, deadline) VALUES"
-        " ('a-st', 'st-wait', 'i', '{}', now() + interval '10 minutes')"
+        "INSERT INTO agentrun_approvals (approval_id, run_id, interrupt_id, prompt, deadline, requested_at)"
+        " VALUES ('a-st', 'st-wait', 'i', '{}', now() + interval '10 minutes', now() - interval '1 hour')"
     )
     ledger.admit("st-fail", "running")
     metrics.init_namespaces([ns])  # the takeover counter exists at 0 before it rises

@@ -26,7 +26,7 @@ def promtool(*args: str, cwd: pathlib.Path | None = None) -> subprocess.Complete
 def test_promtool_check_rules() -> None:
     result = promtool("check", "rules", str(RULES))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 8 rules found" in result.stdout
+    assert "SUCCESS: 9 rules found" in result.stdout
 
 
 def test_promtool_check_rules_of_the_prometheusrule_spec(tmp_path: pathlib.Path) -> None:
@@ -72,6 +72,9 @@ def test_each_alert_fires_on_staged_series_and_not_on_healthy_ones(tmp_path: pat
             "series": 'agentrun_approval_deadline_remaining_seconds{namespace="team-a"}',
             "values": "7200-300x20",
         },
+        # waiting since 10 minutes before the test window: over 1800 s from minute 20 on (none in "ok")
+        {"series": 'agentrun_approval_oldest_pending_age_seconds{namespace="team-a"}', "values": "600+60x25"},
+        {"series": 'agentrun_approval_oldest_pending_age_seconds{namespace="ok"}', "values": "60x25"},
         {"series": 'agentrun_collector_up{job="agentrun-operator",instance="op:8080"}', "values": "1 1 0x18"},
     ]
     tests = [
@@ -86,6 +89,8 @@ def test_each_alert_fires_on_staged_series_and_not_on_healthy_ones(tmp_path: pat
         _alert("AgentRunRunsFailing", "5m", ns),
         _alert("AgentRunApprovalNearDeadline", "5m"),  # 5700 s left
         _alert("AgentRunApprovalNearDeadline", "15m", ns),  # 2700 s left
+        _alert("AgentRunApprovalPending", "19m"),  # 1740 s: not yet
+        _alert("AgentRunApprovalPending", "22m", ns),  # 1920 s
         _alert("AgentRunCollectorDown", "1m"),
         _alert("AgentRunCollectorDown", "6m", {"job": "agentrun-operator", "instance": "op:8080"}),
     ]

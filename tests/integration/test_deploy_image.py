@@ -36,10 +36,13 @@ def test_image_install_steps_in_a_clean_virtualenv(tmp_path: pathlib.Path) -> No
     # The builder stage's COPY lines, relative to the checkout (the build context).
     for word, args in stages["builder"]:
         if word == "COPY":
-            *sources, _dest = args.split()
+            *sources, dest = args.split()
             for source in sources:
                 origin = ROOT / source
-                target = src / source
+                # An absolute destination under /dist (the constraints file) goes where /dist maps here.
+                under_dist = dest.startswith("/dist")
+                target = dist / pathlib.Path(dest).relative_to("/dist") if under_dist else src / source
+                target.parent.mkdir(parents=True, exist_ok=True)
                 if origin.is_dir():
                     shutil.copytree(origin, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
                 else:

@@ -26,6 +26,7 @@ RBAC_FILES = [
     ds.DEPLOY / "base" / "rbac-leader.yaml",
     ds.DEPLOY / "base" / "rbac-worker.yaml",
     ds.DEPLOY / "tenant" / "worker-rbac.yaml",
+    ds.DEPLOY / "tenant" / "notify-rbac.yaml",  # the operator may read the notify token Secret, by name
 ]
 FORBIDDEN_VERBS = {"*", "escalate", "bind", "impersonate"}
 

@@ -20,6 +20,7 @@ from typing import Any
 import kubernetes
 import psycopg
 import pytest
+from conftest import bind
 
 GROUP, VERSION, PLURAL = "agentrun.dev", "v1alpha1", "agentruns"
 VENV_BIN = pathlib.Path(sys.executable).parent
@@ -33,17 +34,6 @@ def kubectl(kubeconfig: pathlib.Path | str, dsn: str, *args: str) -> subprocess.
         "AGENTRUN_DSN": dsn,
     }
     return subprocess.run(["kubectl", *args], capture_output=True, text=True, timeout=60, env=env)
-
-
-def bind(kube: kubernetes.client.ApiClient, namespace: str, user: str, cluster_role: str) -> None:
-    kubernetes.client.RbacAuthorizationV1Api(kube).create_namespaced_role_binding(
-        namespace,
-        {
-            "metadata": {"name": f"{user}-{cluster_role}"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_role},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
-        },
-    )
 
 
 def seed_run(kube: kubernetes.client.ApiClient, namespace: str, dsn: str, name: str) -> dict[str, Any]:

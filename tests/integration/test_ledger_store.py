@@ -142,7 +142,6 @@ def test_approvals_decided_exactly_once(conn: psycopg.Connection[object]) -> Non
         approval_id="a-1",
         interrupt_id="i1",
         prompt={"q": "ok?"},
-        timeout_seconds=60,
     )
     assert approval.status == "pending" and approval.deadline is not None
     again = store.record_approval(
@@ -152,7 +151,6 @@ def test_approvals_decided_exactly_once(conn: psycopg.Connection[object]) -> Non
         approval_id="a-1",
         interrupt_id="i1",
         prompt={"q": "ok?"},
-        timeout_seconds=60,
     )
     assert again.requested_at == approval.requested_at
     run = store.get_run(conn, "r1")
@@ -166,23 +164,42 @@ def test_approvals_decided_exactly_once(conn: psycopg.Connection[object]) -> Non
         "approval_id": "a-1",
         "by": "alice",
         "comment": "fine",
+        "type": "accept",  # LangGraph's human-in-the-loop response
+        "args": None,
     }
     assert [a.approval_id for a in store.list_approvals(conn, "r1")] == ["a-1"]
     with pytest.raises(errors.Fenced):
-        store.record_approval(
-            conn, run_id="r1", epoch=0, approval_id="a-2", interrupt_id="i2", prompt=1, timeout_seconds=None
-        )
+        store.record_approval(conn, run_id="r1", epoch=0, approval_id="a-2", interrupt_id="i2", prompt=1)
 
 
 def test_expiry_read_only(conn: psycopg.Connection[object]) -> None:
-    _admit(conn)
+    import time
+
+    store.admit_run(
+        conn,
+        run_id="r1",
+        namespace="ns",
+        name="n",
+        graph="m:g",
+        input={},
+        spec_hash="h",
+        approval_policy={"timeoutSeconds": 1, "onTimeout": "readOnly"},
+    )
     store.claim_run(conn, run_id="r1", epoch=1, holder="a")
-    store.record_approval(
-        conn, run_id="r1", epoch=1, approval_id="a-1", interrupt_id="i1", prompt="p", timeout_seconds=1
+    pending = store.record_approval(
+        conn, run_id="r1", epoch=1, approval_id="a-1", interrupt_id="i1", prompt="p"
     )
-    assert store.decide_approval(
-        conn, approval_id="a-1", run_id="r1", decision="expired", decided_by=None, deadline_action="read_only"
+    assert pending.policy == {"timeoutSeconds": 1, "onTimeout": "readOnly"}  # the snapshot, by the trigger
+    expire = dict(
+        approval_id="a-1", run_id="r1", decision="expired", decided_by=None, deadline_action="read_only"
     )
+    # Postgres's clock decides: not before the deadline Postgres computed ...
+    early = store.decide_approval_detail(conn, **expire)  # type: ignore[arg-type]
+    assert not early.won and early.status == "pending" and not early.past_deadline
+    deadline = time.monotonic() + 30
+    while not store.decide_approval(conn, **expire):  # type: ignore[arg-type]
+        assert time.monotonic() < deadline, "the expiry never applied"
+        time.sleep(0.1)
     run = store.get_run(conn, "r1")
     assert run is not None and run.read_only
     approval = store.get_approval(conn, "a-1")
@@ -219,7 +236,6 @@ def test_finish_cancel_attempts_events(conn: psycopg.Connection[object]) -> None
     assert store.cancel_run(conn, "r1", "late") is False  # final already
     _admit(conn, "r2")
     assert store.cancel_run(conn, "r2", "user asked") is True
-    assert store.fail_unclaimed_run(conn, run_id="r2", error="e", reason="r") is False
 
 
 def test_pool_and_non_autocommit_connections(pg_dsn: str) -> None:

@@ -52,8 +52,9 @@ def seed(conn: psycopg.Connection[Any], ns: str = "team-a") -> None:
         "  now() - interval '1 day', 'cancel')"
     )
     conn.execute(
-        "INSERT INTO agentrun_attempts (run_id, attempt, pod, outcome) VALUES"
-        " ('r1', 1, 'p1', 'lost'), ('r1', 2, 'p2', NULL), ('r4', 1, 'p3', 'succeeded')"
+        "INSERT INTO agentrun_attempts (run_id, attempt, pod, outcome, control_plane) VALUES"
+        " ('r1', 1, 'p1', 'lost', false), ('r1', 2, 'p2', NULL, false), ('r4', 1, 'p3', 'succeeded', false),"
+        " ('r4', 2, 'p4', 'fenced', true)"
     )
     conn.execute(
         "INSERT INTO agentrun_step_events (run_id, attempt, step, started_at, duration_seconds,"
@@ -97,7 +98,9 @@ def test_collector_reads_the_ledger(pg_dsn: str) -> None:
         assert v("agentrun_approval_deadline_outcomes_total", namespace="team-a", action="cancel") == 1
         assert v("agentrun_approval_wait_seconds_bucket", namespace="team-a", le="300.0") == 1
         assert v("agentrun_approval_wait_seconds_count", namespace="team-a") == 2
-        assert v("agentrun_attempts_ended_total", namespace="team-a", outcome="lost") == 1
+        assert v("agentrun_attempts_ended_total", namespace="team-a", outcome="lost", cause="run") == 1
+        lost_to_control_plane = {"namespace": "team-a", "outcome": "fenced", "cause": "control_plane"}
+        assert v("agentrun_attempts_ended_total", **lost_to_control_plane) == 1
         assert v("agentrun_step_duration_seconds_bucket", namespace="team-a", le="0.25") == 1
         assert v("agentrun_step_duration_seconds_count", namespace="team-a") == 2
         assert v("agentrun_checkpoint_write_duration_seconds_count", namespace="team-a") == 1

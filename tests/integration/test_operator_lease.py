@@ -9,26 +9,11 @@ import time
 from collections.abc import Iterator
 
 import kubernetes
+import lease_holder
 import pytest
 from conftest import OperatorHandle, create_run, events, pods, wait_for, wait_phase
 
 from agentrun_dev.podruntime import control
-
-# A stand-in worker: holds the run's Lease with the worker's own LeaseKeeper, then idles. Attempt 2 waits
-# for the Lease like a real worker would.
-HOLDER = """
-import os, time
-from agent_worker import kube, lease
-api = kube.load_api_client()
-cfg = lease.LeaseConfig(os.environ["AGENTRUN_NAMESPACE"], os.environ["AGENTRUN_LEASE_NAME"],
-                        holder=os.environ["AGENTRUN_POD_NAME"],
-                        duration_seconds=int(os.environ["AGENTRUN_LEASE_DURATION_SECONDS"]),
-                        labels={"agentrun.dev/run": os.environ["AGENTRUN_RUN_NAME"]})
-keeper = lease.LeaseKeeper(api, cfg)
-print("epoch", keeper.acquire(wait_seconds=60), flush=True)
-keeper.start()
-time.sleep(600)
-"""
 
 
 @pytest.fixture
@@ -36,14 +21,6 @@ def unfreeze() -> Iterator[None]:
     yield
     with contextlib.suppress(Exception):
         control.reset()
-
-
-def lease_of(kube: kubernetes.client.ApiClient, namespace: str, name: str) -> object:
-    coord = kubernetes.client.CoordinationV1Api(kube)
-    try:
-        return coord.read_namespaced_lease(f"agentrun-{name}", namespace).spec
-    except kubernetes.client.ApiException:
-        return None
 
 
 def test_hung_worker_lease_expiry_takeover(
@@ -54,16 +31,11 @@ def test_hung_worker_lease_expiry_takeover(
         kube,
         ns,
         "hung",
-        {
-            "graph": "pkg.mod:graph",
-            "lease": {"durationSeconds": duration},
-            "retry": {"backoffSeconds": 0},
-            "worker": {"command": ["python", "-c", HOLDER]},
-        },
+        lease_holder.holder_spec(duration),
     )
     wait_phase(kube, ns, "hung", "Running", 30, operator)
     first = wait_for(
-        lambda: (s := lease_of(kube, ns, "hung")) and s.holder_identity == "hung-1" and s,
+        lambda: (s := lease_holder.lease_spec(kube, ns, "hung")) and s.holder_identity == "hung-1" and s,
         30,
         "attempt 1 to hold the Lease",
         on_timeout=operator.logs,
@@ -81,7 +53,7 @@ def test_hung_worker_lease_expiry_takeover(
     )
     replaced_after = time.monotonic() - frozen_at
     second = wait_for(
-        lambda: (s := lease_of(kube, ns, "hung")) and s.holder_identity == "hung-2" and s,
+        lambda: (s := lease_holder.lease_spec(kube, ns, "hung")) and s.holder_identity == "hung-2" and s,
         30,
         "attempt 2 to take the Lease",
         on_timeout=operator.logs,

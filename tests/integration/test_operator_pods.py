@@ -3,10 +3,12 @@ retries with reasons until the attempt limit, restart of the operator without du
 
 from __future__ import annotations
 
+import base64
 import datetime
 
 import kubernetes
 import psycopg
+import psycopg.conninfo
 from conftest import OperatorHandle, condition, create_run, events, pods, wait_for, wait_phase
 
 from agent_worker import store
@@ -43,7 +45,17 @@ def test_admission_row_before_pod_and_pod_contract(
     env = {e.name: e.value for e in pod.spec.containers[0].env}
     assert env["AGENTRUN_RUN_ID"] == body["metadata"]["uid"] and env["AGENTRUN_ATTEMPT"] == "1"
     assert env["AGENTRUN_LEASE_NAME"] == "agentrun-contract" and env["AGENTRUN_LEASE_DURATION_SECONDS"] == "6"
-    assert env["AGENTRUN_DSN"] == pg_dsn
+    # The DSN only through the namespace's tenant Secret (its own Postgres role), never a plain value.
+    (dsn_env,) = [e for e in pod.spec.containers[0].env if e.name == "AGENTRUN_DSN"]
+    assert dsn_env.value is None and dsn_env.value_from.secret_key_ref.name == "agentrun-worker-db"
+    assert pg_dsn not in str(pod.to_dict())
+    # ... which the operator provisioned: the namespace's own Postgres role (row-level security).
+    secret = kubernetes.client.CoreV1Api(kube).read_namespaced_secret("agentrun-worker-db", ns)
+    worker_dsn = psycopg.conninfo.conninfo_to_dict(base64.b64decode(secret.data["dsn"]).decode())
+    with psycopg.connect(pg_dsn) as conn:
+        assert worker_dsn["user"] == store.tenant_role(conn, ns) and worker_dsn["user"].startswith(
+            "agentrun_ns_"
+        )
     run = wait_phase(kube, ns, "contract", "Running", 30, operator)
     assert (
         "agentrun.dev/finalizer"
@@ -75,7 +87,13 @@ def test_failing_attempts_retry_until_the_limit(
     failed = condition(status, "Failed")
     assert failed["status"] == "True" and failed["reason"] == "AttemptsExhausted"
     assert status["attempts"] == 3 and status["restarts"] == 3
-    assert [p.metadata.name for p in pods(kube, ns, "crashy")] == ["crashy-1", "crashy-2", "crashy-3"]
+    # Earlier attempts' Pods are deleted once a later attempt started; the last one stays for its log.
+    wait_for(
+        lambda: [p.metadata.name for p in pods(kube, ns, "crashy")] == ["crashy-3"],
+        30,
+        "only the last attempt's Pod left",
+        on_timeout=operator.logs,
+    )
     with psycopg.connect(pg_dsn) as conn:
         reasons = [a.start_reason for a in store.list_attempts(conn, body["metadata"]["uid"])]
     assert reasons == ["first", "failed", "failed"]

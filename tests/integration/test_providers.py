@@ -28,12 +28,6 @@ def provider(tmp_path: Path) -> Iterator[http_provider.HttpProvider]:
         yield p
 
 
-@pytest.fixture
-def sink(tmp_path: Path) -> Iterator[smtp_sink.SmtpSink]:
-    with smtp_sink.SmtpSink(tmp_path / "smtp") as s:
-        yield s
-
-
 def post(p: http_provider.HttpProvider, body: object, key: str | None = None) -> tuple[int, object, dict]:
     headers = {"Idempotency-Key": key} if key else {}
     return request(p.url + "/effects", "POST", body, headers)

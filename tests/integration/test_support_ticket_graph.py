@@ -6,10 +6,8 @@ message went out, when the server refuses temporarily, and when the worker is ki
 from __future__ import annotations
 
 import json
-import pathlib
 import urllib.request
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -29,15 +27,6 @@ TICKET = {
     "body": "My card was charged twice for the Team plan; please refund the duplicate charge.",
 }
 PARKED, SUCCEEDED, NEEDS_HUMAN = 10, 0, 13
-
-
-@pytest.fixture
-def sink(tmp_path: pathlib.Path) -> Iterator[smtp_sink.SmtpSink]:
-    server = smtp_sink.SmtpSink(tmp_path / "smtp").start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def _worker(dsn: str, sink: smtp_sink.SmtpSink, *, lookup: bool = True) -> wh.Worker:

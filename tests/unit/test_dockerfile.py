@@ -57,7 +57,8 @@ def test_builder_builds_a_wheel_and_runtime_installs_only_it() -> None:
     runtime = found["runtime"]
     assert ("COPY", "--from=builder /dist /dist") in runtime
     [install] = [a for w, a in runtime if w == "RUN"]
-    assert install.startswith("python -m pip install /dist/*.whl ")
+    # The locked dependency versions (constraints.txt), as in CI.
+    assert install.startswith("python -m pip install -c /dist/constraints.txt /dist/*.whl ")
     # No extras in the image: "[dev]" would bring embedded Postgres, kubectl, pytest.
     assert "[" not in install.split("&&")[0]
     # Nothing from the checkout reaches the runtime stage except the wheel.

@@ -11,8 +11,17 @@ _ARGS = {"to": "a@example.org", "tags": ["x", "y"], "n": 3, "meta": {"b": 1, "a"
 
 def _key(occurrence: int = 0, step: keys.StepId | None = None) -> str:
     return keys.derive(
-        "run-1", step or keys.StepId("send", 3), "send_email", canonical.digest(_ARGS), occurrence
+        "run-1",
+        step or keys.StepId("send", 3),
+        "send_email",
+        occurrence,
+        version=1,
+        args_hash=canonical.digest(_ARGS),
     )
+
+
+def _v2(occurrence: int = 0, step: str = "send:3", run: str = "run-1", action: str = "send_email") -> str:
+    return keys.derive(run, step, action, occurrence)
 
 
 def test_deterministic_and_shaped() -> None:
@@ -26,20 +35,49 @@ def test_every_component_matters() -> None:
     assert _key(occurrence=1) != base
     assert _key(step=keys.StepId("send", 4)) != base
     assert _key(step=keys.StepId("other", 3)) != base
-    assert keys.derive("run-2", keys.StepId("send", 3), "send_email", canonical.digest(_ARGS), 0) != base
-    assert keys.derive("run-1", keys.StepId("send", 3), "other", canonical.digest(_ARGS), 0) != base
-    assert keys.derive("run-1", keys.StepId("send", 3), "send_email", canonical.digest({}), 0) != base
+    h = canonical.digest(_ARGS)
+    assert keys.derive("run-2", keys.StepId("send", 3), "send_email", 0, version=1, args_hash=h) != base
+    assert keys.derive("run-1", keys.StepId("send", 3), "other", 0, version=1, args_hash=h) != base
+    other = canonical.digest({})
+    assert keys.derive("run-1", keys.StepId("send", 3), "send_email", 0, version=1, args_hash=other) != base
+
+
+def test_v2_is_position_only_and_differs_from_v1() -> None:
+    base = _v2()
+    assert base.startswith("ak-") and len(base) == 43 and base == _v2()
+    assert _v2(occurrence=1) != base
+    assert _v2(step="send:4") != base and _v2(step="sub:2/send:3") != base
+    assert _v2(run="run-2") != base and _v2(action="other") != base
+    assert keys.derive("run-1", "send:3", "send_email", 0, version=2, args_hash="ignored") == base
+    assert base != _key()
+    with pytest.raises(ValueError):
+        keys.derive("run-1", "send:3", "send_email", 0, version=1)
+    with pytest.raises(ValueError):
+        keys.derive("run-1", "send:3", "send_email", 0, version=3)
+
+
+def test_step_part() -> None:
+    md = {"langgraph_node": "sub", "langgraph_step": 2, "langgraph_path": ("__pregel_pull", "sub")}
+    assert keys.step_part(md) == "sub:2"
+    assert keys.step_part({**md, "langgraph_path": ("__pregel_push", 1, False)}) == "sub:2:push1"
+    nested = ("__pregel_push", ("__pregel_pull", "fan"), 3, True)
+    assert keys.step_part({**md, "langgraph_path": nested}) == "sub:2:push__pregel_pull.fan.3"
+    with pytest.raises(LookupError):
+        keys.step_part({})
 
 
 def test_parts_are_length_prefixed() -> None:
-    assert keys.derive("a:b", "c", "x", "h", 0) != keys.derive("a", "b:c", "x", "h", 0)
+    assert keys.derive("a:b", "c", "x", 0) != keys.derive("a", "b:c", "x", 0)
+    v1 = {"version": 1, "args_hash": "h"}
+    assert keys.derive("a:b", "c", "x", 0, **v1) != keys.derive("a", "b:c", "x", 0, **v1)  # type: ignore[arg-type]
 
 
 def test_equal_across_hash_seeds() -> None:
     code = (
         "from agent_worker import canonical, keys\n"
         f"args = {_ARGS!r}\n"
-        "print(keys.derive('run-1', keys.StepId('send', 3), 'send_email', canonical.digest(args), 0))\n"
+        "print(keys.derive('run-1', keys.StepId('send', 3), 'send_email', 0, version=1,"
+        " args_hash=canonical.digest(args)))\n"
     )
     seen = set()
     for seed in ("0", "1", "12345", "random"):

@@ -40,10 +40,15 @@ def _snapshot() -> metrics.Snapshot:
         approvals_pending=[("ns-a", 1, 3600.0)],
         approvals_decided=[("ns-a", "approved", 2), ("ns-b", "expired", 1)],
         deadline_outcomes=[("ns-b", "cancel", 1)],
-        attempts_ended=[("ns-a", "drained", 1), ("ns-a", "lost", 2)],
+        attempts_ended=[
+            ("ns-a", "drained", "run", 1),
+            ("ns-a", "lost", "run", 2),
+            ("ns-a", "lost", "control_plane", 3),
+        ],
         approval_wait={"ns-a": metrics.bucketize([5.0, 120.0], metrics.APPROVAL_WAIT_BUCKETS)},
         step_duration={"ns-a": metrics.bucketize([0.02, 0.3, 3.0], metrics.STEP_BUCKETS)},
         checkpoint_duration={"ns-a": metrics.bucketize([0.004], metrics.CHECKPOINT_BUCKETS)},
+        effect_divergences=[("ns-a", "email", 2, 5)],
     )
 
 
@@ -65,6 +70,9 @@ def test_effects_by_tool_and_status() -> None:
     assert _sample(reg, "agentrun_effect_provider_calls_total", namespace="ns-a", tool="email") == 6
     assert _sample(reg, "agentrun_effect_duplicates_prevented_total", namespace="ns-a", tool="email") == 2
     assert _sample(reg, "agentrun_effect_oldest_pending_age_seconds", namespace="ns-a") == 42.5
+    assert _sample(reg, "agentrun_effects_divergent", namespace="ns-a", tool="email") == 2
+    assert _sample(reg, "agentrun_effect_divergences_total", namespace="ns-a", tool="email") == 5
+    assert _sample(reg, "agentrun_effects_divergent", namespace="ns-a", tool="http") == 0  # zero, not absent
     assert _sample(reg, "agentrun_effect_oldest_pending_age_seconds", namespace="ns-b") == 0
 
 
@@ -102,7 +110,10 @@ def test_step_and_checkpoint_histograms() -> None:
     assert (
         _sample(reg, "agentrun_checkpoint_write_duration_seconds_bucket", namespace="ns-a", le="0.005") == 1
     )
-    assert _sample(reg, "agentrun_attempts_ended_total", namespace="ns-a", outcome="lost") == 2
+    assert _sample(reg, "agentrun_attempts_ended_total", namespace="ns-a", outcome="lost", cause="run") == 2
+    ended = {"namespace": "ns-a", "outcome": "lost", "cause": "control_plane"}
+    assert _sample(reg, "agentrun_attempts_ended_total", **ended) == 3
+    assert _sample(reg, "agentrun_attempts_ended_total", **{**ended, "outcome": "fenced"}) == 0
 
 
 def test_postgres_down_still_scrapes_with_collector_up_zero() -> None:

@@ -122,7 +122,9 @@ def test_decided_approval_starts_next_attempt() -> None:
             approvals=(decided,),
         )
     )
-    assert plan.actions == [actions.CreatePod(2, "approval")]
+    assert [a for a in plan.actions if not isinstance(a, actions.PinImage)] == [
+        actions.CreatePod(2, "approval", image="agentrun:dev")
+    ]
     assert plan.status is not None
     assert plan.status["approvals"] == [
         {"id": PENDING.approval_id, "decision": "approved", "by": "manager", "at": "2026-01-01T12:00:00Z"}
@@ -188,4 +190,52 @@ def test_expired_cancel_is_followed_by_cancel_run_then_read_only_resumes() -> No
         )
     )
     assert actions.SetReadOnly() in plan.actions
-    assert actions.CreatePod(2, "deadline") in plan.actions
+    assert actions.CreatePod(2, "deadline", image="agentrun:dev") in plan.actions
+
+
+# --- issue 10/11: the decision is stored first; the recorded policy; no policies, no decisions ------------
+
+
+def test_decision_is_stored_before_the_annotations_go() -> None:
+    plan = reconcile.decide(annotated(PENDING.approval_id))
+    kinds = [type(a) for a in plan.actions]
+    assert kinds.index(actions.Decide) < kinds.index(actions.RemoveDecisionAnnotations)
+
+
+def _with_policy(policy: dict[str, object], by: str = "manager", groups: str = "") -> model.World:
+    approval = dataclasses.replace(PENDING, policy=policy)
+    w = annotated(approval.approval_id, by=by)
+    ann = {**w.run.annotations, model.ANN_DECIDED_GROUPS: groups}
+    return dataclasses.replace(w, run=dataclasses.replace(w.run, annotations=ann), approvals=(OLD, approval))
+
+
+def test_approvers_are_checked_against_the_policy_recorded_with_the_approval() -> None:
+    # The live spec says nothing about approvers; the snapshot taken when the approval was asked does.
+    policy = {"approvers": {"users": ["finance-lead"], "groups": ["finance"]}}
+    plan = reconcile.decide(_with_policy(policy))
+    assert decides(plan) == [] and [e.reason for e in plan.events] == ["ApproverRefused"]
+    assert actions.RemoveDecisionAnnotations() in plan.actions
+    assert decides(reconcile.decide(_with_policy(policy, by="finance-lead")))
+    assert decides(reconcile.decide(_with_policy(policy, groups="system:authenticated,finance")))
+
+
+def test_self_approval_checked_against_the_recorded_policy() -> None:
+    plan = reconcile.decide(_with_policy({"allowSelfApproval": False}, by="alice"))
+    assert decides(plan) == [] and [e.reason for e in plan.events] == ["SelfApprovalRefused"]
+    assert decides(reconcile.decide(_with_policy({"allowSelfApproval": True}, by="alice")))
+
+
+def test_no_decision_without_the_admission_policies() -> None:
+    w = dataclasses.replace(annotated(PENDING.approval_id), admission_ok=False)
+    plan = reconcile.decide(w)
+    assert decides(plan) == []
+    assert [e.reason for e in plan.events] == ["ApprovalPolicyMissing"]
+    assert actions.RemoveDecisionAnnotations() in plan.actions
+    assert plan.status is not None
+    cond = {c["type"]: c for c in plan.status["conditions"]}["ApprovalPolicyMissing"]
+    assert cond["status"] == "True" and cond["reason"] == "AdmissionPoliciesAbsent"
+
+
+def test_unknown_admission_state_decides_nothing_and_keeps_the_annotations() -> None:
+    plan = reconcile.decide(dataclasses.replace(annotated(PENDING.approval_id), admission_ok=None))
+    assert decides(plan) == [] and actions.RemoveDecisionAnnotations() not in plan.actions

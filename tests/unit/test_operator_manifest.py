@@ -29,7 +29,9 @@ def test_manifest_follows_the_worker_contract() -> None:
     assert env["AGENTRUN_RUN_ID"] == "uid-1" and env["AGENTRUN_ATTEMPT"] == "2"
     assert env["AGENTRUN_LEASE_NAME"] == "agentrun-r" and env["AGENTRUN_LEASE_DURATION_SECONDS"] == "9"
     assert env["AGENTRUN_POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
-    assert env["AGENTRUN_DSN"] == "postgresql://x/y"
+    # Never the operator's DSN as a plain value: the namespace's provisioned tenant Secret.
+    assert env["AGENTRUN_DSN"] == {"secretKeyRef": {"name": "agentrun-worker-db", "key": "dsn"}}
+    assert "postgresql://x/y" not in str(body)
     assert body["spec"]["containers"][0]["command"] == ["agentrun", "worker"]
     assert body["spec"]["securityContext"]["runAsNonRoot"] is True  # Pod Security "restricted"
 

@@ -48,12 +48,13 @@ def pod(attempt: int = 1, **kw: Any) -> model.PodInfo:
 
 
 def effective(plan: actions.Plan) -> list[actions.Action]:
-    """The actions that change the world (RecordLoss only closes an attempt row)."""
-    return [a for a in plan.actions if not isinstance(a, actions.RecordLoss)]
+    """The actions that change the world (RecordLoss only closes an attempt row; PinImage records the image
+    pin, tests/unit/test_imagepin.py)."""
+    return [a for a in plan.actions if not isinstance(a, actions.RecordLoss | actions.PinImage)]
 
 
 def kinds(plan: actions.Plan) -> list[type]:
-    return [type(a) for a in plan.actions]
+    return [type(a) for a in plan.actions if not isinstance(a, actions.PinImage)]
 
 
 def test_finalizer_and_admission_come_before_any_pod() -> None:
@@ -65,7 +66,7 @@ def test_finalizer_and_admission_come_before_any_pod() -> None:
 
 def test_first_attempt_after_admission() -> None:
     plan = reconcile.decide(world())
-    assert effective(plan) == [actions.CreatePod(1, "first")]
+    assert effective(plan) == [actions.CreatePod(1, "first", image="agentrun:dev")]
     assert plan.status is not None
     assert plan.status["attempts"] == 1 and plan.status["workerPod"] == "r-1"
     assert plan.status["attemptReason"] == "first"
@@ -95,7 +96,7 @@ def test_evicted_pod_resumes_with_reason_and_backoff() -> None:
         world(db="running", status=plan.status, pods=[evicted]), now=NOW + datetime.timedelta(seconds=3)
     )
     plan2 = reconcile.decide(later)
-    assert effective(plan2) == [actions.CreatePod(2, "evicted", lost_observed=True)]
+    assert effective(plan2) == [actions.CreatePod(2, "evicted", image="agentrun:dev", lost_observed=True)]
     assert plan2.status is not None and plan2.status["attempts"] == 2
 
 
@@ -104,18 +105,58 @@ def test_zero_backoff_starts_next_attempt_in_the_same_reconcile() -> None:
     plan = reconcile.decide(
         world(db="running", status={"attempts": 1}, pods=[oom], spec={"retry": {"backoffSeconds": 0}})
     )
-    assert plan.actions == [
+    assert kinds(plan) == [actions.RecordLoss, actions.CreatePod]
+    assert [a for a in plan.actions if not isinstance(a, actions.PinImage)] == [
         actions.RecordLoss(1, "OOMKilled", "the worker was OOM-killed (exit code 137)"),
-        actions.CreatePod(2, "OOMKilled", lost_observed=True),
+        actions.CreatePod(2, "OOMKilled", image="agentrun:dev", lost_observed=True),
     ]
     assert any(e.reason == "AttemptLost" for e in plan.events)
 
 
 def test_deleted_pod_counts_as_lost() -> None:
     plan = reconcile.decide(
+        world(db="running", status={"attempts": 1}, spec={"retry": {"backoffSeconds": 0}}, live=True)
+    )
+    assert effective(plan) == [actions.CreatePod(2, "deleted", image="agentrun:dev", lost_observed=True)]
+
+
+def test_pod_missing_from_the_cache_is_confirmed_by_a_fresh_read_first() -> None:
+    plan = reconcile.decide(
         world(db="running", status={"attempts": 1}, spec={"retry": {"backoffSeconds": 0}})
     )
-    assert effective(plan) == [actions.CreatePod(2, "deleted", lost_observed=True)]
+    assert plan.actions == [] and plan.confirm is not None and plan.requeue_after == 0
+
+
+def test_pod_cache_grace_comes_from_the_world() -> None:
+    waiting = reconcile.decide(world(status={"attempts": 1}, pod_created_ago=7.0, pod_cache_grace=10.0))
+    assert waiting.actions == [] and waiting.confirm is None
+    confirming = reconcile.decide(world(status={"attempts": 1}, pod_created_ago=7.0, pod_cache_grace=5.0))
+    assert confirming.confirm is not None
+
+
+def test_lease_expiry_from_the_cache_is_confirmed_before_the_force_delete() -> None:
+    cached = world(
+        db="running", status={"attempts": 1}, pods=[pod(phase="Running")], lease_expired_holder="r-1"
+    )
+    plan = reconcile.decide(cached)
+    assert plan.actions == [] and plan.confirm is not None
+    assert not any(e.reason == "LeaseExpired" for e in plan.events)
+    # the fresh read shows a renewed Lease: nothing to do
+    fresh = dataclasses.replace(cached, lease_expired_holder=None, live=True)
+    assert effective(reconcile.decide(fresh)) == []
+
+
+def test_stop_forces_only_after_a_fresh_read() -> None:
+    cached = world(
+        db="running",
+        status={"attempts": 1},
+        pods=[pod(phase="Running", deleting=True)],
+        lease_expired_holder="r-1",
+        spec={"cancel": True},
+    )
+    assert reconcile.decide(cached).confirm is not None
+    live = reconcile.decide(dataclasses.replace(cached, live=True))
+    assert live.actions == [actions.DeletePod("r-1", "spec.cancel is true", force=True)]
 
 
 def test_just_created_pod_missing_from_cache_is_not_lost() -> None:
@@ -151,11 +192,12 @@ def test_lease_expired_pod_is_force_deleted_and_replaced() -> None:
             pods=[alive],
             lease_expired_holder="r-1",
             spec={"retry": {"backoffSeconds": 0}},
+            live=True,
         )
     )
     assert effective(plan) == [
         actions.DeletePod("r-1", "its Lease expired", force=True),
-        actions.CreatePod(2, "lease_expired", lost_observed=True),
+        actions.CreatePod(2, "lease_expired", image="agentrun:dev", lost_observed=True),
     ]
     assert any(e.reason == "LeaseExpired" for e in plan.events)
 
@@ -217,7 +259,7 @@ def test_cancel_deletes_pod_then_cancels_in_postgres() -> None:
     )
     assert [type(a) for a in plan.actions] == [actions.DeletePod]
     assert not plan.actions[0].force  # type: ignore[union-attr]
-    gone = reconcile.decide(world(db="running", status={"attempts": 1}, spec={"cancel": True}))
+    gone = reconcile.decide(world(db="running", status={"attempts": 1}, spec={"cancel": True}, live=True))
     assert [type(a) for a in gone.actions] == [actions.CancelRun]
     assert gone.status is not None and gone.status["phase"] == "Cancelled"
 
@@ -245,7 +287,7 @@ def test_suspend_and_resume() -> None:
     resumed = reconcile.decide(
         world(db="running", status=plan.status, pods=[pod(phase="Failed", exit_code=11)])
     )
-    assert effective(resumed) == [actions.CreatePod(2, "resumed")]
+    assert effective(resumed) == [actions.CreatePod(2, "resumed", image="agentrun:dev")]
     assert resumed.status is not None and resumed.status["restarts"] == 0
 
 
@@ -268,9 +310,15 @@ def test_worker_usage_error_is_invalid_spec_without_retry() -> None:
 def test_evicted_pod_gone_from_cache_keeps_its_reason() -> None:
     seen = pod(phase="Running", deleting=True, disruption="EvictionByEvictionAPI")
     plan = reconcile.decide(
-        world(db="running", status={"attempts": 1}, last_seen_pod=seen, spec={"retry": {"backoffSeconds": 0}})
+        world(
+            db="running",
+            status={"attempts": 1},
+            last_seen_pod=seen,
+            spec={"retry": {"backoffSeconds": 0}},
+            live=True,
+        )
     )
-    assert effective(plan) == [actions.CreatePod(2, "evicted", lost_observed=True)]
+    assert effective(plan) == [actions.CreatePod(2, "evicted", image="agentrun:dev", lost_observed=True)]
     alive_then_gone = pod(phase="Running")
     plan = reconcile.decide(
         world(
@@ -278,6 +326,115 @@ def test_evicted_pod_gone_from_cache_keeps_its_reason() -> None:
             status={"attempts": 1},
             last_seen_pod=alive_then_gone,
             spec={"retry": {"backoffSeconds": 0}},
+            live=True,
         )
     )
-    assert effective(plan) == [actions.CreatePod(2, "deleted", lost_observed=True)]
+    assert effective(plan) == [actions.CreatePod(2, "deleted", image="agentrun:dev", lost_observed=True)]
+
+
+def test_a_control_plane_loss_does_not_consume_max_attempts() -> None:
+    fenced = pod(phase="Failed", exit_code=12)
+    plan = reconcile.decide(
+        world(
+            db="running",
+            status={"attempts": 1},
+            pods=[fenced],
+            spec={"retry": {"maxAttempts": 1, "backoffSeconds": 0}},
+        )
+    )
+    assert effective(plan) == [actions.CreatePod(2, "lease_lost", image="agentrun:dev", lost_observed=True)]
+    assert plan.status is not None
+    assert plan.status["restarts"] == 0 and plan.status["controlPlaneLosses"] == 1
+    assert plan.status["lastAttemptEnd"]["controlPlane"] is True
+    # ... and the attempt's row says so (trace, metrics): the loss is recorded as the control plane's
+    assert [a for a in plan.actions if isinstance(a, actions.RecordLoss)] == [
+        actions.RecordLoss(1, "lease_lost", plan.status["lastAttemptEnd"]["message"], control_plane=True)
+    ]
+    # the same exit of a Pod being deleted is an ordinary loss
+    deleted = pod(phase="Failed", exit_code=12, deleting=True)
+    plan = reconcile.decide(
+        world(db="running", status={"attempts": 1}, pods=[deleted], spec={"retry": {"maxAttempts": 1}})
+    )
+    assert plan.status is not None and plan.status["phase"] == "Failed"
+
+
+def test_a_pod_that_cannot_start_fails_the_run_after_the_start_timeout() -> None:
+    blocked = pod(phase="Pending", blocked=("Unschedulable", "0/1 nodes are available"))
+    early = reconcile.decide(
+        world(db="admitted", status={"attempts": 1}, pods=[blocked], blocked_for=5.0, start_timeout=30.0)
+    )
+    assert effective(early) == [] and early.status is not None and early.status["phase"] == "Pending"
+    late = reconcile.decide(
+        world(db="admitted", status={"attempts": 1}, pods=[blocked], blocked_for=31.0, start_timeout=30.0)
+    )
+    assert [type(a) for a in effective(late)] == [actions.DeletePod]
+    assert late.status is not None and late.status["phase"] == "Failed"
+    failed = next(c for c in late.status["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "Unschedulable" and "0/1 nodes" in failed["message"]
+    assert any(e.type == "Warning" and e.reason == "Unschedulable" for e in late.events)
+
+
+def test_a_worker_that_never_takes_its_lease_fails_the_run() -> None:
+    running = pod(phase="Running")
+    plan = reconcile.decide(
+        world(db="admitted", status={"attempts": 1}, pods=[running], unclaimed_for=40.0, start_timeout=30.0)
+    )
+    assert plan.status is not None and plan.status["phase"] == "Failed"
+    assert next(c for c in plan.status["conditions"] if c["type"] == "Failed")["reason"] == "LeaseNeverTaken"
+
+
+def test_an_invalid_pod_fails_at_once_a_forbidden_one_after_the_timeout() -> None:
+    invalid = reconcile.decide(world(db="admitted", pod_refused=(1, 422, "env[0].name: Invalid", 0.0)))
+    assert invalid.status is not None and invalid.status["phase"] == "Failed"
+    assert not any(isinstance(a, actions.CreatePod) for a in invalid.actions)
+    retried = reconcile.decide(world(db="admitted", pod_refused=(1, 403, "serviceaccount missing", 1.0)))
+    assert any(isinstance(a, actions.CreatePod) for a in retried.actions)
+    given_up = reconcile.decide(
+        world(db="admitted", pod_refused=(1, 403, "serviceaccount missing", 400.0), start_timeout=300.0)
+    )
+    assert given_up.status is not None and given_up.status["phase"] == "Failed"
+    assert next(c for c in given_up.status["conditions"] if c["type"] == "Failed")["reason"] == "PodRejected"
+
+
+def test_ttl_compares_postgres_times_with_postgres_now() -> None:
+    db_now = NOW - datetime.timedelta(hours=1)  # the operator's clock runs an hour ahead of Postgres'
+    finished = model.DbRun(status="succeeded", finished_at=db_now - datetime.timedelta(seconds=10))
+    base = world(db="succeeded", status={"attempts": 1}, spec={"ttlSecondsAfterFinished": 60})
+    plan = reconcile.decide(dataclasses.replace(base, db=finished, db_now=db_now))
+    assert not any(isinstance(a, actions.DeleteRun) for a in plan.actions)
+    due = reconcile.decide(
+        dataclasses.replace(base, db=finished, db_now=db_now + datetime.timedelta(seconds=51))
+    )
+    assert any(isinstance(a, actions.DeleteRun) for a in due.actions)
+
+
+def test_a_lease_that_lapsed_in_an_api_server_outage_is_a_control_plane_loss() -> None:
+    """Confirmed expired after a period our own fresh reads failed: the worker could not renew either."""
+    spec = {"retry": {"maxAttempts": 1, "backoffSeconds": 0}}
+    lapsed = world(
+        db="running", status={"attempts": 1}, pods=[pod(phase="Running")], lease_expired_holder="r-1",
+        live=True, spec=spec, lease_lapsed_in_outage=True,
+    )
+    plan = reconcile.decide(lapsed)
+    why = "its Lease lapsed in an API-server outage"
+    assert effective(plan)[0] == actions.DeletePod("r-1", why, force=True)
+    assert actions.CreatePod(2, "lease_lost", image="agentrun:dev", lost_observed=True) in effective(plan)
+    assert plan.status is not None and plan.status["restarts"] == 0
+    assert plan.status["lastAttemptEnd"]["controlPlane"] is True
+    # the same expiry without an outage is the run's loss: maxAttempts 1 is exhausted
+    plan = reconcile.decide(dataclasses.replace(lapsed, lease_lapsed_in_outage=False))
+    assert plan.status is not None and plan.status["phase"] == "Failed", plan.status
+
+
+def test_lapsed_in_outage_needs_the_lease_to_stop_changing_around_the_outage() -> None:
+    from agent_operator.runner import _lapsed_in
+    from agent_worker import lease_math as lm
+
+    observer = lm.LeaseObserver()
+    observer.observe(lm.LeaseSummary(holder="p", transitions=1, renew_time="t1", duration_seconds=3), 100.0)
+    assert _lapsed_in((101.0, 110.0), observer, 112.0)  # stopped at 100, outage 101..110
+    assert _lapsed_in((98.0, 110.0), observer, 112.0)
+    assert _lapsed_in((105.0, 110.0), observer, 112.0)  # reads fail only once it looks expired (+ poll)
+    assert not _lapsed_in((112.0, 130.0), observer, 131.0)  # stopped 12 s (> 2 leases + slack) before
+    assert not _lapsed_in(None, observer, 112.0)
+    assert not _lapsed_in((90.0, 99.0), observer, 112.0)  # the outage was over before it stopped

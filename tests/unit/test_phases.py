@@ -60,3 +60,16 @@ def test_attempt_limit() -> None:
     assert not first.exhausted and first.next_attempt_at == T0 + datetime.timedelta(seconds=1)
     second = retry.on_loss(policy, 2, "evicted", "m", first.restarts, T0)
     assert second.exhausted and second.restarts == 2
+
+
+def test_input_problem_bounds_depth_size_and_integers() -> None:
+    assert phases.input_problem({"a": [1, {"b": "c"}], "n": 2**63 - 1, "m": -(2**63)}) is None
+    deep: dict[str, object] = {}
+    node = deep
+    for _ in range(10_000):  # far deeper than the recursion limit: the check must not recurse
+        node["a"] = {}
+        node = node["a"]  # type: ignore[assignment]
+    assert "deeper" in (phases.input_problem(deep) or "")
+    assert "larger" in (phases.input_problem({"blob": "x" * (1024 * 1024)}) or "")
+    assert "64-bit" in (phases.input_problem({"n": [2**64]}) or "")
+    assert "64-bit" in (phases.input_problem({"n": -(2**63) - 1}) or "")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 from typing import Any
@@ -171,6 +172,20 @@ def test_trace_shows_attempts_steps_effects_approvals_and_the_approver() -> None
         assert fragment in text, fragment
 
 
+def test_trace_says_which_attempts_the_control_plane_lost() -> None:
+    data = trace.build(inputs([], []))
+    attempts = [dict(a) for a in data["attempts"]]
+    attempts[0].update(outcome="fenced", detail="lease lost: API server unreachable", controlPlane=True)
+    attempts[1].update(outcome="lost", detail="OOMKilled: exit 137")
+    text = render.trace({**data, "attempts": attempts})
+    rows = {line.split()[0]: line for line in text.splitlines()[text.splitlines().index("ATTEMPTS") + 2:][:3]}
+    assert "fenced (control plane)" in rows["1"], text
+    assert "(control plane)" not in rows["2"] and "lost" in rows["2"], text
+    lost = dataclasses.replace(inputs([], []).attempts[0], outcome="lost", control_plane=True)
+    built = trace.build(dataclasses.replace(inputs([], []), attempts=[lost]))
+    assert built["attempts"][0]["controlPlane"] is True
+
+
 def test_divergence_is_rendered() -> None:
     effects = [effect("k1", "reply", {"n": 1}), effect("k2", "reply", {"n": 2})]
     text = render.trace(
@@ -178,6 +193,19 @@ def test_divergence_is_rendered() -> None:
     )
     assert "reply: ran in attempts 1, 2; DIVERGED" in text
     assert "argument 'n': 1 -> 2" in text
+
+
+def test_same_position_with_other_arguments_is_a_divergence_and_shown_in_the_ledger() -> None:
+    e = effect(
+        "k1", "reply", {"body": "a"}, divergences=1, diverged_args_hash="h2", diverged_args={"body": "b"}
+    )
+    data = trace.build(inputs([step(1, 1, "reply", ["k1"]), step(2, 2, "reply", ["k1"])], [e]))
+    text = render.trace(data)
+    assert "reply: ran in attempts 1, 2; DIVERGED" in text
+    assert "argument 'body': 'a' -> 'b'" in text
+    assert data["effects"][0]["divergences"] == 1 and data["effects"][0]["keyVersion"] == 1
+    assert "DIVERGED" in render.effects_table(data["effects"], wide=False).splitlines()[0]
+    assert "DIVERGED" in render.effects_table(data["effects"], wide=True).splitlines()[0]
 
 
 def test_table_aligns_columns_and_marks_missing_values() -> None:

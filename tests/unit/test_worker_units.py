@@ -32,10 +32,17 @@ def test_graph_refs() -> None:
 def test_resume_payloads() -> None:
     assert rows.resume_payload(
         approval_id="a", decision="approved", decided_by="u", comment=None, deadline_action=None
-    ) == {"approved": True, "approval_id": "a", "by": "u", "comment": None}
+    ) == {"approved": True, "approval_id": "a", "by": "u", "comment": None, "type": "accept", "args": None}
     assert rows.resume_payload(
         approval_id="a", decision="expired", decided_by=None, comment=None, deadline_action="readOnly"
-    ) == {"approved": False, "expired": True, "read_only": True, "approval_id": "a"}
+    ) == {
+        "approved": False,
+        "expired": True,
+        "read_only": True,
+        "approval_id": "a",
+        "type": "ignore",
+        "args": None,
+    }
     with pytest.raises(ValueError):
         rows.resume_payload(
             approval_id="a", decision="maybe", decided_by=None, comment=None, deadline_action=None

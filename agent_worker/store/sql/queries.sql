@@ -8,10 +8,12 @@
 -- ---------------------------------------------------------------------------------------------- runs
 
 -- name: admit_run
+-- retry_generation: spec.retryGeneration at admission is the baseline (only later raises retry the run).
 WITH ins AS (
-    INSERT INTO agentrun_runs (run_id, namespace, name, graph, input, spec_hash, durability, approval_policy)
+    INSERT INTO agentrun_runs (run_id, namespace, name, graph, input, spec_hash, durability, approval_policy,
+                               retry_generation)
     VALUES (%(run_id)s, %(namespace)s, %(name)s, %(graph)s, %(input)s, %(spec_hash)s, %(durability)s,
-            %(approval_policy)s)
+            %(approval_policy)s, %(retry_generation)s)
     ON CONFLICT (run_id) DO NOTHING
     RETURNING *
 )
@@ -21,6 +23,11 @@ SELECT * FROM agentrun_runs WHERE run_id = %(run_id)s AND NOT EXISTS (SELECT 1 F
 
 -- name: get_run
 SELECT * FROM agentrun_runs WHERE run_id = %(run_id)s
+
+-- name: get_run_now
+-- The run (columns NULL when there is none) and Postgres' now(): deadlines on timestamps Postgres wrote
+-- are compared with Postgres' clock, never with the caller's.
+SELECT r.*, now() AS db_now FROM (SELECT 1) one LEFT JOIN agentrun_runs r ON r.run_id = %(run_id)s
 
 -- name: list_runs
 SELECT * FROM agentrun_runs
@@ -52,20 +59,22 @@ RETURNING *
 UPDATE agentrun_runs SET current_step = %(step)s, updated_at = now()
 WHERE run_id = %(run_id)s AND lease_epoch = %(epoch)s
 
--- name: fail_unclaimed_run
--- A failure found before any lease (unknown graph reference, bad input): no epoch to check.
-UPDATE agentrun_runs
-SET status = 'failed', error = %(error)s, status_reason = %(reason)s, updated_at = now(), finished_at = now()
-WHERE run_id = %(run_id)s AND status NOT IN ('succeeded', 'failed', 'cancelled')
-RETURNING *
-
 -- name: set_read_only
 UPDATE agentrun_runs SET read_only = %(read_only)s, updated_at = now() WHERE run_id = %(run_id)s
 RETURNING *
 
+-- name: pin_image
+UPDATE agentrun_runs SET worker_image = %(image)s, image_digest = %(digest)s,
+    image_generation = %(generation)s, updated_at = now()
+WHERE run_id = %(run_id)s
+RETURNING *
+
 -- name: cancel_run
+-- Raises lease_epoch in the same statement: a worker still alive (frozen, partitioned, slow to drain) is
+-- fenced off from this moment on; its next ledger / approval / outcome / checkpoint write is refused.
 UPDATE agentrun_runs
-SET status = 'cancelled', status_reason = %(reason)s, updated_at = now(), finished_at = now()
+SET status = 'cancelled', status_reason = %(reason)s, updated_at = now(), finished_at = now(),
+    lease_epoch = lease_epoch + 1
 WHERE run_id = %(run_id)s AND status NOT IN ('succeeded', 'failed', 'cancelled')
 RETURNING *
 
@@ -84,6 +93,15 @@ UPDATE agentrun_attempts SET ended_at = now(), outcome = %(outcome)s, detail = %
 WHERE run_id = %(run_id)s AND attempt = %(attempt)s
 RETURNING *
 
+-- name: record_attempt_loss
+-- The operator's verdict on a lost attempt, in one statement: the outcome and detail unless the worker
+-- recorded its own (it knows better why it stopped), and in any case whether the control plane lost it.
+UPDATE agentrun_attempts
+SET ended_at = coalesce(ended_at, now()), outcome = coalesce(outcome, 'lost'),
+    detail = coalesce(detail, %(detail)s), control_plane = %(control_plane)s
+WHERE run_id = %(run_id)s AND attempt = %(attempt)s
+RETURNING *
+
 -- name: list_attempts
 SELECT * FROM agentrun_attempts WHERE run_id = %(run_id)s ORDER BY attempt
 
@@ -91,27 +109,58 @@ SELECT * FROM agentrun_attempts WHERE run_id = %(run_id)s ORDER BY attempt
 
 -- name: reserve_effect
 -- ONE round trip: fencing check + insert-or-return. Outcomes (decided in Python from the returned row):
--- no row → run not admitted; current_epoch <> epoch → fenced; inserted → new pending row; existing →
--- the earlier row (a hit on sent/confirmed counts a prevented duplicate); neither → read-only refused.
+-- no row → run not admitted; current_epoch <> epoch → fenced; inserted → new pending row (its call deadline
+-- set: the call follows at once); existing → the earlier row (a hit on sent/confirmed counts a prevented
+-- duplicate; other arguments than stored count a divergence and, with on_divergence=needs_human, flag the
+-- row for a human the first time); neither → read-only refused.
+-- in_flight_seconds: how long the earlier call may still take effect, by Postgres's clock: its recorded
+-- deadline and, when an older epoch wrote the row (takeover), the start of our epoch's attempt + timeout
+-- (the deposed holder could issue a call until its lease ended, before we started).
 WITH run AS (
     SELECT lease_epoch, read_only FROM agentrun_runs WHERE run_id = %(run_id)s FOR SHARE
 ), ins AS (
-    INSERT INTO agentrun_effects (idempotency_key, run_id, step, action, tool, occurrence, args_hash, args, epoch)
+    INSERT INTO agentrun_effects (idempotency_key, run_id, step, action, tool, occurrence, args_hash, args, epoch,
+                                  key_version, call_deadline)
     SELECT %(key)s, %(run_id)s, %(step)s, %(action)s, %(tool)s, %(occurrence)s, %(args_hash)s, %(args)s,
-           %(epoch)s
+           %(epoch)s, %(key_version)s,
+           now() + make_interval(secs => %(timeout_seconds)s::double precision)
     FROM run WHERE run.lease_epoch = %(epoch)s AND NOT run.read_only
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING *
 ), hit AS (
-    UPDATE agentrun_effects e SET duplicates_prevented = e.duplicates_prevented + 1
+    UPDATE agentrun_effects e
+    SET duplicates_prevented = e.duplicates_prevented
+            + CASE WHEN e.status IN ('sent', 'confirmed') THEN 1 ELSE 0 END,
+        divergences = e.divergences + CASE WHEN e.args_hash <> %(args_hash)s THEN 1 ELSE 0 END,
+        diverged_args_hash = CASE WHEN e.args_hash <> %(args_hash)s THEN %(args_hash)s
+                                  ELSE e.diverged_args_hash END,
+        diverged_args = CASE WHEN e.args_hash <> %(args_hash)s THEN %(args)s ELSE e.diverged_args END,
+        needs_human = e.needs_human
+            OR (%(divergence_needs_human)s AND e.args_hash <> %(args_hash)s AND e.divergences = 0),
+        error = CASE WHEN %(divergence_needs_human)s AND e.args_hash <> %(args_hash)s AND e.divergences = 0
+                     THEN 'replay asked for this effect with other arguments (on_divergence=needs_human)'
+                     ELSE e.error END
     FROM run
-    WHERE e.idempotency_key = %(key)s AND e.status IN ('sent', 'confirmed') AND run.lease_epoch = %(epoch)s
+    WHERE e.idempotency_key = %(key)s AND run.lease_epoch = %(epoch)s
+      AND (e.status IN ('sent', 'confirmed') OR e.args_hash <> %(args_hash)s)
     RETURNING e.*
+), existing AS (
+    SELECT to_jsonb(hit) AS doc, hit.call_deadline, hit.epoch FROM hit
+    UNION ALL
+    SELECT to_jsonb(e), e.call_deadline, e.epoch FROM agentrun_effects e
+    WHERE e.idempotency_key = %(key)s AND NOT EXISTS (SELECT 1 FROM hit)
 )
 SELECT run.lease_epoch AS current_epoch, run.read_only,
        (SELECT to_jsonb(ins) FROM ins) AS inserted,
-       coalesce((SELECT to_jsonb(hit) FROM hit),
-                (SELECT to_jsonb(e) FROM agentrun_effects e WHERE e.idempotency_key = %(key)s)) AS existing
+       (SELECT doc FROM existing) AS existing,
+       (SELECT greatest(0, extract(epoch FROM greatest(
+                x.call_deadline,
+                CASE WHEN x.epoch < run.lease_epoch THEN
+                    (SELECT max(a.started_at) FROM agentrun_attempts a
+                     WHERE a.run_id = %(run_id)s AND a.epoch = run.lease_epoch)
+                    + make_interval(secs => %(timeout_seconds)s::double precision)
+                END) - now()))
+        FROM existing x) AS in_flight_seconds
 FROM run
 
 -- name: record_effect
@@ -127,6 +176,12 @@ WITH run AS (
         error = %(error)s,
         needs_human = %(needs_human)s,
         epoch = %(epoch)s,
+        -- a call about to be (re)issued: by when it may still take effect (Postgres clock)
+        call_deadline = CASE WHEN %(deadline_seconds)s::double precision IS NULL THEN e.call_deadline
+                             ELSE now() + make_interval(secs => %(deadline_seconds)s::double precision) END,
+        -- the arguments of the call about to be issued (a diverged replay of a never-performed effect)
+        args = coalesce(%(args)s, e.args),
+        args_hash = coalesce(%(args_hash)s, e.args_hash),
         updated_at = now(),
         sent_at = CASE WHEN %(status)s IN ('sent', 'confirmed') THEN coalesce(e.sent_at, now()) ELSE e.sent_at END,
         confirmed_at = CASE WHEN %(status)s = 'confirmed' THEN coalesce(e.confirmed_at, now())
@@ -162,14 +217,13 @@ FROM agentrun_effects WHERE run_id = %(run_id)s GROUP BY status
 -- ----------------------------------------------------------------------------------------- approvals
 
 -- name: record_approval
--- Fenced; idempotent per approval_id (a re-park after a crash finds its own row); parks the run.
+-- Fenced; idempotent per approval_id (a re-park after a crash finds its own row); parks the run. The row's
+-- status, policy snapshot and deadline are set by the agentrun_approval_requested trigger (migration 5).
 WITH run AS (
     SELECT lease_epoch, approval_policy FROM agentrun_runs WHERE run_id = %(run_id)s FOR UPDATE
 ), ins AS (
-    INSERT INTO agentrun_approvals (approval_id, run_id, interrupt_id, prompt, deadline)
-    SELECT %(approval_id)s, %(run_id)s, %(interrupt_id)s, %(prompt)s,
-           CASE WHEN %(timeout_seconds)s::double precision IS NULL THEN NULL
-                ELSE now() + make_interval(secs => %(timeout_seconds)s::double precision) END
+    INSERT INTO agentrun_approvals (approval_id, run_id, interrupt_id, prompt)
+    SELECT %(approval_id)s, %(run_id)s, %(interrupt_id)s, %(prompt)s
     FROM run WHERE run.lease_epoch = %(epoch)s
     ON CONFLICT (approval_id) DO NOTHING
     RETURNING *
@@ -192,23 +246,52 @@ SELECT * FROM agentrun_approvals WHERE approval_id = %(approval_id)s
 SELECT * FROM agentrun_approvals WHERE run_id = %(run_id)s ORDER BY requested_at, approval_id
 
 -- name: decide_approval
--- Exactly once: only a pending approval changes. An expiry with read_only also degrades the run.
+-- Exactly once: only a pending approval changes. The deadline and a decision are judged HERE, by one
+-- comparison with Postgres's clock against the deadline Postgres computed: an expiry applies only once the
+-- deadline has passed; a human decision only before it (or at any time under onTimeout: escalate, which never
+-- expires the approval). Concurrent calls serialise on the row: whichever commits first wins, the other
+-- finds the row no longer pending. An expiry with read_only also degrades the run.
 WITH upd AS (
     UPDATE agentrun_approvals
     SET status = %(decision)s, decided_by = %(decided_by)s, decided_at = now(), comment = %(comment)s,
         payload = %(payload)s, deadline_action = %(deadline_action)s
     WHERE approval_id = %(approval_id)s AND run_id = %(run_id)s AND status = 'pending'
+      AND CASE WHEN %(decision)s = 'expired' THEN deadline IS NOT NULL AND deadline <= now()
+               ELSE deadline IS NULL OR now() < deadline
+                    OR coalesce(policy ->> 'onTimeout', 'escalate') = 'escalate' END
     RETURNING run_id
 ), ro AS (
     UPDATE agentrun_runs SET read_only = true, updated_at = now()
     WHERE run_id IN (SELECT run_id FROM upd) AND %(read_only)s
     RETURNING run_id
 )
-SELECT (SELECT count(*) FROM upd) AS decided, (SELECT count(*) FROM ro) AS made_read_only
+SELECT (SELECT count(*) FROM upd) AS decided, (SELECT count(*) FROM ro) AS made_read_only,
+       a.status AS status, a.deadline IS NOT NULL AND a.deadline <= now() AS past_deadline
+FROM (SELECT 1) one
+LEFT JOIN agentrun_approvals a ON a.approval_id = %(approval_id)s AND a.run_id = %(run_id)s
+
+-- name: sync_approval_policy
+-- spec.approval changed: the run's policy follows, but never while an approval is pending (that one keeps
+-- the policy it was requested under; admission refuses such a change anyway).
+UPDATE agentrun_runs r SET approval_policy = %(approval_policy)s, updated_at = now()
+WHERE r.run_id = %(run_id)s AND r.approval_policy IS DISTINCT FROM %(approval_policy)s
+  AND NOT EXISTS (SELECT 1 FROM agentrun_approvals a WHERE a.run_id = r.run_id AND a.status = 'pending')
 
 -- name: mark_approval_resumed
 UPDATE agentrun_approvals SET resumed_at = coalesce(resumed_at, now())
 WHERE approval_id = %(approval_id)s AND status <> 'pending'
+
+-- ------------------------------------------------------------------------------------------- tenants
+
+-- name: provision_tenant
+-- The namespace's worker role (created, or its password replaced) and its agentrun_tenants row.
+SELECT agentrun_provision_tenant(%(namespace)s, %(password)s) AS role_name
+
+-- name: get_tenant
+SELECT * FROM agentrun_tenants WHERE namespace = %(namespace)s
+
+-- name: protect_all
+SELECT agentrun_protect_all() AS covered
 
 -- ---------------------------------------------------------------------------------- heartbeats, events
 
@@ -226,5 +309,246 @@ INSERT INTO agentrun_step_events
 VALUES (%(run_id)s, %(attempt)s, %(step)s, %(checkpoint_id)s, %(started_at)s, %(duration_seconds)s,
         %(checkpoint_seconds)s, %(effect_keys)s)
 
+-- name: record_steps
+-- Step events and the run's current step in ONE statement (agent_worker/steps.py: one round trip per flush).
+-- The events are history, recorded like attempt rows whatever the epoch; the current step is fenced: only
+-- the epoch holding the run moves it. %(events)s is a jsonb array in step order (n keeps that order).
+WITH events AS (
+    INSERT INTO agentrun_step_events
+        (run_id, attempt, step, checkpoint_id, started_at, duration_seconds, checkpoint_seconds, effect_keys)
+    SELECT %(run_id)s, %(attempt)s, e.step, e.checkpoint_id, e.started_at, e.duration_seconds,
+           e.checkpoint_seconds, coalesce(e.effect_keys, '{}')
+    FROM jsonb_to_recordset(%(events)s) AS e(
+        n integer, step text, checkpoint_id text, started_at timestamptz, duration_seconds double precision,
+        checkpoint_seconds double precision, effect_keys text[])
+    ORDER BY e.n
+    RETURNING 1
+), moved AS (
+    UPDATE agentrun_runs SET current_step = %(current_step)s, updated_at = now()
+    WHERE run_id = %(run_id)s AND lease_epoch = %(epoch)s AND %(current_step)s::text IS NOT NULL
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM events) AS recorded, (SELECT count(*) FROM moved) AS moved
+
 -- name: list_step_events
 SELECT * FROM agentrun_step_events WHERE run_id = %(run_id)s ORDER BY id
+
+-- ---------------------------------------------------------------------------------- checkpoint fencing
+-- agent_worker/checkpointer.py runs each LangGraph write (put, put_writes) in ONE transaction that starts
+-- with one of these statements, so the write and the fencing check commit together or not at all.
+
+-- name: fence_checkpoint_head
+-- A root-namespace put: check the epoch and move the run's head to the checkpoint being written. FOR UPDATE
+-- (not FOR SHARE): this transaction updates the row, and upgrading a share lock could deadlock.
+WITH run AS (
+    SELECT lease_epoch FROM agentrun_runs WHERE run_id = %(run_id)s FOR UPDATE
+), head AS (
+    UPDATE agentrun_runs r SET head_checkpoint_id = %(checkpoint_id)s
+    FROM run WHERE r.run_id = %(run_id)s AND run.lease_epoch = %(epoch)s
+    RETURNING r.run_id
+)
+SELECT run.lease_epoch AS current_epoch, (SELECT count(*) FROM head) AS moved FROM run
+
+-- name: fence_checkpoint
+-- put_writes (any namespace) and subgraph puts: check the epoch; a subgraph put (checkpoint_id given,
+-- checkpoint_ns <> '') also moves that namespace's head. The run row is held FOR SHARE until commit.
+WITH run AS (
+    SELECT lease_epoch FROM agentrun_runs WHERE run_id = %(run_id)s FOR SHARE
+), head AS (
+    INSERT INTO agentrun_checkpoint_heads (run_id, checkpoint_ns, checkpoint_id, epoch)
+    SELECT %(run_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(epoch)s
+    FROM run
+    WHERE run.lease_epoch = %(epoch)s AND %(checkpoint_id)s::text IS NOT NULL AND %(checkpoint_ns)s <> ''
+    ON CONFLICT (run_id, checkpoint_ns) DO UPDATE
+    SET checkpoint_id = EXCLUDED.checkpoint_id, epoch = EXCLUDED.epoch, updated_at = now()
+    RETURNING run_id
+)
+SELECT run.lease_epoch AS current_epoch, (SELECT count(*) FROM head) AS moved FROM run
+
+-- name: get_checkpoint_head
+-- The head of one namespace ('' = root); NULL when none was written fenced (a run from before migration 2).
+SELECT CASE WHEN %(checkpoint_ns)s = '' THEN r.head_checkpoint_id ELSE h.checkpoint_id END AS checkpoint_id
+FROM agentrun_runs r
+LEFT JOIN agentrun_checkpoint_heads h ON h.run_id = r.run_id AND h.checkpoint_ns = %(checkpoint_ns)s
+WHERE r.run_id = %(run_id)s
+
+-- ----------------------------------------------------------------------------------------- retention
+
+-- name: mark_for_purge
+-- The AgentRun is gone: purge the run after %(after_seconds)s (of Postgres' clock). A second mark keeps the
+-- earlier moment (a TTL delete marks 0 s; the finalizer's generic mark must not postpone it).
+INSERT INTO agentrun_retention (run_id, purge_after, reason)
+VALUES (%(run_id)s, now() + make_interval(secs => %(after_seconds)s), %(reason)s)
+ON CONFLICT (run_id) DO UPDATE
+SET purge_after = least(agentrun_retention.purge_after, excluded.purge_after),
+    reason = CASE WHEN excluded.purge_after < agentrun_retention.purge_after
+                  THEN excluded.reason ELSE agentrun_retention.reason END
+RETURNING run_id
+
+-- name: purge_due
+-- One bounded batch: the due runs (oldest first, skipping rows another purger holds), their checkpoints, and
+-- their rows (agentrun_attempts/effects/approvals/heartbeats/step_events go by ON DELETE CASCADE).
+WITH due AS (
+    SELECT run_id FROM agentrun_retention
+    WHERE purge_after <= now()
+    ORDER BY purge_after
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+), writes AS (
+    DELETE FROM checkpoint_writes WHERE thread_id IN (SELECT run_id FROM due)
+), blobs AS (
+    DELETE FROM checkpoint_blobs WHERE thread_id IN (SELECT run_id FROM due)
+), points AS (
+    DELETE FROM checkpoints WHERE thread_id IN (SELECT run_id FROM due)
+), runs AS (
+    DELETE FROM agentrun_runs WHERE run_id IN (SELECT run_id FROM due)
+)
+DELETE FROM agentrun_retention WHERE run_id IN (SELECT run_id FROM due)
+RETURNING run_id
+
+-- ------------------------------------------------------------------------------ steering (retry, resolve)
+-- Every change a human makes to a stopped run is ONE statement that also raises lease_epoch (nothing that
+-- ran before may write again) and records who did it in agentrun_interventions.
+
+-- name: reopen_run
+-- Retry (spec.retryGeneration raised): a stopped run goes back to 'admitted' under the new generation. Only
+-- forward (a generation at or below the current one changes nothing); a succeeded run is never reopened.
+WITH run AS (
+    SELECT run_id, status FROM agentrun_runs
+    WHERE run_id = %(run_id)s AND retry_generation < %(generation)s AND status <> 'succeeded'
+    FOR UPDATE
+), upd AS (
+    UPDATE agentrun_runs r
+    SET status = 'admitted', status_reason = %(reason)s, error = NULL, result = NULL, finished_at = NULL,
+        retry_generation = %(generation)s, reopened = r.reopened + 1, interventions = r.interventions + 1,
+        lease_epoch = r.lease_epoch + 1, updated_at = now()
+    FROM run WHERE r.run_id = run.run_id
+    RETURNING r.*
+), log AS (
+    INSERT INTO agentrun_interventions (run_id, kind, generation, by, from_status, detail)
+    SELECT run_id, 'retry', %(generation)s, %(by)s, status, '{}'::jsonb FROM run
+    RETURNING id
+)
+SELECT (SELECT to_jsonb(upd) FROM upd) AS run, (SELECT count(*) FROM log) AS logged
+
+-- name: resolve_effect
+-- A human tells the ledger what happened to an effect of unknown outcome ('pending' row) of a stopped run.
+-- sent: the row becomes 'sent' with the given result (the graph gets it as the tool's return value);
+-- not_sent: the row is removed (its content kept in the intervention record), so the next attempt performs
+-- the effect once more under the same key. A run stopped by needs_human is reopened (next attempt resumes
+-- from its checkpoint); a failed or cancelled run stays stopped until retried.
+WITH run AS (
+    SELECT run_id, status FROM agentrun_runs
+    WHERE run_id = %(run_id)s AND status IN ('needs_human', 'failed', 'cancelled')
+    FOR UPDATE
+), eff AS (
+    SELECT e.* FROM agentrun_effects e JOIN run ON e.run_id = run.run_id
+    WHERE e.idempotency_key = %(key)s AND e.status = 'pending'
+    FOR UPDATE OF e
+), sent AS (
+    UPDATE agentrun_effects e
+    SET status = 'sent', result = %(result)s, needs_human = false, error = NULL,
+        sent_at = coalesce(e.sent_at, now()), updated_at = now()
+    FROM eff WHERE e.idempotency_key = eff.idempotency_key AND %(outcome)s = 'sent'
+    RETURNING e.idempotency_key
+), gone AS (
+    DELETE FROM agentrun_effects e USING eff
+    WHERE e.idempotency_key = eff.idempotency_key AND %(outcome)s = 'not_sent'
+    RETURNING e.idempotency_key
+), log AS (
+    INSERT INTO agentrun_interventions (run_id, kind, effect_key, by, from_status, detail)
+    SELECT run.run_id, 'resolve_' || %(outcome)s, eff.idempotency_key, %(by)s, run.status,
+           to_jsonb(eff) || jsonb_build_object('resolved_result', %(result)s::jsonb)
+    FROM eff, run
+    RETURNING id
+), upd AS (
+    UPDATE agentrun_runs r
+    SET interventions = r.interventions + 1, lease_epoch = r.lease_epoch + 1, updated_at = now(),
+        reopened = r.reopened + CASE WHEN run.status = 'needs_human' THEN 1 ELSE 0 END,
+        status = CASE WHEN run.status = 'needs_human' THEN 'admitted' ELSE r.status END,
+        status_reason = CASE WHEN run.status = 'needs_human' THEN %(reason)s ELSE r.status_reason END,
+        error = CASE WHEN run.status = 'needs_human' THEN NULL ELSE r.error END,
+        finished_at = CASE WHEN run.status = 'needs_human' THEN NULL ELSE r.finished_at END
+    FROM run WHERE r.run_id = run.run_id AND EXISTS (SELECT 1 FROM eff)
+    RETURNING r.status
+)
+SELECT (SELECT status FROM run) AS run_status,
+       (SELECT e.status FROM agentrun_effects e WHERE e.idempotency_key = %(key)s) AS effect_status,
+       (SELECT count(*) FROM log) AS resolved,
+       (SELECT status FROM upd) AS new_status
+
+-- name: list_interventions
+SELECT * FROM agentrun_interventions WHERE run_id = %(run_id)s ORDER BY id
+
+-- ------------------------------------------------------------------------------------------ notifications
+-- spec.approval.notify: effects of tool 'notify', written by the operator only, fenced by the notifier
+-- epoch (migration 0008), never by the run's lease epoch (no worker holds a parked run).
+
+-- name: take_notifier_epoch
+-- A new sender: every statement of an older epoch is refused from now on.
+INSERT INTO agentrun_notifier (id, epoch, taken_by) VALUES (1, 1, %(by)s)
+ON CONFLICT (id) DO UPDATE SET epoch = agentrun_notifier.epoch + 1, taken_by = %(by)s, taken_at = now()
+RETURNING epoch
+
+-- name: reserve_notification
+-- ONE round trip: fencing check + insert-or-return (issued = false: no call yet). due_in_seconds: how long
+-- until a scheduled retry may be issued (Postgres clock; 0 when due).
+WITH fence AS (
+    SELECT epoch FROM agentrun_notifier WHERE id = 1 FOR SHARE
+), ins AS (
+    INSERT INTO agentrun_effects (idempotency_key, run_id, step, action, tool, occurrence, args_hash, args,
+                                  epoch, key_version)
+    SELECT %(key)s, %(run_id)s, %(step)s, %(action)s, 'notify', 0, %(args_hash)s, %(args)s, %(epoch)s, 2
+    FROM fence WHERE fence.epoch = %(epoch)s
+      AND EXISTS (SELECT 1 FROM agentrun_runs r WHERE r.run_id = %(run_id)s)
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING *
+), found AS (
+    SELECT to_jsonb(ins) AS doc, ins.retry_at FROM ins
+    UNION ALL
+    SELECT to_jsonb(e), e.retry_at FROM agentrun_effects e
+    WHERE e.idempotency_key = %(key)s AND NOT EXISTS (SELECT 1 FROM ins)
+)
+SELECT fence.epoch AS current_epoch, (SELECT count(*) FROM ins) AS inserted, found.doc AS effect,
+       greatest(0, extract(epoch FROM found.retry_at - now()))::float8 AS due_in_seconds
+FROM fence LEFT JOIN found ON true
+
+-- name: record_notification
+-- ONE round trip: fencing check + transition of a pending notification. issued: a call is about to be made
+-- (true) or its outcome is now recorded (false). retry_seconds: schedule the next call after this backoff.
+WITH fence AS (
+    SELECT epoch FROM agentrun_notifier WHERE id = 1 FOR SHARE
+), upd AS (
+    UPDATE agentrun_effects e
+    SET status = %(status)s,
+        issued = %(issued)s,
+        attempts = e.attempts + %(calls)s,
+        error = coalesce(%(error)s, e.error),
+        needs_human = %(needs_human)s,
+        provider_ref = coalesce(%(provider_ref)s, e.provider_ref),
+        result = coalesce(%(result)s, e.result),
+        epoch = %(epoch)s,
+        retry_at = CASE WHEN %(retry_seconds)s::double precision IS NULL THEN NULL
+                        ELSE now() + make_interval(secs => %(retry_seconds)s::double precision) END,
+        updated_at = now(),
+        sent_at = CASE WHEN %(status)s = 'sent' THEN coalesce(e.sent_at, now()) ELSE e.sent_at END
+    FROM fence
+    WHERE e.idempotency_key = %(key)s AND e.tool = 'notify' AND fence.epoch = %(epoch)s
+      AND e.status = 'pending'
+    RETURNING e.*
+)
+SELECT fence.epoch AS current_epoch, (SELECT to_jsonb(upd) FROM upd) AS updated
+FROM fence
+
+-- name: list_needs_human_effects
+-- The effects (not notifications) that stopped a run for a human: one needs-human notification each.
+SELECT idempotency_key, tool, step, error FROM agentrun_effects
+WHERE run_id = %(run_id)s AND needs_human AND tool <> 'notify' AND status = 'pending'
+ORDER BY created_at, idempotency_key
+
+-- name: list_notifications
+SELECT * FROM agentrun_effects WHERE run_id = %(run_id)s AND tool = 'notify' ORDER BY created_at, idempotency_key
+
+-- name: list_open_notifications
+SELECT idempotency_key, issued FROM agentrun_effects
+WHERE run_id = %(run_id)s AND tool = 'notify' AND status = 'pending' AND NOT needs_human

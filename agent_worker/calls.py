@@ -1,0 +1,85 @@
+"""What a tool and a node see of an effect call: ``Call`` (the key as a ``str`` plus details), ``Outcome``,
+heartbeats, and the calling task's step identity in the run's key format. Re-exported by
+``agent_worker.effects``, the public API; the ledger logic lives there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from typing import Any
+
+from agent_worker import context, keys, store
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """Optionally returned by a tool (or a lookup) to record a provider reference or a confirmation."""
+
+    result: Any
+    provider_ref: str | None = None
+    confirmed: bool = False
+
+
+class Call(str):
+    """What a tool function receives first: the idempotency key itself (a ``str``) plus call details."""
+
+    idempotency_key: str
+    attempt: int
+    run_id: str
+    step: str
+    tool: str
+
+    def __new__(cls, key: str, *, attempt: int, run_id: str, step: str, tool: str) -> Call:
+        self = super().__new__(cls, key)
+        self.idempotency_key = key
+        self.attempt = attempt
+        self.run_id = run_id
+        self.step = step
+        self.tool = tool
+        return self
+
+    def heartbeat(self, details: Any = None) -> None:
+        """Progress of a long call; written (coalesced, ~1/s) to agentrun_heartbeats under this key."""
+        _beat(
+            context.current(),
+            self.idempotency_key,
+            {"tool": self.tool, "step": self.step, "details": details},
+        )
+
+
+def heartbeat(details: Any = None) -> None:
+    """Heartbeat from anywhere in a node (outside a tool call: keyed by the step)."""
+    ctx = context.current()
+    md = context.config_metadata()
+    try:
+        where = f"step:{step(ctx, md)}"
+    except LookupError:
+        where = "worker"
+    _beat(ctx, where, {"details": details})
+
+
+def step(ctx: context.RunContext, md: dict[str, Any]) -> str:
+    """The calling task's step identity in the run's key format (``LookupError`` outside a node)."""
+    if ctx.key_version == 1:
+        return str(keys.step_from_metadata(md))
+    return ctx.tracker.identity(md)
+
+
+_seq = 0
+
+
+def _beat(ctx: context.RunContext, key: str, details: dict[str, Any]) -> None:
+    global _seq
+    if not ctx.should_beat(key, time.monotonic()):
+        return
+    _seq += 1  # a counter observers compare, so staleness never depends on comparing clocks
+    store.heartbeat(ctx.conn, run_id=ctx.run_id, key=key, details={**details, "seq": _seq})
+
+
+def jsonable(value: Any, what: str) -> Any:
+    try:
+        return json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{what} must be JSON-serialisable (it is stored in the ledger): {exc}") from exc

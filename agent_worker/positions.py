@@ -1,0 +1,139 @@
+"""Where an effect happens: the full, replay-stable step identity of the calling task, and occurrences.
+
+Rule: an effect's position is (step identity, action, occurrence) and must be the same on every replay of
+the step, whatever process replays it and whatever LangGraph task ids it gets.
+
+Inside a subgraph LangGraph's task metadata names only the innermost node and step: the parent's step and
+push index are gone (checked on langgraph 1.2: a subgraph task's metadata has ``langgraph_step``,
+``langgraph_node``, ``langgraph_path`` of its own level and a ``langgraph_checkpoint_ns`` of
+``parent:<task id>|node:<task id>``; task ids hash checkpoint ids, which change when a lost checkpoint is
+re-made). So a callback handler (``Tracker``), attached to every LangGraph run started while a run context
+is active (``langchain_core``'s configure hook, inherited by subgraph runs and by subgraphs invoked from
+inside a node), sees each task start with its own metadata and maps its checkpoint namespace to a stable
+identity: the parent's identity + ``/`` + ``node:step[:push<idx>]``.
+
+A subgraph invoked several times from inside one node gets LangGraph's invocation counter in its namespace
+(``node:<id>|1|leaf:<id>`` for the second call): its identity is ``node:3#1/leaf:1``, distinct and stable.
+
+Occurrences count calls of one action per identity within one execution of the top-level step. A top-level
+task starting (a replay of its step, also in the same process) or any task starting again under the same
+namespace (a LangGraph ``RetryPolicy`` retry) restarts the counts of its subtree, so the re-execution
+repeats its keys; other nested executions under one identity keep counting, so they get distinct keys.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextvars
+import threading
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.tracers.context import register_configure_hook
+
+from agent_worker import keys
+
+_NS_KEY = "langgraph_checkpoint_ns"
+
+
+class Tracker(BaseCallbackHandler):
+    """Task-start observer (one per run context). Thread-safe: LangGraph runs tasks in threads."""
+
+    raise_error = False  # a bug here must not fail graph code; identity() then falls back visibly
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._runs: dict[uuid.UUID, str] = {}  # live callback run id -> its checkpoint namespace
+        self._ident: dict[str, str] = {}  # task checkpoint namespace -> stable identity
+        self._started: set[str] = set()
+        self._counts: collections.Counter[tuple[str, str]] = collections.Counter()
+
+    def on_chain_start(
+        self,
+        serialized: dict[str, Any] | None,
+        inputs: Any,
+        *,
+        run_id: uuid.UUID,
+        parent_run_id: uuid.UUID | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        ns = (metadata or {}).get(_NS_KEY)
+        if not isinstance(ns, str) or not ns:
+            return
+        with self._lock:
+            self._runs[run_id] = ns
+            if parent_run_id is not None and self._runs.get(parent_run_id) == ns:
+                return  # a runnable nested inside the same task (its node, writers, a subgraph's root run)
+            try:
+                ident = self._resolve(ns, metadata or {})
+            except LookupError:
+                return
+            # A top-level task starting, or any task starting again (a LangGraph retry), executes its step
+            # afresh: its positions repeat. A nested task under a new namespace with a known identity is the
+            # same subgraph invoked again from inside one node execution: it keeps counting.
+            if "|" not in ns or ns in self._started:
+                for k in [k for k in self._counts if k[0] == ident or k[0].startswith(ident + "/")]:
+                    del self._counts[k]
+            self._started.add(ns)
+
+    def on_chain_end(self, outputs: Any, *, run_id: uuid.UUID, **kwargs: Any) -> None:
+        with self._lock:
+            self._runs.pop(run_id, None)
+
+    def on_chain_error(self, error: BaseException, *, run_id: uuid.UUID, **kwargs: Any) -> None:
+        with self._lock:
+            self._runs.pop(run_id, None)
+
+    def _resolve(self, ns: str, metadata: Mapping[str, Any]) -> str:
+        known = self._ident.get(ns)
+        if known is not None:
+            return known
+        own = keys.step_part(metadata)
+        parent_ns = ns.rsplit("|", 1)[0] if "|" in ns else ""
+        if parent_ns:
+            own = f"{self._prefix(parent_ns)}/{own}"
+        self._ident[ns] = own
+        return own
+
+    def _prefix(self, ns: str) -> str:
+        """The identity of a namespace prefix: a task seen starting, or ``<prefix>#<n>`` for LangGraph's
+        n-th invocation of a subgraph inside one task (a bare counter part, stable across replays)."""
+        known = self._ident.get(ns)
+        if known is not None:
+            return known
+        parent, _, last = ns.rpartition("|")
+        if last.isdigit() and parent:
+            return f"{self._prefix(parent)}#{last}"
+        # Only without the tracker attached (no run context when the parent task started): the parent's
+        # step is unknown, so say so in the identity rather than silently collide.
+        return "/".join(p.split(":", 1)[0] + ":?" for p in ns.split("|"))
+
+    def identity(self, metadata: Mapping[str, Any]) -> str:
+        """The calling task's stable identity (``LookupError`` outside a LangGraph node)."""
+        ns = metadata.get(_NS_KEY)
+        with self._lock:
+            if not isinstance(ns, str) or not ns:
+                return keys.step_part(metadata)
+            return self._resolve(ns, metadata)
+
+    def next_occurrence(self, identity: str, action: str) -> int:
+        with self._lock:
+            n = self._counts[(identity, action)]
+            self._counts[(identity, action)] = n + 1
+            return n
+
+
+_active: contextvars.ContextVar[Tracker | None] = contextvars.ContextVar("agentrun_positions", default=None)
+# inheritable: child callback managers (tasks, subgraphs, subgraph tasks) get the handler too.
+register_configure_hook(_active, True)
+
+
+def activate(tracker: Tracker) -> contextvars.Token[Tracker | None]:
+    return _active.set(tracker)
+
+
+def deactivate(token: contextvars.Token[Tracker | None]) -> None:
+    _active.reset(token)

@@ -1,0 +1,118 @@
+"""The real node's binaries: kubelet, kube-scheduler and a static ``pause``, built and cached like the control
+plane.
+
+Same recipe as :mod:`agentrun_dev.controlplane` (a wrapper Go module over ``k8s.io/kubernetes`` at the dev
+cluster's version, ``go build -trimpath``), into ``<cache>/node/<k8s version>/``: a binary is built in a
+temporary directory and renamed into place, so it is whole or absent; a lock file serialises builds.
+``pause`` (the pod sandbox's process) is a 20-line static Go program (``gomod.PAUSE_GO``): it only waits for
+SIGTERM and reaps orphans, which is all the sandbox needs, and needs no C toolchain. The build runs under
+``nice`` because the machine is shared; with Go's caches warm from the control-plane build it takes ~1.5 min.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TextIO
+
+from agentrun_dev import controlplane, gomod
+from agentrun_dev import settings as settings_mod
+
+NAMES = ("kubelet", "kube-scheduler", "pause")
+
+
+@dataclasses.dataclass(frozen=True)
+class Binaries:
+    kubelet: Path
+    kube_scheduler: Path
+    pause: Path
+
+
+def bin_dir(s: settings_mod.Settings) -> Path:
+    return s.cache_dir / "node" / s.k8s_version
+
+
+def locate(s: settings_mod.Settings) -> Binaries | None:
+    d = bin_dir(s)
+    if not all((d / n).is_file() and os.access(d / n, os.X_OK) for n in NAMES):
+        return None
+    return Binaries(d / "kubelet", d / "kube-scheduler", d / "pause")
+
+
+@contextlib.contextmanager
+def _lock(s: settings_mod.Settings) -> Iterator[None]:
+    root = bin_dir(s).parent
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".build.lock", "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _nice_env() -> dict[str, str]:
+    env = controlplane._go_env()
+    # Static: the binaries run on the host and pause inside an image with no libc.
+    env["CGO_ENABLED"] = "0"
+    return env
+
+
+def _build_pause(p: controlplane._Progress, work: Path, env: dict[str, str], out: Path, go: str) -> None:
+    src = work / "pause"
+    src.mkdir()
+    (src / "go.mod").write_text(gomod.pause_gomod(go))
+    (src / "main.go").write_text(gomod.PAUSE_GO)
+    cmd = ["nice", "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(out / "pause"), "."]
+    p.run("compile pause", cmd, src, work / "pause-build.log", env)
+
+
+def ensure(s: settings_mod.Settings, out: TextIO = sys.stderr) -> Binaries:
+    """The node binaries, building what is missing. Raises controlplane.BuildError (with a hint)."""
+    found = locate(s)
+    if found is not None:
+        return found
+    with _lock(s):
+        dest = bin_dir(s)
+        missing = [n for n in NAMES if not (dest / n).is_file()]
+        if not missing:
+            result = locate(s)
+            assert result is not None
+            return result
+        p = controlplane._Progress(out)
+        p.say(f"building {', '.join(missing)} (k8s {s.k8s_version}) into {dest}")
+        dest.mkdir(parents=True, exist_ok=True)
+        for old in dest.parent.glob(".build-*"):
+            shutil.rmtree(old, ignore_errors=True)
+        work = Path(tempfile.mkdtemp(prefix=".build-", dir=dest.parent))
+        out_dir = work / "bin"
+        out_dir.mkdir()
+        env = _nice_env()
+        go_version = controlplane._go_version(p, work, env)
+        k8s = [n for n in missing if n in gomod.K8S_TARGETS]
+        if k8s:
+            controlplane._build_k8s(s, k8s, p, work, env, out_dir, nice=True)
+        if "pause" in missing:
+            _build_pause(p, work, env, out_dir, go_version.removeprefix("go"))
+        for name in missing:
+            os.replace(out_dir / name, dest / name)
+        (dest / "build.json").write_text(
+            json.dumps(
+                {"go": go_version, "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=2
+            )
+            + "\n"
+        )
+        shutil.rmtree(work, ignore_errors=True)
+        p.say(f"done: {dest}")
+    result = locate(s)
+    assert result is not None
+    return result

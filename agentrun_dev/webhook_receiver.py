@@ -1,0 +1,78 @@
+"""A real webhook receiver on loopback (spec.approval.notify tests): an HTTP server counting every request.
+
+Rule: it records every request it reads (raw count, headers, body) before answering, so a duplicate can never
+hide; ``delivered`` holds the first accepted (2xx) request per ``Idempotency-Key`` — the receiver-side dedupe
+the generic JSON format documents. ``answers`` scripts the status codes of the next requests (e.g. 503, 429)
+to exercise retries; a scripted answer is not a delivery.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import http.server
+import json
+import threading
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    key: str
+    event: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+    answered: int
+
+
+class Receiver:
+    def __init__(self) -> None:
+        self.requests: list[Request] = []
+        self.delivered: dict[str, Request] = {}
+        self.answers: list[int] = []  # status codes for the next requests, consumed in order
+        self.retry_after: str | None = None  # Retry-After sent with a scripted 429/503
+        self._lock = threading.Lock()
+        receiver = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length)
+                try:
+                    body = json.loads(raw)
+                except ValueError:
+                    body = {"unparsed": raw.decode(errors="replace")}
+                key = self.headers.get("Idempotency-Key", "")
+                with receiver._lock:
+                    status = receiver.answers.pop(0) if receiver.answers else 200
+                    duplicate = status == 200 and key in receiver.delivered
+                    req = Request(
+                        key, self.headers.get("X-AgentRun-Event", ""), dict(self.headers), body, status
+                    )
+                    receiver.requests.append(req)
+                    if status == 200 and not duplicate:
+                        receiver.delivered[key] = req
+                self.send_response(status)
+                if status in (429, 503) and receiver.retry_after:
+                    self.send_header("Retry-After", receiver.retry_after)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(json.dumps({"duplicate": duplicate}).encode())
+
+            def log_message(self, format: str, *args: Any) -> None:  # quiet test output
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks/agentrun"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def start(self) -> Receiver:
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def by_key(self, key: str) -> list[Request]:
+        with self._lock:
+            return [r for r in self.requests if r.key == key]

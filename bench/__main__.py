@@ -1,0 +1,7 @@
+"""``python -m bench`` = ``agentrun bench``."""
+
+import sys
+
+from bench import cli
+
+sys.exit(cli.main(sys.argv[1:]))

@@ -1,0 +1,73 @@
+"""``agentrun bench [p1 p2 p3 p4 p5 | all] [--quick] [--reps N] [--json PATH]`` (also ``python -m bench``).
+
+Needs the dev cluster's Postgres (started if needed); P3 uses the API server when it is up, P4 needs the
+whole dev cluster (``agentrun dev up``). ``--quick`` is CI's mode: small sizes, 3 repetitions (CI passes
+``--reps 1``), P4 with a handful of runs; it proves the scripts run, its numbers are not figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import time
+
+from bench import stats
+
+BENCHMARKS = {
+    "p1": "bench.p1_steps",
+    "p2": "bench.p2_ledger",
+    "p3": "bench.p3_start",
+    "p4": "bench.p4_scale",
+    "p5": "bench.p5_storage",
+}
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="agentrun bench", description=__doc__.splitlines()[0])
+    parser.add_argument("which", nargs="*", default=["all"], help="p1 … p5, or all (default)")
+    parser.add_argument("--quick", action="store_true", help="small sizes (CI: proves the scripts run)")
+    parser.add_argument("--reps", type=int, default=None, help="repetitions per variant (default 5, min 5)")
+    parser.add_argument("--json", default=None, help="also write one JSON object per figure to this file")
+    parser.add_argument(
+        "--p4-parked", default=None, help="comma list of parked-run counts (default 50,200,1000)"
+    )
+    parser.add_argument(
+        "--p4-active", default=None, help="comma list of active-run counts (default 10,25,50,100)"
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str]) -> int:
+    args = parse(argv)
+    which = list(BENCHMARKS) if "all" in args.which else args.which
+    unknown = [w for w in which if w not in BENCHMARKS]
+    if unknown:
+        print(
+            f"agentrun bench: unknown benchmark {', '.join(unknown)}"
+            f" (choose from {', '.join(BENCHMARKS)}, all)",
+            file=sys.stderr,
+        )
+        return 2
+    # Full mode: at least 5 repetitions per variant. Quick mode proves the scripts run; its numbers are not
+    # figures, so it may use fewer (CI uses 1).
+    reps = args.reps if args.reps is not None else (3 if args.quick else 5)
+    if reps < (1 if args.quick else 5):
+        print("agentrun bench: --reps must be at least 5 (1 with --quick)", file=sys.stderr)
+        return 2
+    report = stats.Report(json_path=args.json)
+    print(
+        f"agentrun bench {' '.join(which)}{' --quick' if args.quick else ''}, {reps} repetitions per variant"
+    )
+    started = time.monotonic()
+    for name in which:
+        module = importlib.import_module(BENCHMARKS[name])
+        t0 = time.monotonic()
+        kwargs = {}
+        if name == "p4":
+            kwargs = {"parked": args.p4_parked, "active": args.p4_active}
+        module.run(report, quick=args.quick, reps=reps, **kwargs)
+        print(f"  ({name} took {time.monotonic() - t0:.0f}s)", flush=True)
+    report.close()
+    print(f"\ndone in {time.monotonic() - started:.0f}s")
+    return 0

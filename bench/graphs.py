@@ -1,0 +1,139 @@
+"""The benchmark's graphs, named ``bench.graphs:<kind>_<n>`` so the worker loads them like any run's graph.
+
+* ``noop_<n>``: one node looping ``n`` times — ``n`` steps, each one checkpoint, no work;
+* ``effect_<n>``: the same loop with one no-op effect through the ledger per step (``effects.tool``);
+* ``burst_<n>``: one step making ``n`` effects (ledger throughput);
+* ``chat_<n>``: ``n`` turns appending two messages each with ``add_messages`` (storage growth);
+* ``slow_<n>``: ``n`` steps of 0.2 s each (a run to evict mid-way);
+* ``park``: interrupts at once (a run parked on approval).
+
+Nodes append ``time.perf_counter()`` at their start and end to ``MARKS`` (same process only), so a benchmark
+can split an attempt into before-the-first-step, steps and after-the-last-step.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Annotated, Any, TypedDict
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
+from langgraph.types import interrupt
+
+from agent_worker import effects
+
+MARKS: list[float] = []  # perf_counter at each node's start and end, in order
+# Set in a worker subprocess's environment: nodes print "BENCH_MARK start|end <unix time>" to stderr.
+_PRINT_MARKS = bool(os.environ.get("AGENTRUN_BENCH_MARKS"))
+
+
+def _mark(label: str) -> None:
+    MARKS.append(time.perf_counter())
+    if _PRINT_MARKS:
+        print(f"BENCH_MARK {label} {time.time():.6f}", file=sys.stderr, flush=True)
+
+
+class Loop(TypedDict, total=False):
+    i: int
+
+
+class Chat(TypedDict, total=False):
+    i: int
+    messages: Annotated[list[Any], add_messages]
+
+
+@effects.tool(name="bench_noop", dedupes_by_key=True)
+def noop_effect(call: effects.Call, *, i: int) -> dict[str, int]:
+    return {"i": i}
+
+
+def _loop(n: int, with_effect: bool, sleep: float = 0.0) -> StateGraph[Loop]:
+    def step(state: Loop) -> Loop:
+        _mark("start")
+        i = state.get("i", 0)
+        if with_effect:
+            noop_effect(i=i)
+        if sleep:
+            time.sleep(sleep)
+        _mark("end")
+        return {"i": i + 1}
+
+    g: StateGraph[Loop] = StateGraph(Loop)
+    g.add_node("step", step)
+    g.add_edge(START, "step")
+    g.add_conditional_edges("step", lambda s: "step" if s.get("i", 0) < n else END, ["step", END])
+    return g
+
+
+def _burst(n: int) -> StateGraph[Loop]:
+    def burst(state: Loop) -> Loop:
+        _mark("start")
+        for i in range(n):
+            noop_effect(i=i)
+        _mark("end")
+        return {"i": n}
+
+    g: StateGraph[Loop] = StateGraph(Loop)
+    g.add_node("burst", burst)
+    g.add_edge(START, "burst")
+    g.add_edge("burst", END)
+    return g
+
+
+def _chat(n: int) -> StateGraph[Chat]:
+    def turn(state: Chat) -> Chat:
+        _mark("start")
+        i = state.get("i", 0)
+        _mark("end")
+        return {
+            "i": i + 1,
+            "messages": [
+                {"role": "user", "content": f"question {i}: " + "lorem ipsum dolor sit amet " * 4},
+                {"role": "assistant", "content": f"answer {i}: " + "consectetur adipiscing elit " * 8},
+            ],
+        }
+
+    g: StateGraph[Chat] = StateGraph(Chat)
+    g.add_node("turn", turn)
+    g.add_edge(START, "turn")
+    g.add_conditional_edges("turn", lambda s: "turn" if s.get("i", 0) < n else END, ["turn", END])
+    return g
+
+
+def _park() -> StateGraph[Loop]:
+    def ask(state: Loop) -> Loop:
+        answer = interrupt({"question": "go?"})
+        return {"i": 1 if answer else 0}
+
+    g: StateGraph[Loop] = StateGraph(Loop)
+    g.add_node("ask", ask)
+    g.add_edge(START, "ask")
+    g.add_edge("ask", END)
+    return g
+
+
+def build(name: str) -> StateGraph[Any]:
+    """``noop_100`` → the builder; a clear error for anything else."""
+    if name == "park":
+        return _park()
+    kind, _, count = name.rpartition("_")
+    if not count.isdigit() or kind not in ("noop", "effect", "burst", "chat", "slow"):
+        raise AttributeError(
+            f"bench.graphs has no graph {name!r} (noop_N, effect_N, burst_N, chat_N, slow_N, park)"
+        )
+    n = int(count)
+    if kind == "burst":
+        return _burst(n)
+    if kind == "chat":
+        return _chat(n)
+    return _loop(n, with_effect=kind == "effect", sleep=0.2 if kind == "slow" else 0.0)
+
+
+def __getattr__(name: str) -> Any:
+    # graphs.load() resolves ``bench.graphs:noop_100`` with getattr: each name is a factory.
+    if name.startswith("__"):
+        raise AttributeError(name)
+    build(name)  # validate now: a bad name is an AttributeError, as for any missing attribute
+    return lambda: build(name)

@@ -1,0 +1,175 @@
+"""P1: per-step cost of the worker path vs bare LangGraph + PostgresSaver.
+
+The worker path is ``agent_worker.runner.run`` in this process (admission read, claim, attempt rows, the
+graph with PostgresSaver, step events, finish; ``AGENTRUN_LEASE_MODE=none``, so no API server and no process
+start — P3 measures those). The baseline opens a pool, compiles the same graph with ``PostgresSaver`` and
+``invoke``s it with the same durability. Both include opening and closing their pool.
+
+Per attempt it splits the wall time into: before the first step (start → first node starts), the steps
+(first node start → last node end, divided by n - 1 for the marginal cost), after the last step (last node
+end → return). Statements per step are counted in a separate, untimed pass.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any, Literal
+
+import psycopg_pool
+from langgraph.checkpoint.postgres import PostgresSaver
+
+from agent_worker import runner, store
+from agent_worker import settings as settings_mod
+from bench import db, graphs, stats
+
+Durability = Literal["sync", "async", "exit"]
+
+
+class Timing(dict[str, float]):
+    """total, before, steps (marginal per step), after — seconds."""
+
+
+LAST_RUN_ID: list[str] = []  # the run id of the latest worker_attempt (P5 reads its rows)
+
+
+def _split(t0: float, t1: float, n: int) -> Timing:
+    marks = graphs.MARKS
+    first, last = marks[0], marks[-1]
+    return Timing(
+        total=t1 - t0,
+        before=first - t0,
+        marginal=(last - first) / max(1, n - 1),
+        after=t1 - last,
+    )
+
+
+def worker_attempt(dsn: str, graph: str, durability: Durability) -> Timing:
+    run_id = str(uuid.uuid4())
+    with psycopg_pool.ConnectionPool(dsn, min_size=1, max_size=1, kwargs={"autocommit": True}) as p:
+        store.admit_run(
+            p,
+            run_id=run_id,
+            namespace="bench",
+            name=run_id[:8],
+            graph=f"bench.graphs:{graph}",
+            input={},
+            spec_hash="bench",
+            durability=durability,
+        )
+    config = settings_mod.WorkerSettings(
+        run_id=run_id, dsn=dsn, pod_name=f"bench-{run_id[:8]}", lease_mode="none"
+    )
+    LAST_RUN_ID[:] = [run_id]
+    graphs.MARKS.clear()
+    t0 = time.perf_counter()
+    code = runner.run(config)
+    t1 = time.perf_counter()
+    if code != 0:
+        raise RuntimeError(f"worker attempt of {graph} ({durability}) exited {code}")
+    return _split(t0, t1, _steps(graph))
+
+
+def bare_attempt(dsn: str, graph: str, durability: Durability, counting: bool = False) -> Timing:
+    graphs.MARKS.clear()
+    t0 = time.perf_counter()
+    with db.pool(dsn, counting=counting, size=4) as p:
+        # The same steps without the effect: the ledger is what is being measured against.
+        compiled = graphs.build(graph.replace("effect_", "noop_")).compile(checkpointer=PostgresSaver(p))
+        compiled.invoke({}, {"configurable": {"thread_id": str(uuid.uuid4())}}, durability=durability)
+    t1 = time.perf_counter()
+    return _split(t0, t1, _steps(graph))
+
+
+def _steps(graph: str) -> int:
+    return int(graph.rpartition("_")[2])
+
+
+@contextlib.contextmanager
+def counting_worker_pools() -> Iterator[None]:
+    """Make the worker's own pool count statements (``runner.run`` builds it from ``psycopg_pool``)."""
+    original = psycopg_pool.ConnectionPool
+
+    class Counting(original):  # type: ignore[valid-type,misc]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs["kwargs"] = {**(kwargs.get("kwargs") or {}), "cursor_factory": db.CountingCursor}
+            super().__init__(*args, **kwargs)
+
+    psycopg_pool.ConnectionPool = Counting  # type: ignore[misc]
+    try:
+        yield
+    finally:
+        psycopg_pool.ConnectionPool = original  # type: ignore[misc]
+
+
+def statements(dsn: str, graph: str, durability: Durability) -> tuple[float, float]:
+    """Statements per step (worker, bare), counted client-side over one attempt each."""
+    n = _steps(graph)
+    db.Counter.reset()
+    with counting_worker_pools():
+        worker_attempt(dsn, graph, durability)
+    ours = db.Counter.reset()
+    bare_attempt(dsn, graph, durability, counting=True)
+    base = db.Counter.reset()
+    return ours / n, base / n
+
+
+def run(report: stats.Report, *, quick: bool, reps: int) -> None:
+    section = "P1 per-step cost: worker path vs bare LangGraph + PostgresSaver"
+    report.section(section)
+    sizes = [("noop", 10 if quick else 100), ("effect", 5 if quick else 20)]
+    modes: list[Durability] = ["sync"] if quick else ["sync", "async", "exit"]
+    with db.fresh_database("p1") as dsn:
+        worker_attempt(dsn, "noop_2", "sync")  # warm imports and the server's caches
+        for kind, n in sizes:
+            graph = f"{kind}_{n}"
+            for mode in modes:
+                res = stats.alternate(
+                    {
+                        "worker": functools.partial(worker_attempt, dsn, graph, mode),
+                        "bare": functools.partial(bare_attempt, dsn, graph, mode),
+                    },
+                    reps,
+                )
+                w, b = res["worker"], res["bare"]
+                label = f"{n} {'no-op steps' if kind == 'noop' else 'steps, 1 effect each'}, {mode}"
+                report.add(
+                    section,
+                    stats.Row(
+                        f"{label}: per step (whole attempt / n)",
+                        [1000 * t["total"] / n for t in w],
+                        [1000 * t["total"] / n for t in b],
+                    ),
+                )
+                report.add(
+                    section,
+                    stats.Row(
+                        f"{label}: marginal step",
+                        [1000 * t["marginal"] for t in w],
+                        [1000 * t["marginal"] for t in b],
+                    ),
+                )
+                report.add(
+                    section,
+                    stats.Row(
+                        f"{label}: before the first step",
+                        [1000 * t["before"] for t in w],
+                        [1000 * t["before"] for t in b],
+                    ),
+                )
+                report.add(
+                    section,
+                    stats.Row(
+                        f"{label}: after the last step",
+                        [1000 * t["after"] for t in w],
+                        [1000 * t["after"] for t in b],
+                    ),
+                )
+                ours, base = statements(dsn, graph, mode)
+                report.add(
+                    section,
+                    stats.Row(f"{label}: statements (= round trips) per step", [ours], [base], unit="stmts"),
+                )

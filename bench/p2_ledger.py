@@ -1,0 +1,86 @@
+"""P2: effects/s through the ledger vs raw single-row commits/s, and round trips per effect.
+
+One step makes ``n`` no-op effects (``bench.graphs:burst_n``, in-memory checkpointer: only the ledger is
+measured) under a claimed run, with the ledger's real pool. Baselines on the same server, same pool size:
+``n`` single-row autocommit INSERTs (one commit each: the 1-round-trip floor) and ``n`` INSERT + UPDATE
+pairs (the 2-round-trip floor of reserve-then-record).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from langgraph.checkpoint.memory import InMemorySaver
+
+from agent_worker import context, store
+from bench import db, graphs, stats
+
+_RAW_TABLE = "CREATE TABLE IF NOT EXISTS bench_raw (id bigserial PRIMARY KEY, k text UNIQUE, v jsonb)"
+_RAW_INSERT = "INSERT INTO bench_raw (k, v) VALUES (%s, %s::jsonb) RETURNING id"
+_RAW_UPDATE = "UPDATE bench_raw SET v = %s::jsonb WHERE id = %s"
+
+
+def ledger(dsn: str, n: int, counting: bool = False) -> float:
+    """Seconds for one step making ``n`` new effects."""
+    run_id = str(uuid.uuid4())
+    with db.pool(dsn, counting=counting, size=4) as p:
+        store.admit_run(
+            p, run_id=run_id, namespace="bench", name=run_id[:8], graph="x:y", input={}, spec_hash="h"
+        )
+        store.claim_run(p, run_id=run_id, epoch=1, holder="bench")
+        ctx = context.RunContext(conn=p, run_id=run_id, attempt=1, epoch=1)
+        compiled = graphs.build(f"burst_{n}").compile(checkpointer=InMemorySaver())
+        db.Counter.reset()
+        with context.activate(ctx):
+            t0 = time.perf_counter()
+            compiled.invoke({}, {"configurable": {"thread_id": run_id}})
+            return time.perf_counter() - t0
+
+
+def raw(dsn: str, n: int, pairs: bool) -> float:
+    with db.pool(dsn, size=4) as p, p.connection() as conn:
+        conn.execute(_RAW_TABLE)
+        tag = uuid.uuid4().hex
+        t0 = time.perf_counter()
+        for i in range(n):
+            row = conn.execute(_RAW_INSERT, (f"{tag}-{i}", '{"status": "pending"}')).fetchone()
+            if pairs and row is not None:
+                conn.execute(_RAW_UPDATE, ('{"status": "sent"}', row[0]))
+        return time.perf_counter() - t0
+
+
+def run(report: stats.Report, *, quick: bool, reps: int) -> None:
+    section = "P2 ledger throughput vs raw commits (one worker, one step)"
+    report.section(section)
+    n = 50 if quick else 500
+    with db.fresh_database("p2") as dsn:
+        ledger(dsn, 5)
+        raw(dsn, 5, pairs=True)
+        res = stats.alternate(
+            {
+                "ledger": lambda: ledger(dsn, n),
+                "raw": lambda: raw(dsn, n, pairs=False),
+                "pairs": lambda: raw(dsn, n, pairs=True),
+            },
+            reps,
+        )
+        rate = {k: [n / t for t in v] for k, v in res.items()}
+        report.add(
+            section,
+            stats.Row(
+                f"{n} effects: effects/s vs raw single-row commits/s", rate["ledger"], rate["raw"], unit="/s"
+            ),
+        )
+        report.add(
+            section,
+            stats.Row(
+                f"{n} effects: effects/s vs INSERT+UPDATE pairs/s", rate["ledger"], rate["pairs"], unit="/s"
+            ),
+        )
+        ledger(dsn, n, counting=True)
+        trips = db.Counter.reset() / n
+        report.add(
+            section,
+            stats.Row("round trips per new effect (floor 2: reserve, record)", [trips], [2.0], unit="trips"),
+        )

@@ -1,0 +1,365 @@
+"""P4: N parked runs and N concurrent active runs on the dev cluster, with a real operator.
+
+For each N: a fresh namespace and database, one ``agentrun operator`` process (scoped to the namespace), N
+AgentRuns created at once (8 creators in parallel). Reported: time until all are parked on approval
+(``bench.graphs:park``) or all succeeded (``bench.graphs:noop_10``), worker Pods still holding a process,
+Pod objects left, runs/min, and the operator's CPU and RSS read from ``/proc`` — for parked runs over a
+window split into 5 slices after they are all parked (the idle cost), compared with the same operator's CPU
+over the same slices before any run existed (its baseline in the same run).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import psycopg
+
+from bench import db, stats
+
+GROUP, VERSION, PLURAL = "agentrun.dev", "v1alpha1", "agentruns"
+REPO = Path(__file__).resolve().parents[1]
+_TICKS = os.sysconf("SC_CLK_TCK")
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS  # utime + stime
+
+
+def _rss_mb(pid: int) -> float:
+    return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * _PAGE / 2**20
+
+
+def cpu_slices(pid: int, seconds: float, slices: int = 5) -> list[float]:
+    """Percent of one core used by ``pid`` in each of ``slices`` consecutive windows."""
+    out = []
+    for _ in range(slices):
+        c0, t0 = _cpu_seconds(pid), time.monotonic()
+        time.sleep(seconds / slices)
+        out.append(100.0 * (_cpu_seconds(pid) - c0) / (time.monotonic() - t0))
+    return out
+
+
+class Cluster:
+    """The dev cluster's admin client, one namespace with the worker ServiceAccount, an operator."""
+
+    def __init__(self, tag: str) -> None:
+        from agentrun_dev import cluster
+
+        self.handle = cluster.handle()
+        self.api = db.kube_api(str(self.handle.kubeconfig))
+        self.core: Any = kubernetes.client.CoreV1Api(self.api)  # dict bodies: untyped on purpose
+        self.custom: Any = kubernetes.client.CustomObjectsApi(self.api)
+        self.namespace = f"bench-{tag}-{os.getpid()}"
+        self.operator: subprocess.Popen[bytes] | None = None
+        self.log = Path(os.environ.get("TMPDIR", "/tmp")) / f"agentrun-bench-{self.namespace}.log"
+
+    def __enter__(self) -> Cluster:
+        self.core.create_namespace(
+            {"metadata": {"name": self.namespace, "labels": {"agentrun.dev/bench": "true"}}}
+        )
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                self.core.read_namespaced_service_account("default", self.namespace)
+                break
+            except kubernetes.client.ApiException:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        self._worker_account()
+        return self
+
+    def _worker_account(self) -> None:
+        rbac: Any = kubernetes.client.RbacAuthorizationV1Api(self.api)
+        ns, name = self.namespace, "agentrun-worker"
+        self.core.create_namespaced_service_account(ns, {"metadata": {"name": name}})
+        rbac.create_namespaced_role(
+            ns,
+            {
+                "metadata": {"name": name},
+                "rules": [
+                    {
+                        "apiGroups": ["coordination.k8s.io"],
+                        "resources": ["leases"],
+                        "verbs": ["get", "create", "update"],
+                    }
+                ],
+            },
+        )
+        rbac.create_namespaced_role_binding(
+            ns,
+            {
+                "metadata": {"name": name},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+                "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}],
+            },
+        )
+
+    def start_operator(self, dsn: str) -> int:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTRUN_")}
+        env.update(self.handle.env)
+        env.update(
+            {
+                "AGENTRUN_DEV_HOME": os.environ.get("AGENTRUN_DEV_HOME", ""),
+                "KUBECONFIG": str(self.handle.kubeconfig),
+                "AGENTRUN_DSN": dsn,
+                "AGENTRUN_WATCH_NAMESPACES": self.namespace,
+                "AGENTRUN_LEADER_NAMESPACE": self.namespace,
+                "AGENTRUN_LEADER_DURATION_SECONDS": "15",
+                "AGENTRUN_WORKER_SERVICE_ACCOUNT": "agentrun-worker",
+                "PYTHONPATH": os.pathsep.join([str(REPO / "operator"), str(REPO)]),
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        with self.log.open("wb") as out:
+            self.operator = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    "import sys; from agentrun import cli; sys.exit(cli.main(['operator']))",
+                ],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=REPO,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + 120
+        coord: Any = kubernetes.client.CoordinationV1Api(self.api)
+        while time.monotonic() < deadline:
+            with contextlib.suppress(kubernetes.client.ApiException):
+                lease = coord.read_namespaced_lease("agentrun-operator", self.namespace)
+                if lease.spec.holder_identity:
+                    return self.operator.pid
+            if self.operator.poll() is not None:
+                break
+            time.sleep(0.2)
+        raise RuntimeError(f"the operator did not lead within 120 s; log: {self.log}")
+
+    def create_runs(self, n: int, graph: str, extra: dict[str, Any] | None = None) -> None:
+        def one(i: int) -> None:
+            body = {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "AgentRun",
+                "metadata": {"name": f"r{i:04d}"},
+                "spec": {"graph": graph, "input": {}, **(extra or {})},
+            }
+            self.custom.create_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, body)
+
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            list(pool.map(one, range(n)))
+
+    def phases(self) -> dict[str, int]:
+        runs = self.custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL)["items"]
+        out: dict[str, int] = {}
+        for r in runs:
+            phase = (r.get("status") or {}).get("phase") or "New"
+            out[phase] = out.get(phase, 0) + 1
+        return out
+
+    def pods(self) -> tuple[int, int]:
+        """(Pods whose process may still run, all Pod objects)."""
+        items = self.core.list_namespaced_pod(self.namespace).items
+        live = sum(1 for p in items if (p.status.phase or "Pending") in ("Pending", "Running"))
+        return live, len(items)
+
+    def wait_all(self, phase: str, n: int, timeout: float) -> float:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            if self.phases().get(phase, 0) >= n:
+                return time.monotonic() - t0
+            if self.operator is not None and self.operator.poll() is not None:
+                raise RuntimeError(f"the operator exited {self.operator.returncode}; log: {self.log}")
+            time.sleep(1.0)
+        raise TimeoutError(f"{n} runs not {phase} within {timeout:.0f}s: {self.phases()}; log: {self.log}")
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.operator is not None and self.operator.poll() is None:
+            os.killpg(self.operator.pid, signal.SIGTERM)
+            try:
+                self.operator.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.operator.pid, signal.SIGKILL)
+        # No operator any more: drop its finalizer so the namespace can go.
+        with contextlib.suppress(kubernetes.client.ApiException):
+            for r in self.custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL)[
+                "items"
+            ]:
+                with contextlib.suppress(kubernetes.client.ApiException):
+                    self.custom.patch_namespaced_custom_object(
+                        GROUP,
+                        VERSION,
+                        self.namespace,
+                        PLURAL,
+                        r["metadata"]["name"],
+                        {"metadata": {"finalizers": None}},
+                    )
+        with contextlib.suppress(kubernetes.client.ApiException):
+            self.core.delete_namespace(self.namespace, propagation_policy="Background")
+        self.api.close()
+
+
+def parked_case(report: stats.Report, section: str, n: int, window: float) -> None:
+    with db.fresh_database(f"p4p{n}") as dsn, Cluster(f"parked{n}") as c:
+        pid = c.start_operator(dsn)
+        idle = cpu_slices(pid, window)
+        t0 = time.monotonic()
+        c.create_runs(n, "bench.graphs:park")
+        reached = time.monotonic() - t0 + c.wait_all("WaitingApproval", n, timeout=120 + 6.0 * n)
+        time.sleep(5)  # let the last workers exit and their Pods settle
+        busy = cpu_slices(pid, window)
+        live, objects = c.pods()
+        label = f"{n} runs parked on approval"
+        report.add(section, stats.Row(f"{label}: time to all parked", [reached], unit="s"))
+        report.add(
+            section, stats.Row(f"{label}: operator CPU while all idle vs with 0 runs", busy, idle, unit="%")
+        )
+        report.add(section, stats.Row(f"{label}: operator RSS", [_rss_mb(pid)], unit="MB"))
+        report.add(
+            section,
+            stats.Row(
+                f"{label}: Pods holding a process / Pod objects left",
+                [float(live)],
+                unit="pods",
+                note=f"{objects} Pod objects",
+            ),
+        )
+
+
+def active_case(report: stats.Report, section: str, n: int, steps: int) -> None:
+    with db.fresh_database(f"p4a{n}") as dsn, Cluster(f"active{n}") as c:
+        pid = c.start_operator(dsn)
+        cpu0, t0 = _cpu_seconds(pid), time.monotonic()
+        c.create_runs(n, f"bench.graphs:noop_{steps}")
+        peak_live = 0
+        while True:
+            phases = c.phases()
+            live, objects = c.pods()
+            peak_live = max(peak_live, live)
+            if phases.get("Succeeded", 0) >= n:
+                break
+            if phases.get("Failed", 0):
+                raise RuntimeError(f"runs failed: {phases}; log: {c.log}")
+            if time.monotonic() - t0 > 300 + 20.0 * n:
+                raise TimeoutError(f"{n} active runs not done: {phases}; log: {c.log}")
+            time.sleep(1.0)
+        elapsed = time.monotonic() - t0
+        cpu = 100.0 * (_cpu_seconds(pid) - cpu0) / elapsed
+        label = f"{n} concurrent runs of {steps} steps"
+        report.add(section, stats.Row(f"{label}: time until all succeeded", [elapsed], unit="s"))
+        report.add(section, stats.Row(f"{label}: throughput", [60.0 * n / elapsed], unit="runs/min"))
+        report.add(
+            section,
+            stats.Row(
+                f"{label}: peak Pods holding a process",
+                [float(peak_live)],
+                unit="pods",
+                note=f"{objects} Pod objects left",
+            ),
+        )
+        report.add(
+            section,
+            stats.Row(
+                f"{label}: operator CPU (mean over the run), RSS",
+                [cpu],
+                unit="%",
+                note=f"RSS {_rss_mb(pid):.0f} MB",
+            ),
+        )
+
+
+def _counts(text: str | None, default: list[int]) -> list[int]:
+    if not text:
+        return default
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def run(
+    report: stats.Report, *, quick: bool, reps: int, parked: str | None = None, active: str | None = None
+) -> None:
+    section = "P4 scale: parked and concurrent runs with a real operator"
+    report.section(section)
+    window = 5.0 if quick else 30.0
+    for n in _counts(parked, [3] if quick else [50, 200, 1000]):
+        parked_case(report, section, n, window)
+    for n in _counts(active, [2] if quick else [10, 25, 50, 100]):
+        active_case(report, section, n, 10)
+
+
+def _attempt_times(dsn: str, run_id: str) -> dict[str, float]:
+    """Unix times: attempt 1 ended, attempt 2 row written (Pod created), attempt 2's first step started."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT (SELECT extract(epoch FROM ended_at) FROM agentrun_attempts"
+            "   WHERE run_id = %(r)s AND attempt = 1),"
+            " (SELECT extract(epoch FROM started_at) FROM agentrun_attempts"
+            "   WHERE run_id = %(r)s AND attempt = 2),"
+            " (SELECT extract(epoch FROM min(started_at)) FROM agentrun_step_events"
+            "   WHERE run_id = %(r)s AND attempt = 2)",
+            {"r": run_id},
+        ).fetchone()
+    assert row is not None
+    return {
+        k: float(v) for k, v in zip(("ended", "created", "first_step"), row, strict=True) if v is not None
+    }
+
+
+def resume_case(report: stats.Report, section: str, reps: int, force: bool) -> None:
+    """Delete the worker Pod mid-run (gracefully: it drains and releases; force: SIGKILL, the Lease stays)
+    and time the next attempt's phases from Postgres (same machine, same clock)."""
+    kind = "killed (grace 0)" if force else "evicted (graceful)"
+    with db.fresh_database("p3r") as dsn, Cluster("kill" if force else "evict") as c:
+        c.start_operator(dsn)
+        phases: dict[str, list[float]] = {"ended": [], "created": [], "first_step": []}
+        for rep in range(reps):
+            name = f"r{rep:04d}"
+            body = {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "AgentRun",
+                "metadata": {"name": name},
+                "spec": {"graph": "bench.graphs:slow_40", "input": {}, "retry": {"backoffSeconds": 0}},
+            }
+            run_id = c.custom.create_namespaced_custom_object(GROUP, VERSION, c.namespace, PLURAL, body)[
+                "metadata"
+            ]["uid"]
+            _wait_step(dsn, run_id, attempt=1, timeout=180)
+            t0 = time.time()
+            c.core.delete_namespaced_pod(f"{name}-1", c.namespace, grace_period_seconds=0 if force else None)
+            deadline = time.monotonic() + 180
+            while "first_step" not in (times := _attempt_times(dsn, run_id)):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"attempt 2 of {name} never ran a step; log: {c.log}")
+                time.sleep(0.2)
+            phases["ended"].append(times.get("ended", t0) - t0)
+            phases["created"].append(times["created"] - t0)
+            phases["first_step"].append(times["first_step"] - t0)
+    report.add(section, stats.Row(f"Pod {kind} → attempt 1 recorded its end", phases["ended"], unit="s"))
+    report.add(
+        section, stats.Row(f"Pod {kind} → operator created attempt 2's Pod", phases["created"], unit="s")
+    )
+    report.add(section, stats.Row(f"Pod {kind} → attempt 2's first step", phases["first_step"], unit="s"))
+
+
+def _wait_step(dsn: str, run_id: str, attempt: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            row = conn.execute(
+                "SELECT count(*) FROM agentrun_step_events WHERE run_id = %s AND attempt = %s",
+                (run_id, attempt),
+            ).fetchone()
+            if row and row[0] >= 2:
+                return
+            time.sleep(0.2)
+    raise TimeoutError(f"run {run_id} attempt {attempt} ran no step within {timeout:.0f}s")

@@ -1,0 +1,123 @@
+"""P5: checkpoint and agentrun bytes per step and per effect vs bare PostgresSaver, and rows left behind.
+
+A ``chat_<n>`` graph (``add_messages``, two messages per turn) runs once through the worker path and once
+bare, per durability mode. Bytes are ``pg_column_size`` of the rows each run left, per table (TOAST-compressed
+sizes, as stored). Byte counts are deterministic, so they are measured once, not repeated. "Rows left" is
+what stays in Postgres for a finished run: everything below stays until something deletes it (retention after
+``ttlSecondsAfterFinished`` is the operator's; this figure shows what it has to remove).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import psycopg
+from langgraph.checkpoint.postgres import PostgresSaver
+
+from bench import db, graphs, p1_steps, stats
+
+CHECKPOINT_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
+AGENTRUN_TABLES = (
+    "agentrun_runs",
+    "agentrun_attempts",
+    "agentrun_effects",
+    "agentrun_approvals",
+    "agentrun_heartbeats",
+    "agentrun_step_events",
+)
+
+
+def _bytes(dsn: str, thread: str) -> dict[str, tuple[int, int]]:
+    """table -> (rows, bytes) for one run / thread."""
+    out: dict[str, tuple[int, int]] = {}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for table in CHECKPOINT_TABLES + AGENTRUN_TABLES:
+            col = "thread_id" if table in CHECKPOINT_TABLES else "run_id"
+            row = conn.execute(
+                f"SELECT count(*), coalesce(sum(pg_column_size(t.*)), 0) FROM {table} t WHERE {col} = %s",
+                (thread,),
+            ).fetchone()
+            assert row is not None
+            out[table] = (int(row[0]), int(row[1]))
+    return out
+
+
+def _worker_run(dsn: str, graph: str, mode: p1_steps.Durability) -> str:
+    p1_steps.worker_attempt(dsn, graph, mode)
+    return p1_steps.LAST_RUN_ID[0]
+
+
+def _bare_run(dsn: str, graph: str, mode: p1_steps.Durability) -> str:
+    thread = str(uuid.uuid4())
+    with db.pool(dsn) as p:
+        compiled = graphs.build(graph).compile(checkpointer=PostgresSaver(p))
+        compiled.invoke({}, {"configurable": {"thread_id": thread}}, durability=mode)
+    return thread
+
+
+def _sum(sizes: dict[str, tuple[int, int]], tables: tuple[str, ...]) -> tuple[int, int]:
+    return sum(sizes[t][0] for t in tables), sum(sizes[t][1] for t in tables)
+
+
+def run(report: stats.Report, *, quick: bool, reps: int) -> None:
+    section = "P5 storage: bytes per step / per effect vs bare PostgresSaver, rows left after a run"
+    report.section(section)
+    turns = 20 if quick else 200
+    n_effects = 5 if quick else 20
+    with db.fresh_database("p5") as dsn:
+        modes: list[p1_steps.Durability] = ["sync"] if quick else ["sync", "exit"]
+        for mode in modes:
+            graph = f"chat_{turns}"
+            ours = _bytes(dsn, _worker_run(dsn, graph, mode))
+            base = _bytes(dsn, _bare_run(dsn, graph, mode))
+            ck_ours, ck_base = _sum(ours, CHECKPOINT_TABLES)[1], _sum(base, CHECKPOINT_TABLES)[1]
+            ar_rows, ar_bytes = _sum(ours, AGENTRUN_TABLES)
+            label = f"{turns}-turn add_messages, {mode}"
+            report.add(
+                section,
+                stats.Row(
+                    f"{label}: checkpoint bytes per step", [ck_ours / turns], [ck_base / turns], unit="B"
+                ),
+            )
+            report.add(
+                section,
+                stats.Row(
+                    f"{label}: checkpoint + agentrun bytes per step",
+                    [(ck_ours + ar_bytes) / turns],
+                    [ck_base / turns],
+                    unit="B",
+                ),
+            )
+            report.add(section, stats.Row(f"{label}: agentrun bytes per step", [ar_bytes / turns], unit="B"))
+            left = ", ".join(
+                f"{t.removeprefix('agentrun_')} {ours[t][0]}"
+                for t in CHECKPOINT_TABLES + AGENTRUN_TABLES
+                if ours[t][0]
+            )
+            report.add(
+                section,
+                stats.Row(
+                    f"{label}: rows left for the finished run",
+                    [float(_sum(ours, CHECKPOINT_TABLES)[0] + ar_rows)],
+                    unit="rows",
+                    note=left,
+                ),
+            )
+        run_id = _worker_run(dsn, f"effect_{n_effects}", "sync")
+        sizes = _bytes(dsn, run_id)
+        report.add(
+            section,
+            stats.Row(
+                f"{n_effects} steps with an effect: ledger bytes per effect",
+                [sizes["agentrun_effects"][1] / n_effects],
+                unit="B",
+            ),
+        )
+        report.add(
+            section,
+            stats.Row(
+                f"{n_effects} steps with an effect: step-event bytes per step",
+                [sizes["agentrun_step_events"][1] / n_effects],
+                unit="B",
+            ),
+        )

@@ -1,0 +1,89 @@
+"""What a human's decision carries to the graph besides yes/no: edits (with an approval) or a response (with
+a rejection), in LangGraph's human-in-the-loop shape (``agent_worker.store.rows.resume_payload``). Pure.
+
+Annotations (``kubectl agentrun approve NAME --id ID --set body=TEXT`` / ``respond NAME --id ID --message
+TEXT``):
+
+* ``edit.agentrun.dev/<field>: <text>`` — one per edited field, set in the same request as
+  ``agentrun.dev/approve``; ``<field>`` must be listed in the pending approval's prompt under ``editable``;
+* ``agentrun.dev/response: <text>`` — set in the same request as ``agentrun.dev/reject``.
+
+The API server refuses all else (deploy/admission/edits-policy.yaml: shape, size, only with the decision,
+fields judged against the prompt of the approval pending BEFORE the request). This module is the operator's
+own line: it repeats those checks against the prompt Postgres recorded, so a decision whose payload does not
+fit is refused (Warning event) and the approval stays pending: nothing is lost, the human decides again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+EDIT_PREFIX = "edit.agentrun.dev/"
+ANN_RESPONSE = "agentrun.dev/response"
+EDIT_LIMIT = 16384  # characters of one edited field (the admission policy enforces the same)
+MAX_EDITS = 16
+RESPONSE_LIMIT = 4096
+
+
+def from_annotations(annotations: Mapping[str, str]) -> tuple[dict[str, str], str | None]:
+    """(edits by field, response) as annotated."""
+    edits = {k[len(EDIT_PREFIX) :]: v for k, v in annotations.items() if k.startswith(EDIT_PREFIX)}
+    response = annotations.get(ANN_RESPONSE)
+    return edits, response
+
+
+def payload_annotations(annotations: Mapping[str, str]) -> tuple[str, ...]:
+    """The payload annotations present (removed with the decision's once it is applied)."""
+    return tuple(k for k in annotations if k.startswith(EDIT_PREFIX) or k == ANN_RESPONSE)
+
+
+def editable(prompt: Any) -> tuple[str, ...]:
+    """The fields a prompt lets the approver edit (``{"editable": ["subject", "body"], ...}``)."""
+    fields = prompt.get("editable") if isinstance(prompt, Mapping) else None
+    return tuple(str(f) for f in fields) if isinstance(fields, list) else ()
+
+
+def action(prompt: Any) -> str | None:
+    """The action the prompt asks about (``{"action": "send_email", ...}``), for the edit's ``args``."""
+    name = prompt.get("action") if isinstance(prompt, Mapping) else None
+    return str(name) if name else None
+
+
+def problem(decision: str, edits: Mapping[str, str], response: str | None, prompt: Any) -> str | None:
+    """Why this payload cannot go with this decision on this approval; None when it can."""
+    if edits and decision != "approved":
+        return "edits (edit.agentrun.dev/*) go with an approval only (agentrun.dev/approve)"
+    if response is not None and decision != "rejected":
+        return f"{ANN_RESPONSE} goes with agentrun.dev/reject only (kubectl agentrun respond)"
+    if response is not None and not (0 < len(response) <= RESPONSE_LIMIT):
+        return f"{ANN_RESPONSE} must be 1 to {RESPONSE_LIMIT} characters"
+    if not edits:
+        return None
+    allowed = editable(prompt)
+    unknown = sorted(set(edits) - set(allowed))
+    if unknown:
+        return (
+            f"cannot edit {', '.join(unknown)}: the approval's prompt lets you edit "
+            f"{', '.join(allowed) if allowed else 'nothing'}"
+        )
+    if len(edits) > MAX_EDITS:
+        return f"at most {MAX_EDITS} edited fields"
+    long = sorted(k for k, v in edits.items() if len(v) > EDIT_LIMIT)
+    if long:
+        return f"edited {', '.join(long)} longer than {EDIT_LIMIT} characters"
+    return None
+
+
+def status_fields(payload: Any) -> dict[str, Any]:
+    """What ``status.approvals[]`` shows of a payload: its type, the edited fields, the response. Nothing
+    for a plain accept or ignore (``decision`` already says approved / rejected / expired)."""
+    if not isinstance(payload, Mapping) or payload.get("type") not in ("edit", "response"):
+        return {}
+    out: dict[str, Any] = {"type": payload["type"]}
+    args = payload.get("args")
+    if payload["type"] == "edit" and isinstance(args, Mapping):
+        out["edited"] = sorted((args.get("args") or {}).keys())
+    if payload["type"] == "response" and isinstance(args, str):
+        out["response"] = args
+    return out

@@ -1,0 +1,52 @@
+"""Forks (``spec.forkOf``, ``kubectl agentrun fork``): a new run that starts from another run's checkpoint.
+
+Rules:
+* Who: creating the fork needs ``create`` on agentruns in the namespace, and the admission policy
+  (deploy/admission/fork-policy.yaml) requires ``get`` on the source run by name in the same namespace.
+  ``spec.forkOf`` is set at creation only.
+* Where from: the operator resolves the source in the fork's own namespace (by name, and uid when given)
+  and copies the checkpoint as the tables' owner, at admission, in the statement that admits the fork. The
+  fork's worker (a per-tenant database role under row-level security) only ever reads its own thread, so a
+  tenant cannot fork another tenant's run, whatever its spec names.
+* What: the fork has its own run id (its uid), so its idempotency keys, ledger and effects are its own: an
+  effect the source already performed is performed again by the fork if the fork reaches it.
+* Edits (``spec.forkOf.set``, dotted state paths): refused at admission unless the top-level key is in the
+  state at that checkpoint; applied by the fork's first worker with LangGraph's ``update_state`` (it has the
+  graph's reducers) while the head is still the copied checkpoint, so they are applied once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+FORK_REFUSED = "ForkRefused"  # not admitted: no such source, checkpoint or step, or an unknown key
+# The status reason the fork's worker writes (agent_worker.forking) for an edit path that does not fit.
+FORK_EDIT_REFUSED = "ForkEditRefused"
+
+
+def status_entry(fork_of: Mapping[str, Any]) -> dict[str, Any]:
+    """``status.forkOf``: the source run (name and uid), the checkpoint and step, the edited paths."""
+    entry: dict[str, Any] = {
+        "run": fork_of.get("name"),
+        "runUid": fork_of.get("run_id"),
+        "checkpointId": fork_of.get("checkpoint_id"),
+    }
+    if fork_of.get("step"):
+        entry["step"] = fork_of["step"]
+    if fork_of.get("set"):
+        entry["set"] = sorted(fork_of["set"])
+    return {k: v for k, v in entry.items() if v is not None}
+
+
+def admission_record(
+    source_run_id: str, name: str, checkpoint_id: str, step: str | None, edits: Mapping[str, Any]
+) -> dict[str, Any]:
+    """``agentrun_runs.fork_of`` as the operator admits it (what the worker and the trace read)."""
+    return {
+        "run_id": source_run_id,
+        "name": name,
+        "checkpoint_id": checkpoint_id,
+        "step": step,
+        "set": dict(edits),
+    }

@@ -1,0 +1,56 @@
+"""Retention: the leader purges runs whose AgentRun is gone, in bounded batches, on a thread of its own.
+
+A run is marked (``store.mark_for_purge``) when ``ttlSecondsAfterFinished`` deletes its AgentRun (purged at
+once) and when its finalizer completes after any other delete (purged after ``AGENTRUN_RETENTION_SECONDS``,
+so ``agentrun ledger`` still answers for a while). Each batch is one statement; a batch that comes back full
+is followed by the next one at once, so a backlog of 10,000 runs drains in a few seconds without one huge
+transaction. Errors are logged and retried at the next interval (Postgres may be restarting).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from agent_worker import store
+
+logger = logging.getLogger(__name__)
+
+
+class Purger:
+    def __init__(self, db: Any, *, interval_seconds: float, batch: int) -> None:
+        self.db = db
+        self.interval = max(0.1, interval_seconds)
+        self.batch = max(1, batch)
+        self.stopped = threading.Event()
+        self.purged = 0
+        self.thread = threading.Thread(target=self._run, name="retention-purger", daemon=True)
+
+    def start(self) -> Purger:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.thread.join(timeout=10)
+
+    def purge_now(self) -> int:
+        """Purge every due run, batch after batch; how many were purged."""
+        total = 0
+        while not self.stopped.is_set():
+            done = store.purge_due(self.db, batch=self.batch)
+            total += len(done)
+            if len(done) < self.batch:
+                break
+        if total:
+            logger.info("retention: purged %d runs (rows and checkpoints)", total)
+        self.purged += total
+        return total
+
+    def _run(self) -> None:
+        while not self.stopped.wait(self.interval):
+            try:
+                self.purge_now()
+            except Exception as exc:  # the next interval retries
+                logger.warning("retention: purge failed: %s: %s", type(exc).__name__, exc)

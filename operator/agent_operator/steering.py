@@ -1,0 +1,150 @@
+"""Humans steering a stopped run: retry (``spec.retryGeneration``) and resolve (annotation). Pure.
+
+Postgres decides: ``store.reopen_run`` and ``store.resolve_effect`` are one conditional statement each
+(only forward, only a stopped run, only a ``pending`` effect), so a repeated or racing request changes
+nothing twice.
+This module decides what to ask for, and how a reopened run looks until its next attempt starts.
+
+* Retry applies to a stopped run (Failed, Cancelled, needs-human). Raised while the run still runs, it waits
+  and applies if the run then stops; a Succeeded run is never reopened (Warning, once per generation).
+* Resolve applies to a ``pending`` effect of a stopped run; a needs-human run then continues by itself.
+* Who: the ``retried-by`` / ``resolved-by`` stamps the API server writes from ``request.userInfo``
+  (deploy/admission/steer-*.yaml). Without a stamp nothing is applied (the policies are missing).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from agent_operator import actions, model
+
+# agentrun_interventions.kind -> the start reason of the attempt that follows the reopening
+REOPEN_REASONS = {"retry": "retry", "resolve_sent": "resolved", "resolve_not_sent": "resolved"}
+RESULT_LIMIT = 8192  # bytes of agentrun.dev/resolve-result (the admission policy enforces the same)
+
+
+@dataclasses.dataclass(frozen=True)
+class ResolveRequest:
+    key: str
+    outcome: str  # sent | not_sent
+    by: str
+    result: Any = None
+
+
+def parse_resolve(annotations: Mapping[str, str]) -> tuple[ResolveRequest | None, str | None]:
+    """(request, refusal) from the resolve annotations; both None when there is none."""
+    value = annotations.get(model.ANN_RESOLVE, "").strip()
+    if not value:
+        return None, None
+    key, sep, outcome = value.rpartition("=")
+    if not sep or not key or outcome not in ("sent", "not-sent"):
+        return None, f"{model.ANN_RESOLVE} must be <effect key>=sent or <effect key>=not-sent, not {value!r}"
+    by = annotations.get(model.ANN_RESOLVED_BY, "").strip()
+    if not by:
+        return None, (
+            f"{model.ANN_RESOLVE} carries no {model.ANN_RESOLVED_BY} stamp (is the agentrun steering "
+            "MutatingAdmissionPolicy installed?); nothing applied"
+        )
+    text = annotations.get(model.ANN_RESOLVE_RESULT)
+    result = None
+    if text:
+        if outcome != "sent":
+            return None, f"{model.ANN_RESOLVE_RESULT} is only meaningful with =sent"
+        if len(text.encode()) > RESULT_LIMIT:
+            return None, f"{model.ANN_RESOLVE_RESULT} is larger than {RESULT_LIMIT} bytes"
+        try:
+            result = json.loads(text)
+        except ValueError as exc:
+            return None, f"{model.ANN_RESOLVE_RESULT} is not JSON: {exc}"
+    return ResolveRequest(key.strip(), outcome.replace("-", "_"), by, result), None
+
+
+def resolve(world: model.World, plan: actions.Plan) -> bool:
+    """Plan a resolve from the annotations; True when a ResolveEffect action was planned."""
+    if world.annotations_handled or world.db is None:
+        return False
+    request, refusal = parse_resolve(world.run.annotations)
+    if request is None and refusal is None:
+        return False
+    plan.actions.append(actions.RemoveResolveAnnotations())
+    if refusal is not None:
+        plan.warn("ResolveRefused", refusal)
+        return False
+    assert request is not None
+    plan.actions.append(
+        actions.ResolveEffect(key=request.key, outcome=request.outcome, by=request.by, result=request.result)
+    )
+    return True
+
+
+def retry(world: model.World, plan: actions.Plan, stopped: bool) -> bool:
+    """Plan a retry when spec.retryGeneration was raised past the applied one; True when planned."""
+    db = world.db
+    wanted = world.spec.retry_generation
+    if db is None or wanted <= db.retry_generation or not stopped:
+        return False
+    if int(world.status.get("observedRetryGeneration") or 0) >= wanted:
+        return False  # acted on already (refused, or the run succeeded): tell once, not every reconcile
+    if db.status == "succeeded":
+        plan.warn("RetryRefused", f"retry generation {wanted} ignored: the run succeeded (nothing to retry)")
+        return False
+    by = world.run.annotations.get(model.ANN_RETRIED_BY, "").strip()
+    if not by:
+        plan.warn(
+            "RetryRefused",
+            f"retry generation {wanted} carries no {model.ANN_RETRIED_BY} stamp (is the agentrun steering "
+            "MutatingAdmissionPolicy installed?); nothing applied",
+        )
+        return False
+    plan.actions.append(actions.ReopenRun(generation=wanted, by=by))
+    return True
+
+
+def latest(world: model.World) -> model.Intervention | None:
+    return world.interventions[-1] if world.interventions else None
+
+
+def retried_since_expiry(world: model.World) -> bool:
+    """A retry came after every expired approval's decision: their onTimeout follow-ups (cancel) are spent,
+    so the retried run is not cancelled again at once (it resumes with the expiry as its resume payload)."""
+    last = latest(world)
+    if last is None or last.kind != "retry" or last.at is None:
+        return False
+    expired = [a.decided_at for a in world.approvals if a.status == "expired"]
+    return bool(expired) and all(at is not None and at <= last.at for at in expired)
+
+
+def reopen_reason(world: model.World) -> tuple[str, str]:
+    """(attempt start reason, message) for a run a human just reopened."""
+    last = latest(world)
+    if last is None:
+        return "retry", "reopened"
+    reason = REOPEN_REASONS.get(last.kind, "retry")
+    if last.kind == "retry":
+        return (
+            reason,
+            f"retried (generation {last.generation}) by {last.by}; resuming from the last checkpoint",
+        )
+    outcome = "sent" if last.kind == "resolve_sent" else "not sent"
+    return (
+        reason,
+        f"effect {last.effect_key} resolved as {outcome} by {last.by}; resuming from the checkpoint",
+    )
+
+
+def status_entries(world: model.World, limit: int = 20) -> list[dict[str, Any]]:
+    """``status.interventions``: the latest ``limit`` retries and resolves, oldest first."""
+    out: list[dict[str, Any]] = []
+    for item in world.interventions[-limit:]:
+        entry: dict[str, Any] = {"kind": item.kind, "by": item.by}
+        if item.at is not None:
+            entry["at"] = item.at
+        if item.effect_key:
+            entry["key"] = item.effect_key
+        if item.generation is not None:
+            entry["generation"] = int(item.generation)
+        out.append(entry)
+    return out

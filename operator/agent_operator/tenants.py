@@ -1,0 +1,84 @@
+"""Per-namespace worker identities in Postgres: a role whose row-level security reaches only that
+namespace's runs (migration 0005), and the Secret through which its DSN reaches the namespace's worker Pods.
+
+Rule: a worker Pod never gets the operator's DSN. Either an admin provisions the namespace
+(``SELECT agentrun_provision_tenant('team-a', 'PASSWORD')`` and a Secret named by
+``AGENTRUN_WORKER_DSN_SECRET``), or — the default — the operator does it here before the namespace's first
+Pod: a random password, the role (needs CREATEROLE), then the Secret ``agentrun-worker-db`` (key ``dsn``).
+Done once per namespace and process; redone when the role or the Secret has gone missing.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from typing import Any
+
+import psycopg
+import psycopg.conninfo
+
+from agent_operator import kube, pods
+from agent_operator import settings as settings_
+from agent_worker import store
+
+
+def worker_dsn(base_dsn: str, role: str, password: str) -> str:
+    """The base DSN (host, port, database, TLS options) with the tenant's user and password. Pure."""
+    params: dict[str, Any] = psycopg.conninfo.conninfo_to_dict(base_dsn)
+    params.update(user=role, password=password)
+    return psycopg.conninfo.make_conninfo(**params)
+
+
+def secret_body(namespace: str, dsn: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": pods.TENANT_SECRET,
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/name": "agentrun", "app.kubernetes.io/component": "worker-db"},
+        },
+        "stringData": {pods.TENANT_SECRET_KEY: dsn},
+    }
+
+
+class TenantError(RuntimeError):
+    """The namespace's worker role or Secret could not be provisioned (the message says what to do)."""
+
+
+class Tenants:
+    """Makes sure a namespace has its worker role and DSN Secret before a worker Pod is created there."""
+
+    def __init__(self, settings: settings_.Settings, api: kube.ApiClient, db: store.Conn) -> None:
+        self.settings = settings
+        self.api = api
+        self.db = db
+        self._ready: set[str] = set()
+        self._lock = threading.Lock()
+
+    def ensure(self, namespace: str) -> None:
+        if self.settings.worker.dsn_secret or namespace in self._ready:
+            return  # an admin-managed Secret, or done already by this process
+        with self._lock:
+            if namespace in self._ready:
+                return
+            role = store.tenant_role(self.db, namespace)
+            if role is None or not kube.secret_exists(self.api, namespace, pods.TENANT_SECRET):
+                password = secrets.token_urlsafe(32)
+                try:
+                    role = store.provision_tenant(self.db, namespace, password)
+                except psycopg.errors.InsufficientPrivilege as exc:
+                    raise TenantError(
+                        f"cannot create the Postgres role of namespace {namespace}: the operator's database "
+                        f"role needs CREATEROLE ({exc.diag.message_primary}); or provision it yourself "
+                        "(docs/operator.md, Tenant isolation) and set AGENTRUN_WORKER_DSN_SECRET"
+                    ) from exc
+                dsn = worker_dsn(self.settings.worker_dsn, role, password)
+                kube.put_secret(self.api, namespace, secret_body(namespace, dsn))
+            self._ready.add(namespace)
+
+    def forget(self, namespace: str) -> None:
+        """Check the namespace again next time (a Pod could not start: its Secret may be gone)."""
+        with self._lock:
+            self._ready.discard(namespace)

@@ -1,0 +1,55 @@
+"""CI runs the benchmark suite in ``--quick`` mode so the scripts never rot: it asserts they run and print
+every figure with its baseline, never their numbers (a loaded CI machine makes numbers meaningless)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _bench(tmp_path: Path, *which: str) -> tuple[str, list[dict[str, Any]]]:
+    out = tmp_path / "figures.jsonl"
+    proc = subprocess.run(
+        [sys.executable, "-m", "agentrun.cli", "bench", *which, "--quick", "--reps", "1", "--json", str(out)],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "operator"), str(REPO)])},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-8000:]
+    return proc.stdout, [json.loads(line) for line in out.read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_quick_p1_p2_p3_p5_print_every_figure_with_its_baseline(
+    dev_postgres: Any, tmp_path: Path
+) -> None:
+    stdout, rows = _bench(tmp_path, "p1", "p2", "p3", "p5")
+    for section in ("== P1", "== P2", "== P3", "== P5"):
+        assert section in stdout, stdout
+    sections = {r["section"][:2] for r in rows}
+    assert sections == {"P1", "P2", "P3", "P5"}, sections
+    p1 = [r for r in rows if r["section"].startswith("P1")]
+    # Every P1 figure has its bare-PostgresSaver baseline and a ratio, measured in the same run.
+    assert p1 and all(r["baseline_median"] is not None and r["ratio"] is not None for r in p1), p1
+    trips = next(r for r in rows if r["figure"].startswith("round trips per new effect"))
+    assert trips["median"] > 0
+
+
+@pytest.mark.slow
+def test_quick_p4_runs_an_operator_with_parked_and_active_runs(dev_cluster: Any, tmp_path: Path) -> None:
+    stdout, rows = _bench(tmp_path, "p4")
+    assert "== P4" in stdout, stdout
+    figures = " | ".join(r["figure"] for r in rows)
+    assert "parked on approval: operator CPU" in figures and "throughput" in figures, figures
+    held = next(r for r in rows if "Pods holding a process" in r["figure"] and "parked" in r["figure"])
+    assert held["median"] == 0, held  # parked runs hold no Pod: a behaviour, not a number

@@ -1,0 +1,138 @@
+"""``kubectl agentrun suspend | resume | logs [-f] [--attempt N]`` on a run of the real operator with real
+worker Pods, and the run's image pin as the dev cluster reports it (the local pod runtime reports no image
+digest: the pin is the admitted reference, said so in status, recorded in Postgres)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+from pathlib import Path
+
+import kubernetes
+import psycopg
+from conftest import OperatorHandle, create_run, pods, run_status, wait_for, wait_phase
+
+from agent_operator import imagepin
+from tests.integration.test_steer_flow import FLAKY, VENV_BIN, as_user, spec
+
+
+def test_suspend_resume_logs_and_the_image_pin(
+    kube: kubernetes.client.ApiClient,
+    operator: OperatorHandle,
+    admin_kubeconfig: Path,
+    pg_dsn: str,
+    tmp_path: Path,
+) -> None:
+    ns, out = operator.namespace, tmp_path / "effects.txt"
+    uid = create_run(kube, ns, "sus", spec(FLAKY, path=str(out), pause={"prepare": 600}))["metadata"]["uid"]
+    wait_for(
+        lambda: (
+            (s := run_status(kube, ns, "sus")).get("phase") == "Running" and s.get("lease", {}).get("holder")
+        ),
+        180,
+        "attempt 1's worker holds the run's Lease",
+        on_timeout=lambda: operator.logs()[-3000:],
+    )
+
+    # logs -f streams attempt 1's worker log while it runs, and ends when the worker exits (the suspend)
+    env = {
+        **os.environ,
+        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}",
+        "KUBECONFIG": str(admin_kubeconfig),
+    }
+    follow = subprocess.Popen(
+        ["kubectl", "agentrun", "logs", "sus", "-n", ns, "-f"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(follow.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
+    reader.start()
+    # the stream is open once the worker's first line (its Lease) arrived through it
+    wait_for(lambda: any("acquired by sus-1" in line for line in lines), 120, "the log stream of attempt 1")
+    suspended = as_user(admin_kubeconfig, "agentrun", "suspend", "sus", "-n", ns)
+    assert suspended.returncode == 0 and "suspend requested" in suspended.stdout, suspended.stderr
+    status = wait_phase(kube, ns, "sus", "Suspended", 120, operator)
+    assert follow.wait(timeout=120) == 0, follow.stderr.read()  # type: ignore[union-attr]
+    reader.join(timeout=30)
+    assert any("SIGTERM: draining at the next step boundary" in line for line in lines), lines
+    again = as_user(admin_kubeconfig, "agentrun", "suspend", "sus", "-n", ns)
+    assert again.returncode == 0 and "already suspended" in again.stdout
+
+    # the pin: the admitted reference, and explicitly no digest (the local runtime reports imageID "")
+    pin = status["image"]
+    assert pin["ref"] and pin["retryGeneration"] == 0 and "digest" not in pin, pin
+    assert pin["note"] == imagepin.NO_DIGEST
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT worker_image, image_digest FROM agentrun_runs WHERE run_id = %s", (uid,)
+        ).fetchone()
+    assert row == (pin["ref"], None)
+
+    # resume: a second attempt, from the checkpoint, runs the pinned image
+    resumed = as_user(admin_kubeconfig, "agentrun", "resume", "sus", "-n", ns)
+    assert resumed.returncode == 0 and "resumed" in resumed.stdout, resumed.stderr
+    wait_for(
+        lambda: len(pods(kube, ns, "sus")) >= 1 and pods(kube, ns, "sus")[-1].metadata.name == "sus-2",
+        120,
+        "attempt 2's Pod",
+    )
+    (second,) = [p for p in pods(kube, ns, "sus") if p.metadata.name == "sus-2"]
+    assert second.spec.containers[0].image == pin["ref"]
+    assert run_status(kube, ns, "sus")["image"]["ref"] == pin["ref"]
+
+    # logs of an attempt whose Pod is gone (suspend deleted it) say which attempts have Pods
+    gone = as_user(admin_kubeconfig, "agentrun", "logs", "sus", "-n", ns, "--attempt", "1")
+    assert gone.returncode == 1
+    assert "AgentRun sus has no Pod for attempt 1 (Pods exist for: 2)" in gone.stderr, gone.stderr
+    missing = as_user(admin_kubeconfig, "agentrun", "logs", "nope", "-n", ns)
+    assert missing.returncode == 1 and 'AgentRun "nope" not found' in missing.stderr
+    wait_for(
+        lambda: run_status(kube, ns, "sus").get("lease", {}).get("holder") == "sus-2", 180, "attempt 2 runs"
+    )
+    latest = as_user(admin_kubeconfig, "agentrun", "logs", "sus", "-n", ns, "--tail", "5")
+    assert latest.returncode == 0, latest.stderr
+    # a finished run has nothing to suspend
+    assert as_user(admin_kubeconfig, "agentrun", "cancel", "sus", "-n", ns).returncode == 0
+    wait_phase(kube, ns, "sus", "Cancelled", 120, operator)
+    late = as_user(admin_kubeconfig, "agentrun", "suspend", "sus", "-n", ns)
+    assert late.returncode == 1 and "AgentRun sus is Cancelled: there is nothing to suspend" in late.stderr
+    assert not out.exists()  # prepare never finished: no effect was performed
+
+
+def test_a_retry_with_a_new_image_repins_the_run(
+    kube: kubernetes.client.ApiClient,
+    operator: OperatorHandle,
+    admin_kubeconfig: Path,
+    pg_dsn: str,
+    tmp_path: Path,
+) -> None:
+    ns, out, flag = operator.namespace, tmp_path / "effects.txt", tmp_path / "fixed"
+    uid = create_run(kube, ns, "img", spec(FLAKY, path=str(out), flag=str(flag), fail_with="bug"))[
+        "metadata"
+    ]["uid"]
+    failed = wait_phase(kube, ns, "img", "Failed", 180, operator)
+    first = failed["image"]["ref"]
+    assert first != "reg.example/worker:fixed" and failed["image"]["retryGeneration"] == 0
+    # Attempt 1's Pod ran the admitted image; read it now: the operator deletes an earlier attempt's Pod once
+    # a later attempt has started (finished-Pod cleanup).
+    (pod_1,) = pods(kube, ns, "img")
+    assert (pod_1.metadata.name, pod_1.spec.containers[0].image) == ("img-1", first)
+    flag.write_text("")  # the fix, in the (local runtime's) code; the new image names it
+    retried = as_user(
+        admin_kubeconfig, "agentrun", "retry", "img", "-n", ns, "--image", "reg.example/worker:fixed"
+    )
+    assert retried.returncode == 0, retried.stderr
+    done = wait_phase(kube, ns, "img", "Succeeded", 180, operator)
+    assert done["image"]["ref"] == "reg.example/worker:fixed" and done["image"]["retryGeneration"] == 1
+    images = {p.metadata.name: p.spec.containers[0].image for p in pods(kube, ns, "img")}
+    assert images["img-2"] == "reg.example/worker:fixed", images
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT worker_image, image_digest, image_generation FROM agentrun_runs WHERE run_id = %s", (uid,)
+        ).fetchone()
+    assert row == ("reg.example/worker:fixed", None, 1)
+    assert len(out.read_text().splitlines()) == 1  # the effect sent before the bug was not repeated

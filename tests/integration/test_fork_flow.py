@@ -1,0 +1,256 @@
+"""Forks on the dev cluster, as users would: ``kubectl agentrun fork`` with real identities, the real
+admission policies, the operator and real worker Pods of the support-ticket agent. Emails are counted at a
+real SMTP sink (started here, on loopback), never inferred from our own tables."""
+
+from __future__ import annotations
+
+import email
+import email.policy
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import psycopg
+import pytest
+from conftest import OperatorHandle, bind, condition, create_run, get_run, run_status, wait_for, wait_phase
+
+from agent_worker import store
+from agentrun_dev import smtp_sink
+
+GRAPH = "agentrun_examples.support_ticket:graph"
+TICKET = {
+    "id": "T-7",
+    "customer": {"name": "Ada", "email": "ada@example.com"},
+    "subject": "Charged twice",
+    "body": "My card was charged twice for the Team plan; please refund the duplicate charge.",
+}
+EDITED = "Dear Ada, we refunded the duplicate charge today. (edited in the fork)"
+VENV_BIN = Path(sys.executable).parent
+
+
+def kubectl(kubeconfig: Path, *args: str, dsn: str = "") -> subprocess.CompletedProcess[str]:
+    """``kubectl ARGS`` as that identity; ``kubectl agentrun`` finds the project's plugin on PATH."""
+    env = {
+        **os.environ,
+        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "KUBECONFIG": str(kubeconfig),
+        "AGENTRUN_DSN": dsn,
+    }
+    return subprocess.run(["kubectl", *args], capture_output=True, text=True, timeout=300, env=env)
+
+
+@pytest.fixture
+def people(
+    kube: kubernetes.client.ApiClient, namespace: str, identity: Callable[..., Path]
+) -> dict[str, Path]:
+    """dev edits AgentRuns (create, get); manager approves; blind may create AgentRuns but read none."""
+    bind(kube, namespace, "dev", "agentrun-editor")
+    bind(kube, namespace, "manager", "agentrun-approver")
+    role: dict[str, Any] = {
+        "metadata": {"name": "create-only"},
+        "rules": [{"apiGroups": ["agentrun.dev"], "resources": ["agentruns"], "verbs": ["create"]}],
+    }
+    kubernetes.client.RbacAuthorizationV1Api(kube).create_namespaced_role(namespace, role)
+    bind(kube, namespace, "blind", "create-only", kind="Role")
+    return {
+        "dev": identity("dev", ["devs"]),
+        "manager": identity("manager", ["managers"]),
+        "blind": identity("blind", ["devs"]),
+    }
+
+
+def ticket_spec(sink: smtp_sink.SmtpSink) -> dict[str, Any]:
+    env = {
+        "SUPPORT_SMTP_HOST": sink.host,
+        "SUPPORT_SMTP_PORT": str(sink.port),
+        "SUPPORT_SMTP_API": sink.api_url,
+    }
+    return {
+        "graph": GRAPH,
+        "input": {"ticket": TICKET},
+        "lease": {"durationSeconds": 8},
+        "retry": {"backoffSeconds": 0},
+        "worker": {"env": [{"name": k, "value": v} for k, v in env.items()]},
+    }
+
+
+def bodies(sink: smtp_sink.SmtpSink) -> list[str]:
+    """The text of every email the SMTP sink received, in order (parsed from the raw message)."""
+    out = []
+    for meta in sink.store.find(None):
+        message = email.message_from_bytes(sink.store.raw(int(meta["seq"])), policy=email.policy.default)
+        part = message.get_body(preferencelist=("plain",))
+        out.append(str(part.get_content()) if part is not None else "")
+    return out
+
+
+def approve(kube: kubernetes.client.ApiClient, who: Path, ns: str, name: str) -> None:
+    status = wait_for(
+        lambda: run_status(kube, ns, name).get("pendingApproval"), 180, f"{name} to ask for its approval"
+    )
+    done = kubectl(who, "agentrun", "approve", name, "-n", ns, "--id", status["id"], "--yes")
+    assert done.returncode == 0, done.stderr
+
+
+def test_fork_after_draft_with_an_edit_sends_its_own_email_and_both_traces_link(
+    kube: kubernetes.client.ApiClient,
+    operator: OperatorHandle,
+    people: dict[str, Path],
+    pg_dsn: str,
+    sink: smtp_sink.SmtpSink,
+) -> None:
+    ns = operator.namespace
+    source = create_run(kube, ns, "t1", ticket_spec(sink))
+    wait_phase(kube, ns, "t1", "WaitingApproval", 240, operator)
+    approve(kube, people["manager"], ns, "t1")
+    wait_phase(kube, ns, "t1", "Succeeded", 240, operator)
+    [original] = bodies(sink)
+    assert "Refunds and double charges" in original and EDITED not in original
+
+    forked = kubectl(
+        people["dev"], "agentrun", "fork", "t1", "--step", "draft", "--as", "t2", "-n", ns,
+        "--set", f"draft.body={EDITED}",
+    )  # fmt: skip
+    assert forked.returncode == 0, (forked.stderr, operator.logs()[-6000:])
+    assert "agentrun/t2 forked from t1 (after step draft) with edits draft.body" in forked.stdout
+    status = run_status(kube, ns, "t2")
+    assert status["forkOf"]["run"] == "t1" and status["forkOf"]["runUid"] == source["metadata"]["uid"]
+    assert status["forkOf"]["step"] == "draft" and status["forkOf"]["set"] == ["draft.body"]
+    wait_phase(kube, ns, "t2", "WaitingApproval", 240, operator)
+    prompt = run_status(kube, ns, "t2")["pendingApproval"]["prompt"]
+    assert prompt["body"] == EDITED  # the edited state, as the manager is asked about it
+    approve(kube, people["manager"], ns, "t2")
+    wait_phase(kube, ns, "t2", "Succeeded", 240, operator)
+
+    mails = bodies(sink)
+    assert len(mails) == 2  # one each: the fork's send is its own effect, under its own run id
+    assert mails[0] == original and mails[1].strip() == EDITED
+    t2_uid = get_run(kube, ns, "t2")["metadata"]["uid"]
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        keys = {
+            e.idempotency_key
+            for uid in (source["metadata"]["uid"], t2_uid)
+            for e in store.list_effects(conn, uid)
+        }
+    assert len(keys) == 2
+
+    trace1 = kubectl(people["dev"], "agentrun", "trace", "t1", "-n", ns, dsn=pg_dsn)
+    trace2 = kubectl(people["dev"], "agentrun", "trace", "t2", "-n", ns, dsn=pg_dsn)
+    assert trace1.returncode == 0 and trace2.returncode == 0, trace1.stderr + trace2.stderr
+    assert "forks: t2 (at " in trace1.stdout, trace1.stdout
+    assert f"forked from t1 (uid {source['metadata']['uid']}) at checkpoint " in trace2.stdout, trace2.stdout
+    assert "(after step draft), edits draft.body" in trace2.stdout
+
+
+def test_bad_forks_are_refused_clearly_and_leave_nothing(
+    kube: kubernetes.client.ApiClient,
+    operator: OperatorHandle,
+    people: dict[str, Path],
+    pg_dsn: str,
+    sink: smtp_sink.SmtpSink,
+) -> None:
+    ns = operator.namespace
+    create_run(kube, ns, "s", ticket_spec(sink))
+    wait_phase(kube, ns, "s", "WaitingApproval", 240, operator)
+
+    def fork(who: str, *args: str) -> subprocess.CompletedProcess[str]:
+        return kubectl(people[who], "agentrun", "fork", "s", "-n", ns, *args)
+
+    cases = [
+        (
+            ("--step", "nosuch", "--as", "f1"),
+            "run s has no checkpoint after a step 'nosuch' (steps it completed:",
+        ),
+        (("--checkpoint", "1f0-nope", "--as", "f2"), "'1f0-nope' is not a checkpoint of run s"),
+        (("--step", "draft", "--as", "f3", "--set", "nosuch.x=1"), "cannot set 'nosuch': not in the state"),
+    ]
+    for args, message in cases:
+        refused = fork("dev", *args)
+        assert refused.returncode == 1 and message in refused.stderr, (args, refused.stderr)
+        assert "was deleted: nothing ran" in refused.stderr
+    bad_path = fork("dev", "--step", "draft", "--as", "f4", "--set", "draft..body=x")
+    assert bad_path.returncode == 1 and "a state path is identifiers joined by dots" in bad_path.stderr
+    bad_json = fork("dev", "--step", "draft", "--as", "f5", "--set-json", "draft={nope")
+    assert bad_json.returncode == 1 and "the value is not JSON" in bad_json.stderr
+    # Through the API server directly: not the fork verb, the same rules.
+    body = {
+        "apiVersion": "agentrun.dev/v1alpha1",
+        "kind": "AgentRun",
+        "metadata": {"name": "f6", "namespace": ns},
+        "spec": {"graph": GRAPH, "forkOf": {"run": "s", "step": "draft"}},
+    }
+    proc = subprocess.run(
+        ["kubectl", "create", "-f", "-"], input=json.dumps(body), capture_output=True, text=True, timeout=60,
+        env={**os.environ, "KUBECONFIG": str(people["blind"])},
+    )  # fmt: skip
+    assert proc.returncode != 0 and "may not fork AgentRun" in proc.stderr and '"get"' in proc.stderr, (
+        proc.stderr
+    )
+    both = dict(body, spec={"graph": GRAPH, "forkOf": {"run": "s", "step": "draft", "checkpoint": "x"}})
+    proc = subprocess.run(
+        ["kubectl", "create", "-f", "-"], input=json.dumps(both), capture_output=True, text=True, timeout=60,
+        env={**os.environ, "KUBECONFIG": str(people["dev"])},
+    )  # fmt: skip
+    assert proc.returncode != 0 and "exactly one of checkpoint" in proc.stderr, proc.stderr
+    listed: dict[str, Any] = kubernetes.client.CustomObjectsApi(kube).list_namespaced_custom_object(
+        "agentrun.dev", "v1alpha1", ns, "agentruns"
+    )
+    names = {r["metadata"]["name"] for r in listed["items"]}
+    assert names == {"s"}  # every refused fork is gone
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        assert [r.name for r in store.list_runs(conn)] == ["s"]  # nothing admitted, nothing copied
+
+
+def test_fork_at_a_checkpoint_id_with_a_json_edit(
+    kube: kubernetes.client.ApiClient,
+    operator: OperatorHandle,
+    people: dict[str, Path],
+    pg_dsn: str,
+    sink: smtp_sink.SmtpSink,
+) -> None:
+    """``--checkpoint`` (an id read from ``agentrun trace -o json``) and ``--set-json``: a whole new draft."""
+    ns = operator.namespace
+    create_run(kube, ns, "src", ticket_spec(sink))
+    wait_phase(kube, ns, "src", "WaitingApproval", 240, operator)
+    traced = kubectl(people["dev"], "agentrun", "trace", "src", "-n", ns, "-o", "json", dsn=pg_dsn)
+    assert traced.returncode == 0, traced.stderr
+    [checkpoint] = [
+        s["checkpointId"] for s in json.loads(traced.stdout)["steps"] if s["step"].startswith("draft")
+    ]
+    draft = {"to": "ada@example.com", "subject": "Re: T-7", "body": EDITED}
+    forked = kubectl(
+        people["dev"], "agentrun", "fork", "src", "--checkpoint", checkpoint, "--as", "c1", "-n", ns,
+        "--set-json", f"draft={json.dumps(draft)}",
+    )  # fmt: skip
+    assert forked.returncode == 0, (forked.stderr, operator.logs()[-6000:])
+    assert f"agentrun/c1 forked from src ({checkpoint}) with edits draft" in forked.stdout
+    wait_phase(kube, ns, "c1", "WaitingApproval", 240, operator)
+    prompt = run_status(kube, ns, "c1")["pendingApproval"]["prompt"]
+    assert (prompt["subject"], prompt["body"]) == ("Re: T-7", EDITED)
+    assert run_status(kube, ns, "c1")["forkOf"]["checkpointId"] == checkpoint
+    assert bodies(sink) == []  # neither run has sent anything: nothing was approved
+    # An edit that fits the admission check (draft is in the state) but not the state itself (draft.body is
+    # text, not a mapping): the fork's worker refuses it before writing anything, and says which path.
+    odd = kubectl(
+        people["dev"],
+        "agentrun",
+        "fork",
+        "src",
+        "--step",
+        "draft",
+        "--as",
+        "c2",
+        "-n",
+        ns,
+        "--set",
+        "draft.body.x=1",
+    )
+    assert odd.returncode == 0, odd.stderr
+    status = wait_phase(kube, ns, "c2", "Failed", 240, operator)
+    assert condition(status, "Failed")["reason"] == "ForkEditRefused", status
+    assert "draft.body.x: draft.body is a str, not a mapping" in status["message"], status["message"]

@@ -1,0 +1,88 @@
+"""Start throttling and Pod cleanup on the dev cluster, with real workers.
+
+More runs than ``AGENTRUN_MAX_WORKERS_PER_NAMESPACE`` applied at once: a sampler lists the namespace's worker
+Pods the whole time and never sees more than the limit alive (not Succeeded/Failed), while every run
+finishes — queued runs start when a slot frees (woken, not polled: the idle poll is set far beyond the test's
+timeouts). Then every finished Pod is deleted once ``AGENTRUN_FINISHED_POD_RETENTION_SECONDS`` has passed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import kubernetes
+from conftest import OperatorHandle, create_run, pods, run_status, wait_for, wait_phase
+
+STEPS = "tests.integration.test_operator_graphs:steps"
+LIMIT = 3
+RUNS = 8
+RETENTION = 5
+
+
+def _alive(api: kubernetes.client.ApiClient, ns: str) -> list[str]:
+    core = kubernetes.client.CoreV1Api(api)
+    found = core.list_namespaced_pod(ns, label_selector="agentrun.dev/run").items
+    return [p.metadata.name for p in found if p.status.phase not in ("Succeeded", "Failed")]
+
+
+def test_more_runs_than_the_limit_never_exceed_it_and_all_finish(
+    kube: kubernetes.client.ApiClient, operator: OperatorHandle, tmp_path: Path
+) -> None:
+    ns = operator.namespace
+    operator.restart(
+        hard=False,
+        extra_env={
+            "AGENTRUN_MAX_WORKERS_PER_NAMESPACE": str(LIMIT),
+            "AGENTRUN_FINISHED_POD_RETENTION_SECONDS": str(RETENTION),
+            # Queued runs look again only at the idle poll unless a freed slot wakes them: this long a poll
+            # makes the test fail if the wake-up does not work.
+            "AGENTRUN_IDLE_POLL_SECONDS": "600",
+        },
+    )
+    operator.wait_leader(kube, timeout=30)
+    peak: list[list[str]] = [[]]
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            alive = _alive(kube, ns)
+            if len(alive) > len(peak[0]):
+                peak[0] = alive
+            time.sleep(0.1)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        for i in range(RUNS):
+            spec = {
+                "graph": STEPS,
+                "input": {"path": str(tmp_path / f"out-{i}"), "pause": {"prepare": 1.0}},
+                "retry": {"backoffSeconds": 0},
+            }
+            create_run(kube, ns, f"many-{i}", spec)
+        queued = wait_for(
+            lambda: any(
+                "queued" in (run_status(kube, ns, f"many-{i}").get("message") or "") for i in range(RUNS)
+            ),
+            60,
+            "a run waiting in the queue",
+            on_timeout=operator.logs,
+        )
+        assert queued
+        for i in range(RUNS):
+            wait_phase(kube, ns, f"many-{i}", "Succeeded", 300, operator)
+    finally:
+        stop.set()
+        sampler.join(5)
+    assert 0 < len(peak[0]) <= LIMIT, peak[0]
+    for i in range(RUNS):  # every effect performed once: nothing ran twice for the queue
+        assert len((tmp_path / f"out-{i}").read_text().splitlines()) == 1
+    # Finished Pods are cleaned up after the retention (the operator looks again when it is due).
+    wait_for(
+        lambda: all(not pods(kube, ns, f"many-{i}") for i in range(RUNS)),
+        RETENTION + 60,
+        "finished worker Pods deleted after the retention",
+        on_timeout=operator.logs,
+    )

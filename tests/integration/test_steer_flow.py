@@ -1,0 +1,268 @@
+"""Steering runs on the dev cluster, as users would: ``kubectl wait``, ``kubectl agentrun retry | resolve |
+cancel`` and ``agentrun wait`` with real identities (client certificates), the real admission policies, the
+operator and real worker Pods. Effects are counted in the effect file the graphs append to (one line per
+performed call), never inferred from our own tables."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import psycopg
+import pytest
+from conftest import OperatorHandle, bind, condition, create_run, get_run, run_status, wait_for, wait_phase
+
+from agent_worker import store
+
+STEPS = "tests.integration.test_operator_graphs:steps"
+FLAKY = "tests.integration.steer_graphs:flaky"
+VENV_BIN = Path(sys.executable).parent
+
+
+def as_user(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``kubectl ARGS`` as that identity; ``kubectl agentrun`` finds the project's plugin on PATH."""
+    env = {
+        **os.environ,
+        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "KUBECONFIG": str(kubeconfig),
+    }
+    return subprocess.run(["kubectl", *args], capture_output=True, text=True, timeout=120, env=env)
+
+
+def agentrun(
+    kubeconfig: Path, *args: str, timeout: float = 300, dsn: str = ""
+) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "AGENTRUN_DSN": dsn}
+    return subprocess.run(
+        [str(VENV_BIN / "agentrun"), *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
+
+
+@pytest.fixture
+def people(
+    kube: kubernetes.client.ApiClient, namespace: str, identity: Callable[..., Path]
+) -> dict[str, Path]:
+    """oncall may retry and resolve; mallory may edit AgentRuns (patch too) but neither retry nor resolve."""
+    for role in ("agentrun-retrier", "agentrun-resolver"):
+        bind(kube, namespace, "oncall", role)
+    bind(kube, namespace, "mallory", "agentrun-editor")
+    return {"oncall": identity("oncall", ["sre"]), "mallory": identity("mallory", ["devs"])}
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def spec(graph: str, **input_: Any) -> dict[str, Any]:
+    return {"graph": graph, "input": input_, "lease": {"durationSeconds": 8}, "retry": {"backoffSeconds": 0}}
+
+
+def pending_key(dsn: str, uid: str) -> str:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        (row,) = [e for e in store.list_effects(conn, uid) if e.status == "pending"]
+    return row.idempotency_key
+
+
+def test_finished_condition_and_wait_exit_codes(
+    kube: kubernetes.client.ApiClient, operator: OperatorHandle, admin_kubeconfig: Path, tmp_path: Path
+) -> None:
+    ns = operator.namespace
+    create_run(kube, ns, "ok", spec(STEPS, path=str(tmp_path / "ok.txt")))
+    create_run(
+        kube,
+        ns,
+        "bug",
+        spec(FLAKY, path=str(tmp_path / "bug.txt"), flag=str(tmp_path / "no"), fail_with="bug"),
+    )
+    create_run(kube, ns, "stop", spec(STEPS, path=str(tmp_path / "stop.txt"), pause={"prepare": 120}))
+    wait_phase(kube, ns, "stop", "Running", 120, operator)
+    timed_out = agentrun(admin_kubeconfig, "wait", "stop", "-n", ns, "--timeout", "1")
+    assert timed_out.returncode == 4 and "timed out after 1s; still Running" in timed_out.stderr
+    cancel = as_user(admin_kubeconfig, "agentrun", "cancel", "stop", "-n", ns)
+    assert cancel.returncode == 0, cancel.stderr
+    for name in ("ok", "bug", "stop"):
+        waited = as_user(
+            admin_kubeconfig, "wait", "-n", ns, "--for=condition=Finished", f"ar/{name}", "--timeout=180s"
+        )
+        assert waited.returncode == 0, (name, waited.stderr, operator.logs()[-4000:])
+    expected = {"ok": (0, "Succeeded"), "bug": (1, "Failed (GraphFailed)"), "stop": (3, "Cancelled")}
+    for name, (code, text) in expected.items():
+        proc = agentrun(admin_kubeconfig, "wait", name, "-n", ns, "--timeout", "60")
+        assert proc.returncode == code, (name, proc.stdout, proc.stderr)
+        assert f"agentrun/{name} {text}" in proc.stdout + proc.stderr
+        assert condition(run_status(kube, ns, name), "Finished")["reason"] == text.split()[0]
+    assert "bug in node check" in agentrun(admin_kubeconfig, "wait", "bug", "-n", ns).stderr
+
+
+def test_retry_after_fixing_the_graph_does_not_repeat_the_sent_effect(
+    kube: kubernetes.client.ApiClient,
+    operator: OperatorHandle,
+    people: dict[str, Path],
+    admin_kubeconfig: Path,
+    pg_dsn: str,
+    tmp_path: Path,
+) -> None:
+    ns, out, flag = operator.namespace, tmp_path / "effects.txt", tmp_path / "fixed"
+    uid = create_run(kube, ns, "fix", spec(FLAKY, path=str(out), flag=str(flag), fail_with="bug"))[
+        "metadata"
+    ]["uid"]
+    status = wait_phase(kube, ns, "fix", "Failed", 120, operator)
+    assert condition(status, "Failed")["reason"] == "GraphFailed" and len(lines(out)) == 1
+    refused = as_user(people["mallory"], "agentrun", "retry", "fix", "-n", ns)
+    assert refused.returncode != 0 and "may not retry AgentRun" in refused.stderr, refused.stderr
+    forged = as_user(
+        people["mallory"],
+        "patch",
+        "ar",
+        "fix",
+        "-n",
+        ns,
+        "--type=merge",
+        "-p",
+        '{"spec": {"retryGeneration": 1}}',
+    )
+    assert forged.returncode != 0 and 'the RBAC verb "retry"' in forged.stderr, forged.stderr
+    flag.touch()  # the fix: the node no longer raises
+    retried = as_user(people["oncall"], "agentrun", "retry", "fix", "-n", ns)
+    assert retried.returncode == 0, retried.stderr
+    assert "retry generation 1 requested" in retried.stdout
+    done = agentrun(admin_kubeconfig, "wait", "fix", "-n", ns, "--timeout", "180")
+    assert done.returncode == 0, (done.stderr, operator.logs()[-6000:])
+    assert len(lines(out)) == 1  # the first effect was not repeated
+    status = run_status(kube, ns, "fix")
+    assert status["phase"] == "Succeeded" and status["attemptReason"] == "retry"
+    assert status["retryGeneration"] == 1 and status["reopened"] == 1
+    (entry,) = status["interventions"]
+    assert (entry["kind"], entry["by"], entry["generation"]) == ("retry", "oncall", 1) and entry["at"]
+    assert get_run(kube, ns, "fix")["metadata"]["annotations"]["agentrun.dev/retried-by"] == "oncall"
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        attempts = store.list_attempts(conn, uid)
+    assert [a.start_reason for a in attempts][-1] == "retry"
+    trace = agentrun(admin_kubeconfig, "trace", "fix", "-n", ns, timeout=60, dsn=pg_dsn)
+    assert "retry" in trace.stdout and "oncall" in trace.stdout, trace.stdout + trace.stderr
+    again = as_user(people["oncall"], "agentrun", "retry", "fix", "-n", ns)
+    assert again.returncode != 0 and "is Succeeded" in again.stderr
+
+
+def test_cancelled_run_with_a_pending_effect_retried_then_resolved_not_sent(
+    kube: kubernetes.client.ApiClient,
+    operator: OperatorHandle,
+    people: dict[str, Path],
+    admin_kubeconfig: Path,
+    pg_dsn: str,
+    tmp_path: Path,
+) -> None:
+    ns, out = operator.namespace, tmp_path / "effects.txt"
+    body = spec(STEPS, path=str(out))
+    body["retry"] = {"backoffSeconds": 120, "maxBackoffSeconds": 120}  # attempt 2 would wait: we cancel first
+    body["worker"] = {"env": [{"name": "AGENTRUN_FAULT_POINTS_ATTEMPT_1", "value": "after_reserve"}]}
+    uid = create_run(kube, ns, "c", body)["metadata"]["uid"]
+    wait_for(
+        lambda: run_status(kube, ns, "c").get("nextAttemptAt"),
+        120,
+        "attempt 1 killed after reserve",
+        on_timeout=operator.logs,
+    )
+    assert as_user(admin_kubeconfig, "agentrun", "cancel", "c", "-n", ns).returncode == 0
+    status = wait_phase(kube, ns, "c", "Cancelled", 120, operator)
+    assert "1 effect(s) left pending" in status["message"] and status["effects"]["pending"] == 1
+    assert lines(out) == []  # reserved, never performed
+    # Retried: the pending row of the killed attempt is reconciled, not guessed: this tool has no lookup
+    # hook and its provider does not dedupe, so a human must say.
+    assert as_user(people["oncall"], "agentrun", "retry", "c", "-n", ns).returncode == 0
+    status = wait_for(
+        lambda: (s := run_status(kube, ns, "c")) and s.get("reopened") == 1 and s["phase"] == "Failed" and s,
+        180,
+        "the retried run to stop for a human",
+        on_timeout=operator.logs,
+    )
+    assert condition(status, "Failed")["reason"] == "NeedsHuman" and lines(out) == []
+    key = pending_key(pg_dsn, uid)
+    refused = as_user(people["mallory"], "agentrun", "resolve", "c", key, "--not-sent", "-n", ns)
+    assert refused.returncode != 0 and "may not resolve effects" in refused.stderr, refused.stderr
+    resolved = as_user(people["oncall"], "agentrun", "resolve", "c", key, "--not-sent", "-n", ns)
+    assert resolved.returncode == 0, resolved.stderr
+    done = agentrun(admin_kubeconfig, "wait", "c", "-n", ns, "--timeout", "180")
+    assert done.returncode == 0, (done.stderr, operator.logs()[-6000:])
+    assert len(lines(out)) == 1 and lines(out)[0].startswith(key)  # performed exactly once, under its key
+    kinds = [(i["kind"], i["by"]) for i in run_status(kube, ns, "c")["interventions"]]
+    assert kinds == [("retry", "oncall"), ("resolve_not_sent", "oncall")]
+
+
+def test_needs_human_retried_then_resolved_sent(
+    kube: kubernetes.client.ApiClient,
+    operator: OperatorHandle,
+    people: dict[str, Path],
+    admin_kubeconfig: Path,
+    pg_dsn: str,
+    tmp_path: Path,
+) -> None:
+    ns, out = operator.namespace, tmp_path / "effects.txt"
+    body = spec(STEPS, path=str(out))
+    body["worker"] = {"env": [{"name": "AGENTRUN_FAULT_POINTS_ATTEMPT_1", "value": "after_call"}]}
+    uid = create_run(kube, ns, "s", body)["metadata"]["uid"]
+    status = wait_phase(kube, ns, "s", "Failed", 180, operator)
+    assert condition(status, "Failed")["reason"] == "NeedsHuman" and len(lines(out)) == 1
+    # A retry alone does not guess either: the run stops for the human again, nothing is called.
+    assert as_user(people["oncall"], "agentrun", "retry", "s", "-n", ns).returncode == 0
+    wait_for(
+        lambda: (s := run_status(kube, ns, "s")) and s.get("reopened") == 1 and s["phase"] == "Failed",
+        180,
+        "the retried run to stop for a human again",
+        on_timeout=operator.logs,
+    )
+    key = pending_key(pg_dsn, uid)
+    bad = as_user(people["oncall"], "agentrun", "resolve", "s", key, "--sent", "--result", "{nope", "-n", ns)
+    assert bad.returncode != 0 and "--result is not JSON" in bad.stderr
+    result = '{"path": "recorded-by-a-human", "line": "hello"}'
+    ok = as_user(people["oncall"], "agentrun", "resolve", "s", key, "--sent", "--result", result, "-n", ns)
+    assert ok.returncode == 0, ok.stderr
+    done = agentrun(admin_kubeconfig, "wait", "s", "-n", ns, "--timeout", "180")
+    assert done.returncode == 0, (done.stderr, operator.logs()[-6000:])
+    assert len(lines(out)) == 1  # the effect happened once, before the crash; never again
+    status = run_status(kube, ns, "s")
+    assert status["result"]["written"] == {"path": "recorded-by-a-human", "line": "hello"}
+    assert [(i["kind"], i["by"]) for i in status["interventions"]] == [
+        ("retry", "oncall"),
+        ("resolve_sent", "oncall"),
+    ]
+    annotations = get_run(kube, ns, "s")["metadata"].get("annotations", {})
+    assert "agentrun.dev/resolve" not in annotations  # consumed
+
+
+def test_admission_rules_of_retry_and_resolve(
+    kube: kubernetes.client.ApiClient, namespace: str, admin_kubeconfig: Path, people: dict[str, Path]
+) -> None:
+    """API server only (no operator): the CRD's CEL and the steering policies, with their messages."""
+    create_run(kube, namespace, "adm", spec(STEPS, path="/nonexistent"))
+    ns = ["-n", namespace]
+
+    def patch(who: Path, body: str) -> subprocess.CompletedProcess[str]:
+        return as_user(who, "patch", "ar", "adm", *ns, "--type=merge", "-p", body)
+
+    early = patch(admin_kubeconfig, '{"spec": {"retryGeneration": 1}}')
+    assert early.returncode != 0 and "only a Failed (including needs-human) or Cancelled run" in early.stderr
+    status = {"status": {"phase": "Cancelled", "conditions": []}}
+    kubernetes.client.CustomObjectsApi(kube).patch_namespaced_custom_object_status(
+        "agentrun.dev", "v1alpha1", namespace, "agentruns", "adm", status
+    )
+    both = patch(admin_kubeconfig, '{"spec": {"retryGeneration": 1, "cancel": true}}')
+    assert both.returncode != 0 and "set spec.cancel to false" in both.stderr, both.stderr
+    ok = patch(people["oncall"], '{"spec": {"retryGeneration": 2}}')
+    assert ok.returncode == 0, ok.stderr
+    assert get_run(kube, namespace, "adm")["metadata"]["annotations"]["agentrun.dev/retried-by"] == "oncall"
+    down = patch(admin_kubeconfig, '{"spec": {"retryGeneration": 1}}')
+    assert down.returncode != 0 and "can only increase" in down.stderr, down.stderr
+    forged = patch(people["oncall"], '{"metadata": {"annotations": {"agentrun.dev/retried-by": "someone"}}}')
+    assert forged.returncode != 0 and "cannot be forged" in forged.stderr, forged.stderr
+    bad = as_user(people["oncall"], "annotate", "ar", "adm", *ns, "agentrun.dev/resolve=ak-1=maybe")
+    assert bad.returncode != 0 and "<effect key>=sent or <effect key>=not-sent" in bad.stderr, bad.stderr
+    good = as_user(people["oncall"], "annotate", "ar", "adm", *ns, "agentrun.dev/resolve=ak-1=sent")
+    assert good.returncode == 0, good.stderr
+    annotations = get_run(kube, namespace, "adm")["metadata"]["annotations"]
+    assert annotations["agentrun.dev/resolved-by"] == "oncall"

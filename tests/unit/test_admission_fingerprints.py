@@ -1,0 +1,71 @@
+"""The operator's admission check knows the shipped policies: its fingerprints are the manifests', and an
+edited, weakened or narrowed object is reported (then decisions are refused, as if it were missing)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from agent_operator import admission, kube
+
+ADMISSION_DIR = Path(__file__).resolve().parents[2] / "deploy" / "admission"
+PLURAL = {
+    "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
+    "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
+    "MutatingAdmissionPolicy": "mutatingadmissionpolicies",
+    "MutatingAdmissionPolicyBinding": "mutatingadmissionpolicybindings",
+}
+
+
+def _shipped() -> dict[tuple[str, str], dict[str, Any]]:
+    found = {}
+    for path in sorted(ADMISSION_DIR.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and doc.get("kind") in PLURAL:
+                found[(PLURAL[doc["kind"]], doc["metadata"]["name"])] = doc
+    return found
+
+
+def test_fingerprints_are_the_shipped_manifests() -> None:
+    shipped = _shipped()
+    for key in kube.ADMISSION_OBJECTS:
+        assert key in shipped, key
+        digest = admission.fingerprint(shipped[key]["spec"])
+        assert admission.problem(*key, shipped[key]) is None, (key, digest)
+
+
+def test_weakened_objects_are_reported() -> None:
+    shipped = _shipped()
+    vap = ("validatingadmissionpolicies", "agentrun-approvals")
+    binding = ("validatingadmissionpolicybindings", "agentrun-approvals")
+    mbinding = ("mutatingadmissionpolicybindings", "agentrun-stamp-decided-by")
+
+    edited = copy.deepcopy(shipped[vap])
+    edited["spec"]["validations"] = edited["spec"]["validations"][1:]  # a check removed
+    assert admission.problem(*vap, edited) == "its CEL differs from the shipped policy (deploy/admission)"
+    ignored = copy.deepcopy(shipped[vap])
+    ignored["spec"]["failurePolicy"] = "Ignore"
+    assert "failurePolicy Ignore" in (admission.problem(*vap, ignored) or "")
+    reworded = copy.deepcopy(shipped[vap])
+    reworded["spec"]["validations"][0]["message"] = "other words"
+    assert admission.problem(*vap, reworded) is None
+
+    audit = copy.deepcopy(shipped[binding])
+    audit["spec"]["validationActions"] = ["Audit"]
+    assert admission.problem(*binding, audit) == "validationActions without Deny"
+    narrowed = copy.deepcopy(shipped[mbinding])
+    narrowed["spec"]["matchResources"] = {"namespaceSelector": {"matchLabels": {"x": "y"}}}
+    assert admission.problem(*mbinding, narrowed) == "matchResources narrows what it applies to"
+    everything = copy.deepcopy(shipped[mbinding])
+    everything["spec"]["matchResources"] = {
+        "namespaceSelector": {},
+        "objectSelector": {},
+        "matchPolicy": "Equivalent",
+    }
+    assert admission.problem(*mbinding, everything) is None
+    other = copy.deepcopy(shipped[mbinding])
+    other["spec"]["policyName"] = "agentrun-stamp-created-by"
+    assert "binds 'agentrun-stamp-created-by'" in (admission.problem(*mbinding, other) or "")

@@ -1,0 +1,345 @@
+"""The pure side of steering: Finished, retry (spec.retryGeneration), resolve (annotation), reopening, and the
+CLI's requests (wait's verdict, retry's patch, resolve's annotations)."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from typing import Any
+
+import pytest
+
+from agent_operator import actions, model, phases, reconcile, steering
+from agentrun import cluster, steer_cli
+
+NOW = datetime.datetime(2026, 1, 1, 12, 0, 0, tzinfo=datetime.UTC)
+
+
+def world(
+    *,
+    db: model.DbRun | None,
+    status: dict[str, Any] | None = None,
+    spec: dict[str, Any] | None = None,
+    annotations: dict[str, str] | None = None,
+    pods: list[model.PodInfo] = (),  # type: ignore[assignment]
+    interventions: tuple[model.Intervention, ...] = (),
+    effects: dict[str, int] | None = None,
+) -> model.World:
+    return model.World(
+        run=model.RunRef(
+            namespace="ns",
+            name="r",
+            uid="u",
+            generation=3,
+            annotations=annotations or {},
+            finalizers=(model.FINALIZER,),
+        ),
+        spec=model.RunSpec.from_body({"graph": "pkg.mod:graph", **(spec or {})}),
+        status=status or {},
+        now=NOW,
+        db=db,
+        pods={p.attempt: p for p in pods},
+        interventions=interventions,
+        effects=effects or {},
+    )
+
+
+def conds(status: dict[str, Any] | None) -> dict[str, tuple[str, str]]:
+    assert status is not None
+    return {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+
+
+FAILED = {
+    "phase": "Failed",
+    "attempts": 1,
+    "conditions": [{"type": "Failed", "status": "True", "reason": "GraphFailed"}],
+}
+DONE_POD = model.PodInfo(name="r-1", attempt=1, phase="Failed", exit_code=1)
+
+
+@pytest.mark.parametrize(
+    ("db", "phase", "reason"),
+    [
+        ("succeeded", "Succeeded", "Succeeded"),
+        ("failed", "Failed", "Failed"),
+        ("cancelled", "Cancelled", "Cancelled"),
+        ("needs_human", "Failed", "Failed"),
+    ],
+)
+def test_finished_is_true_for_every_outcome_with_the_outcome_as_reason(
+    db: str, phase: str, reason: str
+) -> None:
+    plan = reconcile.decide(world(db=model.DbRun(status=db), status={"attempts": 1}, pods=[DONE_POD]))
+    assert plan.status is not None and plan.status["phase"] == phase
+    assert conds(plan.status)["Finished"] == ("True", reason)
+
+
+def test_finished_is_false_while_running() -> None:
+    running = model.PodInfo(name="r-1", attempt=1, phase="Running")
+    plan = reconcile.decide(world(db=model.DbRun(status="running"), status={"attempts": 1}, pods=[running]))
+    assert conds(plan.status)["Finished"] == ("False", "NotFinished")
+
+
+def test_retry_of_a_failed_run_reopens_it_once_and_leaves_status_alone() -> None:
+    w = world(
+        db=model.DbRun(status="failed"),
+        status=FAILED,
+        pods=[DONE_POD],
+        spec={"retryGeneration": 1},
+        annotations={model.ANN_RETRIED_BY: "oncall"},
+    )
+    plan = reconcile.decide(w)
+    assert [a for a in plan.actions if isinstance(a, actions.ReopenRun)] == [actions.ReopenRun(1, "oncall")]
+    assert plan.status is None and plan.requeue_after == 0  # no stale Finished for the new generation
+
+
+def test_retry_waits_while_the_run_runs_and_needs_the_stamp() -> None:
+    running = model.PodInfo(name="r-1", attempt=1, phase="Running")
+    w = world(
+        db=model.DbRun(status="running"),
+        status={"attempts": 1},
+        pods=[running],
+        spec={"retryGeneration": 1},
+        annotations={model.ANN_RETRIED_BY: "oncall"},
+    )
+    assert not any(isinstance(a, actions.ReopenRun) for a in reconcile.decide(w).actions)
+    unstamped = world(
+        db=model.DbRun(status="failed"), status=FAILED, pods=[DONE_POD], spec={"retryGeneration": 1}
+    )
+    plan = reconcile.decide(unstamped)
+    assert not any(isinstance(a, actions.ReopenRun) for a in plan.actions)
+    assert [e.reason for e in plan.events] == ["RetryRefused"]
+    assert plan.status is not None and plan.status["observedRetryGeneration"] == 1
+    again = world(
+        db=model.DbRun(status="failed"), status=plan.status, pods=[DONE_POD], spec={"retryGeneration": 1}
+    )
+    assert [e.reason for e in reconcile.decide(again).events] == []  # told once
+
+
+def test_retry_of_a_succeeded_run_is_refused() -> None:
+    w = world(
+        db=model.DbRun(status="succeeded"),
+        status={"attempts": 1},
+        pods=[DONE_POD],
+        spec={"retryGeneration": 2},
+        annotations={model.ANN_RETRIED_BY: "oncall"},
+    )
+    plan = reconcile.decide(w)
+    assert not any(isinstance(a, actions.ReopenRun) for a in plan.actions)
+    assert "RetryRefused" in [e.reason for e in plan.events]
+
+
+def test_reopened_run_starts_the_next_attempt_with_a_fresh_budget() -> None:
+    retried = model.Intervention(kind="retry", by="oncall", at=NOW, generation=1)
+    status = {**FAILED, "restarts": 4, "completionTime": "2026-01-01T11:00:00Z"}
+    w = world(
+        db=model.DbRun(status="admitted", reopened=1, retry_generation=1, interventions=1),
+        status=status,
+        pods=[DONE_POD],
+        spec={"retryGeneration": 1},
+        interventions=(retried,),
+    )
+    plan = reconcile.decide(w)
+    assert actions.CreatePod(2, "retry", image="agentrun:dev") in plan.actions
+    assert plan.status is not None
+    assert (
+        plan.status["phase"] == "Running"
+        and plan.status["restarts"] == 0
+        and "completionTime" not in plan.status
+    )
+    assert plan.status["reopened"] == 1 and plan.status["retryGeneration"] == 1
+    assert plan.status["interventions"] == [
+        {"kind": "retry", "by": "oncall", "at": "2026-01-01T12:00:00Z", "generation": 1}
+    ]
+    assert conds(plan.status)["Finished"] == ("False", "NotFinished")
+    assert "Reopened" in [e.reason for e in plan.events]
+
+
+def test_reopened_run_waits_for_the_stopped_attempts_worker() -> None:
+    exiting = model.PodInfo(name="r-1", attempt=1, phase="Running")
+    resolved = model.Intervention(kind="resolve_not_sent", by="oncall", effect_key="ak-1")
+    w = world(
+        db=model.DbRun(status="admitted", reopened=1, interventions=1),
+        status=FAILED,
+        pods=[exiting],
+        interventions=(resolved,),
+    )
+    plan = reconcile.decide(w)
+    assert not any(isinstance(a, actions.CreatePod) for a in plan.actions)
+    assert plan.status is not None and plan.status["lastAttemptEnd"]["reason"] == "resolved"
+    later = world(
+        db=model.DbRun(status="admitted", reopened=1, interventions=1),
+        status=plan.status,
+        pods=[DONE_POD],
+        interventions=(resolved,),
+    )
+    assert actions.CreatePod(2, "resolved", image="agentrun:dev") in reconcile.decide(later).actions
+
+
+def test_cancelled_run_surfaces_its_pending_effects() -> None:
+    plan = reconcile.decide(
+        world(
+            db=model.DbRun(status="cancelled"),
+            status={"attempts": 1},
+            pods=[DONE_POD],
+            effects={"pending": 1, "sent": 0},
+        )
+    )
+    assert plan.status is not None and "1 effect(s) left pending" in plan.status["message"]
+
+
+def test_the_first_cancelled_status_already_surfaces_pending_effects() -> None:
+    """The operator decides Cancelled itself once the worker is gone (Postgres says so a reconcile later):
+    a reader who sees the final phase must see the pending effects in that same status."""
+    plan = reconcile.decide(
+        world(
+            db=model.DbRun(status="admitted"),
+            status={"attempts": 1, "phase": "Pending"},
+            spec={"cancel": True},
+            pods=[DONE_POD],
+            effects={"pending": 1},
+        )
+    )
+    assert actions.CancelRun("cancelled (spec.cancel)") in plan.actions
+    assert plan.status is not None and plan.status["phase"] == "Cancelled"
+    assert "1 effect(s) left pending" in plan.status["message"]
+
+
+def test_an_operator_decided_outcome_notes_its_pending_effects_once_with_todays_count() -> None:
+    note = "effect(s) left pending"
+    decided = {"attempts": 1, "phase": "Failed", "reason": phases.ATTEMPTS_EXHAUSTED, "message": "gave up"}
+    first = reconcile.decide(
+        world(db=model.DbRun(status="admitted"), status=decided, pods=[DONE_POD], effects={"pending": 2})
+    )
+    assert first.status is not None and first.status["message"].count(note) == 1
+    assert "2 effect(s)" in first.status["message"]
+    again = reconcile.decide(
+        world(db=model.DbRun(status="admitted"), status=first.status, pods=[DONE_POD], effects={"pending": 1})
+    )
+    assert again.status is not None and again.status["message"].count(note) == 1
+    assert again.status["message"].startswith("gave up; 1 effect(s)")
+    settled = reconcile.decide(
+        world(
+            db=model.DbRun(status="admitted"),
+            status=again.status,
+            pods=[DONE_POD],
+            effects={"pending": 0, "sent": 2},
+        )
+    )
+    assert settled.status is not None and settled.status["message"] == "gave up"
+
+
+@pytest.mark.parametrize(
+    ("annotations", "refusal"),
+    [
+        ({model.ANN_RESOLVE: "ak-1=maybe", model.ANN_RESOLVED_BY: "x"}, "must be <effect key>=sent"),
+        ({model.ANN_RESOLVE: "ak-1=sent"}, "carries no agentrun.dev/resolved-by stamp"),
+        (
+            {model.ANN_RESOLVE: "ak-1=sent", model.ANN_RESOLVED_BY: "x", model.ANN_RESOLVE_RESULT: "{"},
+            "not JSON",
+        ),
+        (
+            {model.ANN_RESOLVE: "ak-1=not-sent", model.ANN_RESOLVED_BY: "x", model.ANN_RESOLVE_RESULT: "1"},
+            "only",
+        ),
+    ],
+)
+def test_resolve_refusals(annotations: dict[str, str], refusal: str) -> None:
+    request, why = steering.parse_resolve(annotations)
+    assert request is None and why is not None and refusal in why
+
+
+def test_resolve_plans_the_effect_and_removes_the_annotations() -> None:
+    ann = {
+        model.ANN_RESOLVE: "ak-1=sent",
+        model.ANN_RESOLVED_BY: "oncall",
+        model.ANN_RESOLVE_RESULT: '{"id": 7}',
+    }
+    plan = reconcile.decide(
+        world(db=model.DbRun(status="needs_human"), status=FAILED, pods=[DONE_POD], annotations=ann)
+    )
+    assert actions.ResolveEffect("ak-1", "sent", "oncall", {"id": 7}) in plan.actions
+    assert actions.RemoveResolveAnnotations() in plan.actions
+
+
+def test_desired_conditions_lists_finished_always() -> None:
+    assert "Finished" in phases.CORE_CONDITIONS
+    desired = phases.desired_conditions(
+        "Cancelled", "Cancelled", "x", admitted=True, escalated=False, read_only=False
+    )
+    assert desired["Finished"] == (True, "Cancelled", "x")
+
+
+# --- the CLI's pure parts ---------------------------------------------------------------------------------
+
+
+def _obj(phase: str, reason: str, *, generation: int = 1, observed: int = 1, **spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "r", "generation": generation},
+        "spec": spec,
+        "status": {
+            "phase": phase,
+            "conditions": [
+                {
+                    "type": "Finished",
+                    "status": "True" if phase in phases.FINAL_PHASES else "False",
+                    "reason": reason,
+                    "observedGeneration": observed,
+                },
+            ],
+        },
+    }
+
+
+def test_wait_verdicts_and_exit_codes() -> None:
+    assert steer_cli.finished(_obj("Running", "NotFinished")) is None
+    assert steer_cli.finished(_obj("Failed", "Failed", generation=2, observed=1)) is None  # retry just asked
+    assert steer_cli.finished(_obj("Failed", "Failed")) is not None
+    assert [steer_cli.wait_exit_code(r) for r in ("Succeeded", "Failed", "Cancelled")] == [0, 1, 3]
+
+
+def test_retry_patch() -> None:
+    assert steer_cli.retry_patch(_obj("Failed", "Failed", retryGeneration=2)) == {
+        "spec": {"retryGeneration": 3}
+    }
+    assert steer_cli.retry_patch(_obj("Cancelled", "Cancelled", cancel=True)) == {
+        "spec": {"retryGeneration": 1, "cancel": False}
+    }
+    with pytest.raises(cluster.CliError, match="is Running: only a Failed"):
+        steer_cli.retry_patch(_obj("Running", "NotFinished"))
+
+
+def test_resolve_annotations() -> None:
+    assert steer_cli.resolve_annotations("ak-12", True, '{"b": 1, "a": 2}') == {
+        steer_cli.ANN_RESOLVE: "ak-12=sent",
+        steer_cli.ANN_RESOLVE_RESULT: '{"a":2,"b":1}',
+    }
+    assert steer_cli.resolve_annotations("ak-12", False, None)[steer_cli.ANN_RESOLVE] == "ak-12=not-sent"
+    with pytest.raises(cluster.CliError, match="not JSON"):
+        steer_cli.resolve_annotations("ak-12", True, "{")
+    with pytest.raises(cluster.CliError, match="goes with --sent"):
+        steer_cli.resolve_annotations("ak-12", False, "1")
+    with pytest.raises(cluster.CliError, match="not an effect key"):
+        steer_cli.resolve_annotations("AK 1", True, None)
+
+
+def test_a_retry_is_not_cancelled_again_by_the_expiry_that_stopped_the_run() -> None:
+    expired = model.Approval(
+        approval_id="a-1",
+        status="expired",
+        decided_at=NOW - datetime.timedelta(minutes=5),
+        deadline_action="cancel",
+    )
+    retried = model.Intervention(kind="retry", by="oncall", at=NOW, generation=1)
+    w = world(
+        db=model.DbRun(status="admitted", reopened=1, retry_generation=1, interventions=1),
+        status={"phase": "Cancelled", "attempts": 1},
+        pods=[DONE_POD],
+        interventions=(retried,),
+    )
+    w = dataclasses.replace(w, approvals=(expired,))
+    plan = reconcile.decide(w)
+    assert not any(isinstance(a, actions.CancelRun) for a in plan.actions)
+    assert actions.CreatePod(2, "retry", image="agentrun:dev") in plan.actions
+    before = dataclasses.replace(w, interventions=())
+    assert steering.retried_since_expiry(before) is False
