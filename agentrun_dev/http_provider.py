@@ -69,6 +69,7 @@ class Store:
         self.honour_keys = True
         self.faults: list[Fault] = []
         self.late_accepted = 0  # "late" requests received so far (committed or still sleeping)
+        self.rejected: list[dict[str, Any]] = []  # 4xx answers to malformed requests: what was received
 
     def save(self) -> None:
         tmp = self.path.with_suffix(".tmp")
@@ -102,10 +103,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     # --- plumbing -------------------------------------------------------------------------------------
 
-    def _body(self) -> Any:
+    def _raw_body(self) -> bytes:
         length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        return json.loads(raw) if raw else None
+        return self.rfile.read(length) if length else b""
 
     def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
         data = json.dumps(payload, sort_keys=True).encode()
@@ -116,6 +116,23 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.send_header(name, value)
         self.end_headers()
         self.wfile.write(data)
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        # http.server's own refusals (bad request line, headers) and ours, kept for /stats: a test that sees
+        # a 4xx can then tell what actually reached the provider.
+        self._reject(code, message or "")
+        super().send_error(code, message, explain)
+
+    def _reject(self, code: int, reason: str, raw: bytes = b"") -> None:
+        entry = {
+            "code": code,
+            "reason": reason,
+            "requestline": getattr(self, "raw_requestline", b"")[:200].decode("latin-1"),
+            "headers": dict(self.headers.items()) if getattr(self, "headers", None) else {},
+            "body": raw[:200].decode("latin-1"),
+        }
+        with self.server.store.lock:
+            self.server.store.rejected.append(entry)
 
     def _drop(self) -> None:
         """Close the connection without a response: the client cannot know whether we performed."""
@@ -138,6 +155,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                         "requests": st["requests"],
                         "replays": st["replays"],
                         "late_accepted": store.late_accepted,
+                        "rejected": list(store.rejected),
                         "keys": len(per_key),
                         "effects_performed": per_key,
                     },
@@ -164,9 +182,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         store = self.server.store
+        raw = b""
         try:
-            body = self._body()
+            raw = self._raw_body()
+            body = json.loads(raw) if raw else None
         except ValueError:
+            self._reject(400, "body is not JSON", raw)
             self._send(400, {"error": "body is not JSON"})
             return
         if self.path == "/effects":

@@ -79,7 +79,10 @@ def _one_rep(worker: worker_harness.Worker, point: str, rep: int, durability: st
     run_id = f"{point.replace('_', '-')}-{durability}-{rep}-{uuid.uuid4().hex[:8]}"
     worker_harness.admit(worker.dsn, run_id, durability=durability, approval=approval)
     fault = f"{point}@{n}"
-    jitter = "1500" if point == "before_lease_renew" else str(rng.choice([0, 20, 80]))
+    jitter = str(rng.choice([0, 20, 80]))
+    # The keeper renews every duration/3 (1 s): a first step held 2.5 s guarantees a renewal inside the run,
+    # whatever the jitter drew (a short run could otherwise end, or park, before its first renewal).
+    hold = "2500" if point == "before_lease_renew" else "0"
     killed, processes, parked = 0, 0, 0
     pod = f"{run_id}-p0"
     for attempt in range(1, 10):
@@ -91,6 +94,7 @@ def _one_rep(worker: worker_harness.Worker, point: str, rep: int, durability: st
             attempt=attempt,
             faults=fault if not killed else "",
             AGENTRUN_TEST_JITTER_MS=jitter,
+            AGENTRUN_TEST_HOLD_MS=hold if not killed else "0",
         )
         processes += 1
         if proc.returncode == -9:

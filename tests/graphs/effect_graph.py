@@ -8,7 +8,8 @@ Env: AGENTRUN_TEST_HTTP_URL (agentrun_dev.http_provider),
 AGENTRUN_SMTP_HOST/PORT/API (agentrun_dev.smtp_sink),
 AGENTRUN_TEST_JITTER_MS (random sleep up to N ms inside each node, to shake timings),
 AGENTRUN_TEST_NODE_LOG (a file each node execution appends its name to: re-execution counting),
-AGENTRUN_TEST_BLOCK_FILE (the first node waits while this file exists).
+AGENTRUN_TEST_BLOCK_FILE (the first node waits while this file exists),
+AGENTRUN_TEST_HOLD_MS (the first node takes at least N ms: a run long enough for a Lease renewal).
 Input: {"approval": bool, "fail": bool, "extra_effects": int}.
 """
 
@@ -106,6 +107,7 @@ def send_email(call: effects.Call, *, to: str, subject: str, body: str = "hello"
 def prepare(state: State) -> State:
     _log("prepare")
     _jitter()
+    time.sleep(int(os.environ.get("AGENTRUN_TEST_HOLD_MS", "0") or 0) / 1000)
     block = os.environ.get("AGENTRUN_TEST_BLOCK_FILE")
     while block and os.path.exists(block):  # tests hold the run inside a step while the file exists
         time.sleep(0.05)

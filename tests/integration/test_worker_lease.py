@@ -48,7 +48,8 @@ def test_frozen_zombie_is_fenced_and_never_calls_the_provider(
     try:
         block.unlink()
         proc = worker.run("r", pod="pod-b", attempt=2, AGENTRUN_TEST_NODE_LOG=str(log))  # waits for expiry
-        assert proc.returncode == 0, proc.stderr[-3000:]
+        # On failure, also what the provider received (a 4xx here once went unexplained).
+        assert proc.returncode == 0, (proc.stderr[-3000:], http_provider.stats(providers.http_url))
     finally:
         zombie.send_signal(signal.SIGCONT)
     _, err = zombie.communicate(timeout=60)
