@@ -16,20 +16,19 @@ import os
 import random
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 
 from agent_worker import store
-from agentrun_dev import http_provider, smtp_sink
+from agentrun_dev import http_provider
 from tests.chaos import worker_harness
 
 pytestmark = [pytest.mark.chaos, pytest.mark.cluster, pytest.mark.postgres, pytest.mark.slow]
 
 REPS = int(os.environ.get("AGENTRUN_CHAOS_REPS", "20"))
-CONCURRENCY = int(os.environ.get("AGENTRUN_CHAOS_CONCURRENCY", "4"))
+CONCURRENCY = worker_harness.CONCURRENCY
 GRAPH = "tests.graphs.subgraph_graph:builder"
 N = 3
 # point -> possible hit numbers in the killed process (4·N effects; about 2·N + 4 checkpoints)
@@ -42,20 +41,6 @@ PLAN: dict[str, tuple[int, ...]] = {
     # of the 2·N subgraph executions (__start__, pay); none mid-run under exit, so that mode is not drawn
     "after_task_writes": tuple(range(1, 7 * N + 4)),
 }
-
-
-@pytest.fixture(scope="module")
-def zygotes() -> Iterator[worker_harness.ZygotePool]:
-    pool = worker_harness.ZygotePool(CONCURRENCY)
-    yield pool
-    pool.close()
-
-
-@pytest.fixture(scope="module")
-def providers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[worker_harness.Providers]:
-    base = tmp_path_factory.mktemp("providers")
-    with http_provider.HttpProvider(base / "http") as hp, smtp_sink.SmtpSink(base / "smtp") as sink:
-        yield worker_harness.Providers(hp.url, sink.host, sink.port, sink.api_url)
 
 
 def _one_rep(worker: worker_harness.Worker, point: str, rep: int) -> dict[str, object]:

@@ -20,20 +20,19 @@ import os
 import random
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 
 from agent_worker import faults, store
-from agentrun_dev import http_provider, smtp_sink
+from agentrun_dev import http_provider
 from tests.chaos import worker_harness
 
 pytestmark = [pytest.mark.chaos, pytest.mark.cluster, pytest.mark.postgres, pytest.mark.slow]
 
 REPS = int(os.environ.get("AGENTRUN_CHAOS_REPS", "20"))
-CONCURRENCY = int(os.environ.get("AGENTRUN_CHAOS_CONCURRENCY", "4"))
+CONCURRENCY = worker_harness.CONCURRENCY
 
 # point -> (needs an approval in the graph, possible hit numbers within the killed process)
 PLAN: dict[str, tuple[bool, tuple[int, ...]]] = {
@@ -53,20 +52,6 @@ TIMINGS: dict[str, float] = {}
 
 def test_plan_covers_every_fault_point() -> None:
     assert set(PLAN) == set(faults.WORKER_POINTS)
-
-
-@pytest.fixture(scope="module")
-def zygotes() -> Iterator[worker_harness.ZygotePool]:
-    pool = worker_harness.ZygotePool(CONCURRENCY)
-    yield pool
-    pool.close()
-
-
-@pytest.fixture(scope="module")
-def providers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[worker_harness.Providers]:
-    base = tmp_path_factory.mktemp("providers")
-    with http_provider.HttpProvider(base / "http") as hp, smtp_sink.SmtpSink(base / "smtp") as sink:
-        yield worker_harness.Providers(hp.url, sink.host, sink.port, sink.api_url)
 
 
 def _one_rep(worker: worker_harness.Worker, point: str, rep: int, durability: str) -> dict[str, object]:

@@ -18,6 +18,8 @@ from agent_worker import store
 
 REPO = Path(__file__).resolve().parents[2]
 GRAPH = "tests.graphs.effect_graph:builder"
+# Worker processes alive at once in one chaos test, and zygotes in its pool (tests/chaos/conftest.py).
+CONCURRENCY = int(os.environ.get("AGENTRUN_CHAOS_CONCURRENCY", "4"))
 
 
 @dataclasses.dataclass

@@ -1,0 +1,28 @@
+"""The chaos suites' shared fixtures: one zygote pool and one pair of real providers per test module.
+
+Module-scoped on purpose: each module's parametrized tests share the pool (forking is what makes hundreds of
+worker processes affordable) and count effects at the same providers, keyed per run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from agentrun_dev import http_provider, smtp_sink
+from tests.chaos import worker_harness
+
+
+@pytest.fixture(scope="module")
+def zygotes() -> Iterator[worker_harness.ZygotePool]:
+    pool = worker_harness.ZygotePool(worker_harness.CONCURRENCY)
+    yield pool
+    pool.close()
+
+
+@pytest.fixture(scope="module")
+def providers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[worker_harness.Providers]:
+    base = tmp_path_factory.mktemp("providers")
+    with http_provider.HttpProvider(base / "http") as hp, smtp_sink.SmtpSink(base / "smtp") as sink:
+        yield worker_harness.Providers(hp.url, sink.host, sink.port, sink.api_url)
