@@ -95,16 +95,23 @@ def _pump(a: socket.socket, b: socket.socket) -> None:
         b.close()
 
 
+def _connect_and_pump(conn: socket.socket, target: tuple[str, int]) -> None:
+    try:
+        upstream = socket.create_connection(target, timeout=10)
+        upstream.settimeout(None)
+    except OSError:
+        conn.close()
+        return
+    _pump(conn, upstream)
+
+
 def _serve(listener: socket.socket, target: tuple[str, int]) -> None:
+    # The upstream dial happens on the connection's own thread: one slow dial (a loaded host, a full backlog)
+    # must not hold up the accept loop, or every other connection through this port (the operator's Lease
+    # renewals among them) waits behind it.
     while True:
         conn, _ = listener.accept()
-        try:
-            upstream = socket.create_connection(target, timeout=10)
-            upstream.settimeout(None)
-        except OSError:
-            conn.close()
-            continue
-        threading.Thread(target=_pump, args=(conn, upstream), daemon=True).start()
+        threading.Thread(target=_connect_and_pump, args=(conn, target), daemon=True).start()
 
 
 def main(argv: list[str]) -> int:
