@@ -19,7 +19,7 @@ from agent_worker.store.effects_sql import (
     reserve_effect,
 )
 from agent_worker.store.forks import ForkSource, admit_fork, find_fork_source, list_forks
-from agent_worker.store.retention import mark_for_purge, purge_due
+from agent_worker.store.retention import fold_runs, mark_for_purge, purge_due
 from agent_worker.store.rows import Approval, Attempt, Decision, Effect, Heartbeat, Run, StepEvent
 from agent_worker.store.runs import (
     admit_run,
@@ -84,6 +84,7 @@ __all__ = [
     "fence_checkpoint",
     "find_fork_source",
     "finish_run",
+    "fold_runs",
     "get_approval",
     "get_checkpoint_head",
     "get_effect",
