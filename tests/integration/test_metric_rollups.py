@@ -6,6 +6,7 @@ figures stay exact."""
 
 from __future__ import annotations
 
+import secrets
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -14,7 +15,7 @@ import psycopg
 import pytest
 from collector_rows import add_finished, add_live
 
-from agent_operator import metrics, metrics_pg
+from agent_operator import metrics, metrics_pg, tenants
 from agent_worker import store
 
 Figures = dict[tuple[Any, ...], tuple[float, ...]]
@@ -203,3 +204,23 @@ def test_changes_to_a_folded_run_unfold_it(ledger: psycopg.Connection[Any], pg_d
     assert _figures(_snapshot(pg_dsn)) == _reference(ledger, pg_dsn)
     reopened = ledger.execute("SELECT folded_at IS NULL FROM agentrun_runs WHERE run_id = 'f1'").fetchone()
     assert reopened == (True,)
+
+
+def test_a_tenant_worker_write_unfolds_with_definer_rights(
+    ledger: psycopg.Connection[Any], pg_dsn: str
+) -> None:
+    """Workers have no grant on the rollup; a worker's write to a folded run of its namespace still unfolds
+    it (the trigger runs with the owner's rights), and it cannot fold or touch the rollup itself."""
+    password = secrets.token_urlsafe(16)
+    role = store.provision_tenant(ledger, "ns-1", password)
+    _fold_all(ledger)
+    with psycopg.connect(tenants.worker_dsn(pg_dsn, role, password), autocommit=True) as worker:
+        worker.execute("INSERT INTO agentrun_step_events (run_id, attempt, step, started_at,"
+                       " duration_seconds) VALUES ('f1', 9, 'late', now(), 1.5)")
+        for statement in ("SELECT count(*) FROM agentrun_metric_rollups", "SELECT agentrun_fold_runs(10)",
+                          "SELECT agentrun_unfold_run('f6')"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                worker.execute(statement)
+    unfolded = ledger.execute("SELECT folded_at IS NULL FROM agentrun_runs WHERE run_id = 'f1'").fetchone()
+    assert unfolded == (True,)
+    assert _figures(_snapshot(pg_dsn)) == _reference(ledger, pg_dsn)
