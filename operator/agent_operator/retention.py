@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from agent_worker import store
@@ -25,8 +26,11 @@ logger = logging.getLogger(__name__)
 
 
 class Purger:
-    def __init__(self, db: Any, *, interval_seconds: float, batch: int) -> None:
+    def __init__(self, db: Any, *, interval_seconds: float, batch: int,
+                 after_purge: Callable[[], object] | None = None) -> None:
         self.db = db
+        # Run after each purge pass (the operator drops the worker roles of namespaces gone and purged).
+        self.after_purge = after_purge
         self.interval = max(0.1, interval_seconds)
         self.batch = max(1, batch)
         self.stopped = threading.Event()
@@ -73,5 +77,7 @@ class Purger:
             try:
                 self.fold_now()
                 self.purge_now()
+                if self.after_purge is not None:
+                    self.after_purge()
             except Exception as exc:  # the next interval retries
                 logger.warning("retention: purge failed: %s: %s", type(exc).__name__, exc)

@@ -290,6 +290,17 @@ SELECT agentrun_provision_tenant(%(namespace)s, %(password)s) AS role_name
 -- name: get_tenant
 SELECT * FROM agentrun_tenants WHERE namespace = %(namespace)s
 
+-- name: list_idle_tenants
+-- Namespaces with a worker role and no run left in this database: the ones whose role may be dropped once
+-- Kubernetes no longer has the namespace.
+SELECT t.namespace FROM agentrun_tenants t
+WHERE NOT EXISTS (SELECT 1 FROM agentrun_runs r WHERE r.namespace = t.namespace)
+ORDER BY t.namespace
+
+-- name: drop_tenant
+-- The namespace's worker role dropped (migration 14); false when a run of it is left or the role lives on.
+SELECT agentrun_drop_tenant(%(namespace)s) AS dropped
+
 -- name: protect_all
 SELECT agentrun_protect_all() AS covered
 
