@@ -19,7 +19,7 @@ from agent_worker.store.effects_sql import (
     reserve_effect,
 )
 from agent_worker.store.forks import ForkSource, admit_fork, find_fork_source, list_forks
-from agent_worker.store.retention import mark_for_purge, purge_due
+from agent_worker.store.retention import fold_runs, mark_for_purge, purge_due
 from agent_worker.store.rows import Approval, Attempt, Decision, Effect, Heartbeat, Run, StepEvent
 from agent_worker.store.runs import (
     admit_run,
@@ -27,6 +27,7 @@ from agent_worker.store.runs import (
     claim_run,
     decide_approval,
     decide_approval_detail,
+    drop_tenant,
     finish_run,
     get_approval,
     get_run,
@@ -35,6 +36,7 @@ from agent_worker.store.runs import (
     list_approvals,
     list_attempts,
     list_heartbeats,
+    list_idle_tenants,
     list_runs,
     list_step_events,
     mark_approval_resumed,
@@ -80,10 +82,12 @@ __all__ = [
     "confirm_effect",
     "decide_approval",
     "decide_approval_detail",
+    "drop_tenant",
     "effect_counts",
     "fence_checkpoint",
     "find_fork_source",
     "finish_run",
+    "fold_runs",
     "get_approval",
     "get_checkpoint_head",
     "get_effect",
@@ -95,6 +99,7 @@ __all__ = [
     "list_effects",
     "list_forks",
     "list_heartbeats",
+    "list_idle_tenants",
     "list_interventions",
     "list_runs",
     "list_step_events",

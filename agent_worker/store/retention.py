@@ -1,4 +1,6 @@
-"""Retention: mark runs whose AgentRun is gone, purge them in bounded batches (rows and checkpoints)."""
+"""Retention: mark runs whose AgentRun is gone, purge them in bounded batches (rows and checkpoints); fold
+final runs into the metric rollups (migration 13) so the collector's counters neither grow in cost with the
+history kept nor drop when it is purged. Both are one transaction per batch, in Postgres functions."""
 
 from __future__ import annotations
 
@@ -13,5 +15,12 @@ def mark_for_purge(conn: db.Conn, run_id: str, *, after_seconds: float, reason: 
 
 
 def purge_due(conn: db.Conn, *, batch: int = 500) -> list[str]:
-    """Purge one batch of due runs; their ids (fewer than ``batch``: nothing more is due now)."""
+    """Purge one batch of due runs; their ids (fewer than ``batch``: nothing more is due now). A run not yet
+    folded is folded in the same transaction: its counters stay, its gauge figures go with its rows."""
     return [str(r["run_id"]) for r in db.fetch_all(conn, "purge_due", {"batch": int(batch)})]
+
+
+def fold_runs(conn: db.Conn, *, batch: int = 500) -> int:
+    """Fold one batch of final runs into the metric rollups; how many (fewer than ``batch``: none left)."""
+    row = db.fetch_one(conn, "fold_runs", {"batch": int(batch)})
+    return int(row["folded"]) if row is not None else 0

@@ -359,6 +359,18 @@ def tenant_role(conn: db.Conn, namespace: str) -> str | None:
     return str(row["role_name"]) if row else None
 
 
+def list_idle_tenants(conn: db.Conn) -> list[str]:
+    """Namespaces that have a worker role here and no run left."""
+    return [str(r["namespace"]) for r in db.fetch_all(conn, "list_idle_tenants", {})]
+
+
+def drop_tenant(conn: db.Conn, namespace: str) -> bool:
+    """Drop the worker role of ``namespace`` (whose Kubernetes namespace is gone); False when a run of it is
+    left, none was provisioned, or the role still has objects elsewhere (then it is disabled, not dropped)."""
+    row = db.fetch_one(conn, "drop_tenant", {"namespace": namespace})
+    return bool(row and row["dropped"])
+
+
 # ------------------------------------------------------------------------------------ heartbeats, events
 
 

@@ -133,7 +133,8 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     )
     STATE.reconciler = runner.Runner(cfg, api, STATE.pool, may_write=may_write, throttle_=STATE.throttle)
     STATE.purger = retention.Purger(
-        STATE.pool, interval_seconds=cfg.reconcile.purge_interval_seconds, batch=cfg.reconcile.purge_batch
+        STATE.pool, interval_seconds=cfg.reconcile.purge_interval_seconds, batch=cfg.reconcile.purge_batch,
+        after_purge=_drop_gone_tenants,
     ).start()
     logger.info("operator ready: namespaces=%s", ",".join(cfg.namespaces) or "(cluster-wide)")
 
@@ -173,6 +174,21 @@ def _lease_run_uid(body: Mapping[str, Any]) -> str:
         return str(label)
     owners = [o.get("uid") for o in meta.get("ownerReferences") or () if o.get("kind") == "AgentRun"]
     return str(owners[0]) if owners else ""
+
+
+def _drop_gone_tenants() -> None:
+    """After each purge pass (leader only): drop the worker roles of namespaces gone and purged."""
+    reconciler = STATE.reconciler
+    if reconciler is None:
+        return
+    try:
+        dropped = reconciler.tenants.drop_gone()
+    except Exception as exc:  # Postgres or the API server away: the next pass retries
+        logger.warning("tenants: dropping the roles of gone namespaces failed: %s: %s",
+                       type(exc).__name__, exc)
+        return
+    if dropped:
+        logger.info("tenants: dropped the worker roles of gone namespaces: %s", ", ".join(dropped))
 
 
 def _live_worker_runs() -> list[tuple[str, str, str]] | None:

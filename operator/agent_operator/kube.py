@@ -39,6 +39,7 @@ _SECRETS = "/api/v1/namespaces/{namespace}/secrets"
 _SECRET = _SECRETS + "/{name}"
 _ADMISSION = "/apis/admissionregistration.k8s.io/v1/{kind}/{name}"
 _LEASE = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
+_NAMESPACE = "/api/v1/namespaces/{name}"
 
 TIMEOUT = 10.0  # seconds per request: a reconcile retries on its own schedule
 
@@ -196,6 +197,16 @@ def get_pod(api: ApiClient, namespace: str, name: str) -> Body:
 def secret_exists(api: ApiClient, namespace: str, name: str) -> bool:
     try:
         _call(api, "GET", _SECRET, {"namespace": namespace, "name": name})
+    except NotFound:
+        return False
+    return True
+
+
+def namespace_exists(api: ApiClient, name: str) -> bool:
+    """Whether Kubernetes has the namespace (a terminating one still does). Only a 404 says no: any other
+    error raises, so an unreachable API server never reads as "gone"."""
+    try:
+        _call(api, "GET", _NAMESPACE, {"name": name})
     except NotFound:
         return False
     return True

@@ -17,30 +17,53 @@ from psycopg import sql
 from agent_operator import metrics
 
 # Live runs from the partial index agentrun_runs_live_idx (migration 0011): its size is the number of runs
-# not yet final, whatever the history retained. Final runs are counted from agentrun_runs_status_idx.
+# not yet final, whatever the history retained.
 RUNS_LIVE = """
 SELECT namespace, status, count(*) FROM agentrun_runs
 WHERE status NOT IN ('succeeded', 'failed', 'cancelled')
 GROUP BY 1, 2
 """
+
+# Cumulative figures (migration 0013): the rollup rows of a family + the same aggregation over the runs not
+# folded yet (agentrun_runs_unfolded_idx, then each run's rows by run id). A scrape costs what the unfolded
+# runs cost; a purge takes back only the gauge columns, so counters and histograms never decrease. A row whose
+# figures all sum to 0 (a run folded, then unfolded) is left out, as when nothing was ever counted.
 RUNS_FINAL = """
-SELECT namespace, status, count(*) FROM agentrun_runs
-WHERE status IN ('succeeded', 'failed', 'cancelled')
-GROUP BY 1, 2
+SELECT namespace, status, sum(n)::bigint FROM (
+    SELECT namespace, label1 AS status, n FROM agentrun_metric_rollups
+    WHERE family = 'runs' AND label1 IN ('succeeded', 'failed', 'cancelled')
+    UNION ALL
+    SELECT namespace, status, count(*) FROM agentrun_runs
+    WHERE folded_at IS NULL AND status IN ('succeeded', 'failed', 'cancelled')
+    GROUP BY 1, 2
+) x
+GROUP BY 1, 2 HAVING sum(n) <> 0
 """
 
 EFFECTS = """
-SELECT r.namespace, e.tool, e.status, count(*), count(*) FILTER (WHERE e.needs_human),
-       coalesce(sum(e.attempts), 0), coalesce(sum(e.duplicates_prevented), 0)
-FROM agentrun_effects e JOIN agentrun_runs r USING (run_id)
-GROUP BY 1, 2, 3
+SELECT namespace, tool, status, sum(n)::bigint, sum(nh)::bigint, sum(pc)::bigint, sum(dp)::bigint FROM (
+    SELECT namespace, label1 AS tool, label2 AS status, n, v1 AS nh, v2 AS pc, v3 AS dp
+    FROM agentrun_metric_rollups WHERE family = 'effects'
+    UNION ALL
+    SELECT r.namespace, e.tool, e.status, count(*), count(*) FILTER (WHERE e.needs_human),
+           coalesce(sum(e.attempts), 0), coalesce(sum(e.duplicates_prevented), 0)
+    FROM agentrun_runs r JOIN agentrun_effects e USING (run_id)
+    WHERE r.folded_at IS NULL
+    GROUP BY 1, 2, 3
+) x
+GROUP BY 1, 2, 3 HAVING sum(n) <> 0 OR sum(nh) <> 0 OR sum(pc) <> 0 OR sum(dp) <> 0
 """
 
 EFFECT_DIVERGENCES = """
-SELECT r.namespace, e.tool, count(*), coalesce(sum(e.divergences), 0)
-FROM agentrun_effects e JOIN agentrun_runs r USING (run_id)
-WHERE e.divergences > 0
-GROUP BY 1, 2
+SELECT namespace, tool, sum(n)::bigint, sum(d)::bigint FROM (
+    SELECT namespace, label1 AS tool, n, v1 AS d FROM agentrun_metric_rollups WHERE family = 'divergences'
+    UNION ALL
+    SELECT r.namespace, e.tool, count(*), coalesce(sum(e.divergences), 0)
+    FROM agentrun_effects e JOIN agentrun_runs r USING (run_id)
+    WHERE e.divergences > 0 AND r.folded_at IS NULL
+    GROUP BY 1, 2
+) x
+GROUP BY 1, 2 HAVING sum(n) <> 0 OR sum(d) <> 0
 """
 
 OLDEST_PENDING_EFFECT = """
@@ -81,44 +104,70 @@ WHERE a.status = 'pending'
 """
 
 APPROVALS_DECIDED = """
-SELECT r.namespace, a.status, count(*)
-FROM agentrun_approvals a JOIN agentrun_runs r USING (run_id)
-WHERE a.status <> 'pending'
-GROUP BY 1, 2
+SELECT namespace, status, sum(n)::bigint FROM (
+    SELECT namespace, label1 AS status, n FROM agentrun_metric_rollups WHERE family = 'approvals_decided'
+    UNION ALL
+    SELECT r.namespace, a.status, count(*)
+    FROM agentrun_runs r JOIN agentrun_approvals a USING (run_id)
+    WHERE r.folded_at IS NULL AND a.status <> 'pending'
+    GROUP BY 1, 2
+) x
+GROUP BY 1, 2 HAVING sum(n) <> 0
 """
 
 DEADLINE_OUTCOMES = """
-SELECT r.namespace, coalesce(a.deadline_action, 'unknown'), count(*)
-FROM agentrun_approvals a JOIN agentrun_runs r USING (run_id)
-WHERE a.status = 'expired'
-GROUP BY 1, 2
+SELECT namespace, action, sum(n)::bigint FROM (
+    SELECT namespace, label1 AS action, n FROM agentrun_metric_rollups WHERE family = 'deadline_outcomes'
+    UNION ALL
+    SELECT r.namespace, coalesce(a.deadline_action, 'unknown'), count(*)
+    FROM agentrun_runs r JOIN agentrun_approvals a USING (run_id)
+    WHERE r.folded_at IS NULL AND a.status = 'expired'
+    GROUP BY 1, 2
+) x
+GROUP BY 1, 2 HAVING sum(n) <> 0
 """
 
 ATTEMPTS_ENDED = """
-SELECT r.namespace, t.outcome, CASE WHEN t.control_plane THEN 'control_plane' ELSE 'run' END, count(*)
-FROM agentrun_attempts t JOIN agentrun_runs r USING (run_id)
-WHERE t.outcome IS NOT NULL
-GROUP BY 1, 2, 3
+SELECT namespace, outcome, cause, sum(n)::bigint FROM (
+    SELECT namespace, label1 AS outcome, label2 AS cause, n FROM agentrun_metric_rollups
+    WHERE family = 'attempts_ended'
+    UNION ALL
+    SELECT r.namespace, t.outcome, CASE WHEN t.control_plane THEN 'control_plane' ELSE 'run' END, count(*)
+    FROM agentrun_runs r JOIN agentrun_attempts t USING (run_id)
+    WHERE r.folded_at IS NULL AND t.outcome IS NOT NULL
+    GROUP BY 1, 2, 3
+) x
+GROUP BY 1, 2, 3 HAVING sum(n) <> 0
 """
 
-# (value expression, source table, filter) for each histogram read from rows.
-APPROVAL_WAIT = ("extract(epoch FROM decided_at - requested_at)::float8", "agentrun_approvals",
-                 "decided_at IS NOT NULL")
-STEP_DURATION = ("duration_seconds", "agentrun_step_events", "true")
-CHECKPOINT_DURATION = ("checkpoint_seconds", "agentrun_step_events", "checkpoint_seconds IS NOT NULL")
+# (rollup family, value expression, source table, filter) for each histogram read from rows. The bounds are
+# metrics.*_BUCKETS here and agentrun_metric_bounds in Postgres (the same; a test checks).
+APPROVAL_WAIT = ("approval_wait", "extract(epoch FROM decided_at - requested_at)::float8",
+                 "agentrun_approvals", "decided_at IS NOT NULL")
+STEP_DURATION = ("step_duration", "duration_seconds", "agentrun_step_events", "true")
+CHECKPOINT_DURATION = ("checkpoint_duration", "checkpoint_seconds", "agentrun_step_events",
+                       "checkpoint_seconds IS NOT NULL")
 
 
-def histogram_query(value: str, table: str, where: str, bounds: Sequence[float]) -> sql.Composed:
-    """Cumulative buckets computed in Postgres (one pass, one row per namespace): rows may be many, the
-    result is small. The pieces are constants of this module, never user input."""
+def histogram_query(family: str, value: str, table: str, where: str, bounds: Sequence[float]) -> sql.Composed:
+    """Cumulative buckets computed in Postgres, one row per namespace: the family's rollup row plus the rows
+    of the runs not folded yet. The pieces are constants of this module, never user input."""
     filters = sql.SQL(", ").join(
         sql.SQL("count(*) FILTER (WHERE v <= {})").format(sql.Literal(float(b))) for b in bounds
     )
+    sums = sql.SQL(", ").join(
+        sql.SQL("sum(buckets[{}])::bigint").format(sql.Literal(i)) for i in range(1, len(bounds) + 1)
+    )
     return sql.SQL(
-        "SELECT r.namespace, count(*), coalesce(sum(v), 0)::float8, {filters} "
-        "FROM (SELECT run_id, {value} AS v FROM {table} WHERE {where}) x "
-        "JOIN agentrun_runs r USING (run_id) GROUP BY 1"
-    ).format(filters=filters, value=sql.SQL(value), table=sql.Identifier(table), where=sql.SQL(where))
+        "SELECT namespace, sum(n)::bigint, sum(total)::float8, {sums} FROM ("
+        " SELECT namespace, n, total, buckets FROM agentrun_metric_rollups WHERE family = {family}"
+        " UNION ALL"
+        " SELECT r.namespace, count(*), coalesce(sum(v), 0)::float8, ARRAY[{filters}]::bigint[]"
+        " FROM agentrun_runs r JOIN (SELECT run_id, {value} AS v FROM {table} WHERE {where}) x USING (run_id)"
+        " WHERE r.folded_at IS NULL GROUP BY 1"
+        ") h GROUP BY 1 HAVING sum(n) <> 0"
+    ).format(sums=sums, family=sql.Literal(family), filters=filters, value=sql.SQL(value),
+             table=sql.Identifier(table), where=sql.SQL(where))
 
 
 def histograms(rows: Sequence[Sequence[Any]], bounds: Sequence[float]) -> dict[str, metrics.Histogram]:

@@ -6,12 +6,17 @@ Rule: a worker Pod never gets the operator's DSN. Either an admin provisions the
 ``AGENTRUN_WORKER_DSN_SECRET``), or — the default — the operator does it here before the namespace's first
 Pod: a random password, the role (needs CREATEROLE), then the Secret ``agentrun-worker-db`` (key ``dsn``).
 Done once per namespace and process; redone when the role or the Secret has gone missing.
+
+When a namespace is gone from Kubernetes and retention has purged its last run, the leader drops its role
+(``drop_gone``, migration 0014): a deleted namespace leaves no login behind. Roles an admin provisioned
+(``AGENTRUN_WORKER_DSN_SECRET``) are the admin's and never dropped.
 """
 
 from __future__ import annotations
 
 import secrets
 import threading
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import psycopg
@@ -41,6 +46,12 @@ def secret_body(namespace: str, dsn: str) -> dict[str, Any]:
         },
         "stringData": {pods.TENANT_SECRET_KEY: dsn},
     }
+
+
+def gone(namespaces: Iterable[str], exists: Callable[[str], bool]) -> list[str]:
+    """The namespaces Kubernetes no longer has, in order (``exists`` raises when it cannot tell). Pure apart
+    from ``exists``."""
+    return [ns for ns in namespaces if not exists(ns)]
 
 
 class TenantError(RuntimeError):
@@ -82,3 +93,14 @@ class Tenants:
         """Check the namespace again next time (a Pod could not start: its Secret may be gone)."""
         with self._lock:
             self._ready.discard(namespace)
+
+    def drop_gone(self) -> list[str]:
+        """Drop the worker roles of namespaces that are gone and have no run left here; those namespaces."""
+        if self.settings.worker.dsn_secret:
+            return []  # the admin's roles
+        idle = store.list_idle_tenants(self.db)
+        dropped = [ns for ns in gone(idle, lambda ns: kube.namespace_exists(self.api, ns))
+                   if store.drop_tenant(self.db, ns)]
+        for ns in dropped:
+            self.forget(ns)  # a namespace recreated under that name is provisioned afresh
+        return dropped

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import psycopg.conninfo
+import pytest
 
 from agent_operator import pods, tenants
 
@@ -25,3 +26,22 @@ def test_secret_is_the_one_pods_read() -> None:
     body = tenants.secret_body("team-a", "host=x user=u password=p")
     assert body["metadata"]["name"] == pods.TENANT_SECRET and body["metadata"]["namespace"] == "team-a"
     assert body["stringData"] == {pods.TENANT_SECRET_KEY: "host=x user=u password=p"}
+
+
+def test_gone_keeps_order_and_asks_kubernetes_for_each() -> None:
+    asked: list[str] = []
+
+    def exists(ns: str) -> bool:
+        asked.append(ns)
+        return ns == "b"
+
+    assert tenants.gone(["a", "b", "c"], exists) == ["a", "c"]
+    assert asked == ["a", "b", "c"]
+
+
+def test_gone_never_guesses_when_kubernetes_cannot_tell() -> None:
+    def unreachable(ns: str) -> bool:
+        raise OSError("connection refused")
+
+    with pytest.raises(OSError):  # an unreachable API server never reads as "gone"
+        tenants.gone(["a"], unreachable)

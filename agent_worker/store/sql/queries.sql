@@ -290,6 +290,17 @@ SELECT agentrun_provision_tenant(%(namespace)s, %(password)s) AS role_name
 -- name: get_tenant
 SELECT * FROM agentrun_tenants WHERE namespace = %(namespace)s
 
+-- name: list_idle_tenants
+-- Namespaces with a worker role and no run left in this database: the ones whose role may be dropped once
+-- Kubernetes no longer has the namespace.
+SELECT t.namespace FROM agentrun_tenants t
+WHERE NOT EXISTS (SELECT 1 FROM agentrun_runs r WHERE r.namespace = t.namespace)
+ORDER BY t.namespace
+
+-- name: drop_tenant
+-- The namespace's worker role dropped (migration 14); false when a run of it is left or the role lives on.
+SELECT agentrun_drop_tenant(%(namespace)s) AS dropped
+
 -- name: protect_all
 SELECT agentrun_protect_all() AS covered
 
@@ -386,25 +397,15 @@ SET purge_after = least(agentrun_retention.purge_after, excluded.purge_after),
 RETURNING run_id
 
 -- name: purge_due
--- One bounded batch: the due runs (oldest first, skipping rows another purger holds), their checkpoints, and
--- their rows (agentrun_attempts/effects/approvals/heartbeats/step_events go by ON DELETE CASCADE).
-WITH due AS (
-    SELECT run_id FROM agentrun_retention
-    WHERE purge_after <= now()
-    ORDER BY purge_after
-    LIMIT %(batch)s
-    FOR UPDATE SKIP LOCKED
-), writes AS (
-    DELETE FROM checkpoint_writes WHERE thread_id IN (SELECT run_id FROM due)
-), blobs AS (
-    DELETE FROM checkpoint_blobs WHERE thread_id IN (SELECT run_id FROM due)
-), points AS (
-    DELETE FROM checkpoints WHERE thread_id IN (SELECT run_id FROM due)
-), runs AS (
-    DELETE FROM agentrun_runs WHERE run_id IN (SELECT run_id FROM due)
-)
-DELETE FROM agentrun_retention WHERE run_id IN (SELECT run_id FROM due)
-RETURNING run_id
+-- One bounded batch: the due runs (oldest first, skipping rows another purger holds), folded into the metric
+-- rollups when not yet, their gauge figures taken back, then their checkpoints and rows deleted
+-- (agentrun_attempts/effects/approvals/heartbeats/step_events go by ON DELETE CASCADE). One function
+-- (migration 13), so the fold and the delete are one transaction whatever the connection's mode.
+SELECT run_id FROM agentrun_purge_due(%(batch)s) AS run_id
+
+-- name: fold_runs
+-- One bounded batch of final runs folded into the metric rollups (migration 13); how many.
+SELECT agentrun_fold_runs(%(batch)s) AS folded
 
 -- ------------------------------------------------------------------------------ steering (retry, resolve)
 -- Every change a human makes to a stopped run is ONE statement that also raises lease_epoch (nothing that

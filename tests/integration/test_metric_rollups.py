@@ -1,0 +1,226 @@
+"""Metric rollups (migration 0013) against real Postgres: folding finished runs into the rollup rows changes
+no figure the collector exports; purging folded runs lowers no counter and no histogram (gauges drop with the
+rows, as before); folding is exactly-once under two concurrent folders and after a fold that fails midway;
+a folded run whose rows change again (retry, a resolved effect, a late attempt end) is unfolded so the
+figures stay exact."""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from collector_rows import add_finished, add_live
+
+from agent_operator import metrics, metrics_pg, tenants
+from agent_worker import store
+
+Figures = dict[tuple[Any, ...], tuple[float, ...]]
+
+# Variety the plain collector rows lack: effects needing a human, duplicates prevented, divergences, several
+# provider calls, a second tool; attempts lost to the control plane; approvals expired with other actions;
+# step events without a checkpoint time; waits of various lengths.
+VARIETY = """
+UPDATE agentrun_effects SET needs_human = (mod(length(idempotency_key), 3) = 0),
+    duplicates_prevented = mod(length(idempotency_key), 4), attempts = 1 + mod(length(idempotency_key), 2),
+    divergences = CASE WHEN idempotency_key LIKE '%7:1' THEN 2 ELSE 0 END,
+    tool = CASE WHEN idempotency_key LIKE '%3:2' THEN 'charge' ELSE tool END,
+    status = CASE WHEN idempotency_key LIKE '%9:2' THEN 'failed' ELSE status END;
+UPDATE agentrun_attempts SET outcome = 'lost', control_plane = true WHERE run_id LIKE '%5';
+UPDATE agentrun_attempts SET outcome = 'fenced' WHERE run_id LIKE '%8';
+UPDATE agentrun_approvals SET deadline_action = 'read_only' WHERE status = 'expired' AND run_id LIKE '%2';
+UPDATE agentrun_approvals SET status = 'rejected' WHERE status = 'approved' AND run_id LIKE '%1';
+UPDATE agentrun_approvals SET requested_at = decided_at - make_interval(secs => length(run_id) * 77.7)
+    WHERE decided_at IS NOT NULL;
+UPDATE agentrun_step_events SET checkpoint_seconds = NULL WHERE step = 'step3' AND run_id LIKE '%4';
+UPDATE agentrun_step_events SET duration_seconds = length(run_id) * 3.3 WHERE step = 'step2'
+"""
+
+
+def _rows(conn: psycopg.Connection[Any], n: int, live: int = 20) -> None:
+    add_finished(conn, n)
+    add_live(conn, live)
+    for statement in VARIETY.split(";\n"):
+        conn.execute(statement)
+    conn.execute("ANALYZE")
+
+
+def _snapshot(dsn: str) -> metrics.Snapshot:
+    source = metrics_pg.SnapshotSource(dsn, statement_timeout_seconds=30)
+    try:
+        return source.fetch()
+    finally:
+        source.close()
+
+
+def _figures(snap: metrics.Snapshot, *, counters_only: bool = False) -> Figures:
+    """Every exported sample of the ledger families ({(family, sample, labels...): value}); sums rounded (the
+    rollup adds floats in another order), ages left out (they follow the clock). counters_only: the counter
+    and histogram families."""
+    out: Figures = {}
+    for fam in metrics.families(snap):
+        if counters_only and fam.type not in {"counter", "histogram"}:
+            continue
+        if fam.name.endswith(("age_seconds", "remaining_seconds")):
+            continue
+        for s in fam.samples:
+            if s.name.endswith("_created"):
+                continue
+            out[(fam.name, s.name, *sorted(s.labels.items()))] = (round(s.value, 6),)
+    return out
+
+
+def _reference(conn: psycopg.Connection[Any], dsn: str) -> Figures:
+    """What today's aggregation over every row says: the figures with the rollups emptied and every run
+    unfolded, in a transaction rolled back (valid while nothing was purged)."""
+    conn.execute("BEGIN")
+    try:
+        conn.execute("DELETE FROM agentrun_metric_rollups")
+        conn.execute("UPDATE agentrun_runs SET folded_at = NULL")
+        return _figures(metrics_pg.read_snapshot(conn))
+    finally:
+        conn.execute("ROLLBACK")
+
+
+def _fold_all(conn: psycopg.Connection[Any], batch: int = 100) -> int:
+    total = 0
+    while (done := store.fold_runs(conn, batch=batch)) > 0:
+        total += done
+    return total
+
+
+def _unfolded_final(conn: psycopg.Connection[Any]) -> int:
+    row = conn.execute(
+        "SELECT count(*) FROM agentrun_runs"
+        " WHERE folded_at IS NULL AND status IN ('succeeded', 'failed', 'cancelled')"
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@pytest.fixture
+def ledger(pg_dsn: str) -> Iterator[psycopg.Connection[Any]]:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        _rows(conn, 300)
+        yield conn
+
+
+def test_histogram_bounds_in_postgres_are_the_collectors(ledger: psycopg.Connection[Any]) -> None:
+    bounds = dict(ledger.execute("SELECT family, bounds FROM agentrun_metric_bounds").fetchall())
+    assert bounds == {
+        "approval_wait": list(map(float, metrics.APPROVAL_WAIT_BUCKETS)),
+        "step_duration": list(map(float, metrics.STEP_BUCKETS)),
+        "checkpoint_duration": list(map(float, metrics.CHECKPOINT_BUCKETS)),
+    }
+
+
+def test_fold_changes_no_figure(ledger: psycopg.Connection[Any], pg_dsn: str) -> None:
+    before = _figures(_snapshot(pg_dsn))
+    assert ("agentrun_effect_divergences", "agentrun_effect_divergences_total") in {k[:2] for k in before}
+    assert _fold_all(ledger, batch=70) == 300
+    assert _unfolded_final(ledger) == 0
+    assert ledger.execute("SELECT count(*) FROM agentrun_metric_rollups").fetchone() != (0,)
+    after = _figures(_snapshot(pg_dsn))
+    assert after == before
+    # Half folded, half not (more finished runs arrive): still the same as the plain aggregation.
+    add_finished(ledger, 50, prefix="late")
+    store.fold_runs(ledger, batch=25)
+    assert _figures(_snapshot(pg_dsn)) == _reference(ledger, pg_dsn)
+
+
+def test_purge_of_folded_runs_lowers_no_counter(ledger: psycopg.Connection[Any], pg_dsn: str) -> None:
+    _fold_all(ledger)
+    # One run is unfolded again before the purge: the purge folds it itself, in its transaction.
+    ledger.execute("SELECT agentrun_unfold_run('f3')")
+    assert _unfolded_final(ledger) == 1
+    snap_before = _snapshot(pg_dsn)
+    before = _figures(snap_before, counters_only=True)
+    for i in range(1, 301):
+        store.mark_for_purge(ledger, f"f{i}", after_seconds=0, reason="ttl")
+    purged = []
+    while done := store.purge_due(ledger, batch=64):
+        purged += done
+    assert len(purged) == 300
+    assert ledger.execute("SELECT count(*) FROM agentrun_runs").fetchone() == (20,)  # the live ones
+    snap_after = _snapshot(pg_dsn)
+    after = _figures(snap_after, counters_only=True)
+    assert after == before, {k: (before.get(k), after.get(k)) for k in before.keys() | after.keys()
+                             if before.get(k) != after.get(k)}
+    # Gauges describe what the ledger holds: the purged runs and their effect rows are gone from them.
+    assert {st for _, st, _ in snap_after.runs} == {"running"}
+    assert {st for _, _, st, n, *_ in snap_after.effects if n} == {"pending"}
+    assert sum(nh for _, _, _, _, nh, _, _ in snap_after.effects) == 0
+    assert sum(n for _, _, n, _ in snap_after.effect_divergences) == 0
+    assert sum(d for _, _, _, d in snap_after.effect_divergences) == sum(
+        d for _, _, _, d in snap_before.effect_divergences) > 0
+
+
+def _fold_in_thread(dsn: str, results: list[int], start: threading.Barrier) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        start.wait()
+        results.append(_fold_all(conn, batch=16))
+
+
+def test_fold_is_exactly_once(ledger: psycopg.Connection[Any], pg_dsn: str) -> None:
+    expected = _figures(_snapshot(pg_dsn))
+    # A fold that fails after its batch was folded (the caller's transaction breaks): nothing stays.
+    with pytest.raises(psycopg.errors.DivisionByZero), ledger.transaction():
+        assert store.fold_runs(ledger, batch=50) == 50
+        ledger.execute("SELECT 1 / 0")
+    assert _unfolded_final(ledger) == 300
+    assert ledger.execute("SELECT count(*) FROM agentrun_metric_rollups").fetchone() == (0,)
+    # Two folders at once, small batches: each run folded by exactly one of them.
+    results: list[int] = []
+    start = threading.Barrier(2)
+    threads = [threading.Thread(target=_fold_in_thread, args=(pg_dsn, results, start)) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert sum(results) == 300 and len(results) == 2, results
+    assert _unfolded_final(ledger) == 0
+    assert _figures(_snapshot(pg_dsn)) == expected
+
+
+def test_changes_to_a_folded_run_unfold_it(ledger: psycopg.Connection[Any], pg_dsn: str) -> None:
+    _fold_all(ledger)
+    # A retry reopens a failed run (f1: failed in collector_rows), its attempt ends late, a new one starts.
+    ledger.execute("UPDATE agentrun_runs SET status = 'admitted', finished_at = NULL WHERE run_id = 'f1'")
+    ledger.execute("UPDATE agentrun_attempts SET outcome = 'failed' WHERE run_id = 'f2'")
+    ledger.execute("INSERT INTO agentrun_attempts (run_id, attempt, pod) VALUES ('f4', 2, 'p')")
+    ledger.execute("DELETE FROM agentrun_effects WHERE idempotency_key = 'f5:1'")  # resolved: not sent
+    ledger.execute("UPDATE agentrun_approvals SET status = 'approved' WHERE run_id = 'f8'")
+    ledger.execute("INSERT INTO agentrun_step_events (run_id, attempt, step, started_at, duration_seconds)"
+                   " VALUES ('f10', 2, 'x', now(), 7)")
+    unfolded = {r[0] for r in ledger.execute("SELECT run_id FROM agentrun_runs WHERE folded_at IS NULL"
+                                             " AND run_id LIKE 'f%'").fetchall()}
+    assert unfolded == {"f1", "f2", "f4", "f5", "f8", "f10"}
+    assert _figures(_snapshot(pg_dsn)) == _reference(ledger, pg_dsn)
+    # Folded again (f1 is not final any more: it stays out until it is).
+    _fold_all(ledger)
+    assert _figures(_snapshot(pg_dsn)) == _reference(ledger, pg_dsn)
+    reopened = ledger.execute("SELECT folded_at IS NULL FROM agentrun_runs WHERE run_id = 'f1'").fetchone()
+    assert reopened == (True,)
+
+
+def test_a_tenant_worker_write_unfolds_with_definer_rights(
+    ledger: psycopg.Connection[Any], pg_dsn: str
+) -> None:
+    """Workers have no grant on the rollup; a worker's write to a folded run of its namespace still unfolds
+    it (the trigger runs with the owner's rights), and it cannot fold or touch the rollup itself."""
+    password = secrets.token_urlsafe(16)
+    role = store.provision_tenant(ledger, "ns-1", password)
+    _fold_all(ledger)
+    with psycopg.connect(tenants.worker_dsn(pg_dsn, role, password), autocommit=True) as worker:
+        worker.execute("INSERT INTO agentrun_step_events (run_id, attempt, step, started_at,"
+                       " duration_seconds) VALUES ('f1', 9, 'late', now(), 1.5)")
+        for statement in ("SELECT count(*) FROM agentrun_metric_rollups", "SELECT agentrun_fold_runs(10)",
+                          "SELECT agentrun_unfold_run('f6')"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                worker.execute(statement)
+    unfolded = ledger.execute("SELECT folded_at IS NULL FROM agentrun_runs WHERE run_id = 'f1'").fetchone()
+    assert unfolded == (True,)
+    assert _figures(_snapshot(pg_dsn)) == _reference(ledger, pg_dsn)

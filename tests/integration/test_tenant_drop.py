@@ -1,0 +1,81 @@
+"""Worker roles of gone namespaces are dropped (migration 0014), against the dev cluster and its Postgres:
+a namespace that exists keeps its role; one deleted from Kubernetes keeps it while a run of it is left in
+Postgres; once retention purged that run, the operator's sweep drops the role (it can log in no more) and
+its agentrun_tenants row, and a namespace recreated under that name is provisioned afresh."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from typing import Any
+
+import kubernetes
+import psycopg
+import pytest
+
+from agent_operator import kube, settings, tenants
+from agent_worker import store
+
+
+@pytest.fixture
+def kube_api(kube: kubernetes.client.ApiClient) -> kubernetes.client.ApiClient:
+    return kube  # (the fixture's name is the operator's module's)
+
+
+def _wait_gone(core: kubernetes.client.CoreV1Api, name: str, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            core.read_namespace(name)
+        except kubernetes.client.ApiException as exc:
+            if exc.status == 404:
+                return
+            raise
+        assert time.monotonic() < deadline, f"namespace {name} still there after {timeout}s"
+        time.sleep(0.5)
+
+
+def _role_exists(conn: psycopg.Connection[Any], role: str) -> bool:
+    return conn.execute("SELECT count(*) FROM pg_roles WHERE rolname = %s", (role,)).fetchone() == (1,)
+
+
+def test_the_role_of_a_gone_namespace_is_dropped_after_its_runs_are_purged(
+    kube_api: kubernetes.client.ApiClient, namespace: str, pg_dsn: str
+) -> None:
+    api = kube_api
+    core = kubernetes.client.CoreV1Api(api)
+    gone_ns = f"gone-{secrets.token_hex(4)}"
+    labels = {"agentrun.dev/test": "true", "agentrun.dev/test-session": str(os.getpid())}
+    core.create_namespace({"metadata": {"name": gone_ns, "labels": labels}})
+    password = secrets.token_urlsafe(16)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        kept = store.provision_tenant(conn, namespace, secrets.token_urlsafe(16))
+        role = store.provision_tenant(conn, gone_ns, password)
+        store.admit_run(conn, run_id=f"r-{gone_ns}", namespace=gone_ns, name="r", graph="p.m:g", input={},
+                        spec_hash="h")
+        cfg = settings.from_env({"AGENTRUN_DSN": pg_dsn})
+        sweeper = tenants.Tenants(cfg, api, conn)
+        assert cfg.worker.dsn_secret == ""  # the operator manages the roles
+        core.delete_namespace(gone_ns)
+        _wait_gone(core, gone_ns)
+        assert not kube.namespace_exists(api, gone_ns) and kube.namespace_exists(api, namespace)
+
+        assert sweeper.drop_gone() == []  # a run of it is left: nothing dropped yet
+        assert _role_exists(conn, role)
+
+        store.mark_for_purge(conn, f"r-{gone_ns}", after_seconds=0, reason="ttl")
+        assert store.purge_due(conn) == [f"r-{gone_ns}"]
+        assert sweeper.drop_gone() == [gone_ns]
+        assert not _role_exists(conn, role) and _role_exists(conn, kept)
+        assert store.tenant_role(conn, gone_ns) is None and store.tenant_role(conn, namespace) == kept
+        with pytest.raises(psycopg.OperationalError):
+            psycopg.connect(tenants.worker_dsn(pg_dsn, role, password), connect_timeout=5).close()
+        assert sweeper.drop_gone() == []  # idempotent
+
+        # The namespace comes back: provisioning makes a new role of the same name, which logs in.
+        again = store.provision_tenant(conn, gone_ns, password)
+        assert again == role
+        psycopg.connect(tenants.worker_dsn(pg_dsn, role, password), connect_timeout=5).close()
+        assert store.drop_tenant(conn, gone_ns)  # cleanup (the store does not ask Kubernetes)
+
