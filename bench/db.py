@@ -2,7 +2,8 @@
 
 Round trips are counted client-side: on autocommit connections every ``execute`` is one
 Parse/Bind/Execute/Sync flight, i.e. one round trip (the same method as tests/integration/
-test_ledger_roundtrips.py).
+test_ledger_roundtrips.py). Statements sent in pipeline mode share a flight: ``counting_round_trips`` counts
+flights (an ``execute`` outside a pipeline, a pipeline Sync, a ``transaction()`` BEGIN/COMMIT) separately.
 """
 
 from __future__ import annotations
@@ -33,16 +34,65 @@ class Counter:
         return old
 
 
+class RoundTrips(Counter):
+    """Client/server flights of counting connections, while ``counting_round_trips`` is active."""
+
+    value = 0
+    lock = threading.Lock()
+
+
+def _counting(conn: Any) -> bool:
+    factory = getattr(conn, "cursor_factory", None)
+    return isinstance(factory, type) and issubclass(factory, CountingCursor)
+
+
+def _trip(conn: Any) -> None:
+    if _counting(conn):
+        with RoundTrips.lock:
+            RoundTrips.value += 1
+
+
 class CountingCursor(psycopg.Cursor[Any]):
     def execute(self, *args: Any, **kwargs: Any) -> Any:
         with Counter.lock:
             Counter.value += 1
+        if self.connection._pipeline is None:  # else it rides the pipeline's Sync
+            _trip(self.connection)
         return super().execute(*args, **kwargs)
 
     def executemany(self, *args: Any, **kwargs: Any) -> Any:
         with Counter.lock:
             Counter.value += 1  # pipelined: one flight
         return super().executemany(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def counting_round_trips() -> Iterator[None]:
+    """Also count, for connections whose cursors are ``CountingCursor``, each pipeline Sync (an
+    ``executemany``'s own pipeline included) and each BEGIN/COMMIT/ROLLBACK that ``transaction()`` sends
+    outside a pipeline: with ``CountingCursor.execute``'s, every flight. Untimed passes only."""
+    from psycopg import _connection_base, _pipeline_base
+
+    base_pipeline = _pipeline_base.BasePipeline
+    base_conn = _connection_base.BaseConnection
+    enqueue_sync, exec_command = base_pipeline._enqueue_sync, base_conn._exec_command
+
+    def counted_sync(self: Any) -> None:
+        _trip(self._conn)
+        enqueue_sync(self)
+
+    def counted_command(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if self._pipeline is None:
+            _trip(self)
+        return exec_command(self, *args, **kwargs)
+
+    base_pipeline._enqueue_sync = counted_sync  # type: ignore[method-assign]
+    base_conn._exec_command = counted_command  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        base_pipeline._enqueue_sync = enqueue_sync  # type: ignore[method-assign]
+        base_conn._exec_command = exec_command  # type: ignore[method-assign]
 
 
 @contextlib.contextmanager
