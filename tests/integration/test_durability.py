@@ -10,6 +10,8 @@ single either way).
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -126,8 +128,11 @@ def test_a_kill_after_a_steps_writes_before_its_checkpoint_loses_no_later_step(
     LangGraph's ``next`` is empty, yet the run is not finished. Would fail if the worker took an empty
     ``next`` for "finished" (issue 9): the run ``succeeded`` without the later nodes and their effects.
 
-    The checkpoint's save can still win the race against the kill; each try checks which side it fell on,
-    and the test insists that the gap was reached (it is, most tries)."""
+    The step's checkpoint loses the race on purpose (``_fail_checkpoint``): the saver sends a put as one
+    pipeline, queued behind the run row that put_writes locks (or the other way round), so the put commits
+    as soon as the lock is free — no client round trip is left for the kill to fall before, and left alone
+    the gap is (almost) never reached. Each try still checks which side it fell on, and the test insists
+    the gap was reached."""
     from agentrun_dev import http_provider, smtp_sink
 
     gaps = 0
@@ -138,9 +143,9 @@ def test_a_kill_after_a_steps_writes_before_its_checkpoint_loses_no_later_step(
         for attempt in range(12):
             run_id, log = f"r{attempt}", tmp_path / f"nodes-{attempt}.log"
             worker_harness.admit(pg_dsn, run_id, durability="sync")
-            proc = worker.run(
-                run_id, pod="p1", faults=f"after_task_writes@{writes_hit}", AGENTRUN_TEST_NODE_LOG=str(log)
-            )
+            faults = f"after_task_writes@{writes_hit}"
+            with _fail_checkpoint(pg_dsn, step=writes_hit - 1):  # the step's checkpoint (input: step -1)
+                proc = worker.run(run_id, pod="p1", faults=faults, AGENTRUN_TEST_NODE_LOG=str(log))
             assert proc.returncode == -9, proc.stderr[-3000:]
             in_gap = _head_task_done(pg_dsn, run_id, done)
             _finish(worker, run_id, log)
@@ -159,6 +164,28 @@ def test_a_kill_after_a_steps_writes_before_its_checkpoint_loses_no_later_step(
         _, mail, _ = http_provider.request(sink.api_url + "/stats")
     assert gaps, "the kill never fell between the task's writes and its step's checkpoint in 12 tries"
     assert set(stats["effects_performed"].values()) == {1} and set(mail["by_message_id"].values()) == {1}
+
+
+@contextlib.contextmanager
+def _fail_checkpoint(dsn: str, *, step: int) -> Iterator[None]:
+    """Make the insert of the root checkpoint of LangGraph step ``step`` fail (a trigger), so the kill after
+    that step's task writes always falls before its checkpoint; the trigger is dropped afterwards."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "CREATE FUNCTION test_fail_checkpoint() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+            f" IF NEW.checkpoint_ns = '' AND (NEW.metadata->>'step')::int = {int(step)} THEN"
+            " RAISE EXCEPTION 'test: the checkpoint lost the race'; END IF; RETURN NEW; END $$"
+        )
+        conn.execute(
+            "CREATE TRIGGER test_fail_checkpoint BEFORE INSERT ON checkpoints"
+            " FOR EACH ROW EXECUTE FUNCTION test_fail_checkpoint()"
+        )
+    try:
+        yield
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("DROP TRIGGER test_fail_checkpoint ON checkpoints")
+            conn.execute("DROP FUNCTION test_fail_checkpoint()")
 
 
 def _head_task_done(dsn: str, run_id: str, done: str) -> bool:
