@@ -5,6 +5,12 @@ starts with the same epoch check as the ledger (``store.fence_checkpoint``: the 
 ``lease_epoch`` compared with ours). A deposed worker's write is refused with ``errors.Fenced`` and rolled
 back whole, so a zombie can never make its state the thread's newest.
 
+The transaction is one psycopg pipeline (``store.pipelined_transaction``): BEGIN, the fence, PostgresSaver's
+statements, COMMIT and a single Sync — one round trip per write, like bare PostgresSaver's own pipeline. The
+fence refuses server-side (migration 15), which aborts everything after it up to the Sync, COMMIT included;
+``store.raise_if_refused`` turns that error back into ``errors.Fenced`` (``errors.RunNotFound`` for a run
+that is not admitted).
+
 A root ``put`` also moves ``agentrun_runs.head_checkpoint_id`` (a subgraph ``put`` moves its namespace's row
 in ``agentrun_checkpoint_heads``) in that transaction. ``get_tuple`` without a ``checkpoint_id`` — "the
 latest", which LangGraph asks for at every resume — returns the head, never "newest by id": ids are uuid6 made
@@ -114,15 +120,26 @@ class FencedSaver(PostgresSaver):
     def _fenced(self, ns: str, checkpoint_id: str | None) -> Iterator[None]:
         what = "checkpoint write" if checkpoint_id is not None else "checkpoint pending writes"
         try:
-            with self.pool.connection() as conn, conn.transaction():
-                store.fence_checkpoint(
-                    conn, run_id=self.run_id, epoch=self.epoch, checkpoint_ns=ns, checkpoint_id=checkpoint_id
+            try:
+                with self.pool.connection() as conn, store.pipelined_transaction(conn):
+                    store.fence_checkpoint(
+                        conn,
+                        run_id=self.run_id,
+                        epoch=self.epoch,
+                        checkpoint_ns=ns,
+                        checkpoint_id=checkpoint_id,
+                    )
+                    self._tx.conn = conn
+                    try:
+                        yield
+                    finally:
+                        self._tx.conn = None
+            except psycopg.Error as exc:
+                # Fenced / RunNotFound if it was the fence that refused; any other error as it is
+                store.raise_if_refused(
+                    exc, run_id=self.run_id, epoch=self.epoch, checkpoint_ns=ns, checkpoint_id=checkpoint_id
                 )
-                self._tx.conn = conn
-                try:
-                    yield
-                finally:
-                    self._tx.conn = None
+                raise
         except errors.Fenced as exc:
             logger.error("%s refused: %s", what, exc)
             self._report(exc)
@@ -143,6 +160,7 @@ class FencedSaver(PostgresSaver):
             with super()._cursor(pipeline=pipeline) as cur:
                 yield cur
             return
-        # Inside the fenced transaction: no pipeline (its sync would not change atomicity, the commit does).
+        # Inside the fenced transaction, already in pipeline mode: a plain cursor whose statements ride that
+        # pipeline. PostgresSaver's own ``conn.pipeline()`` would nest, and a nested pipeline syncs on exit.
         with conn.cursor(binary=True, row_factory=dict_row) as cur:
             yield cur

@@ -7,8 +7,8 @@ frozen dataclasses of ``agent_worker.store.rows``.
 
 from __future__ import annotations
 
-from agent_worker.store.checkpoints import fence_checkpoint, get_checkpoint_head
-from agent_worker.store.db import Conn
+from agent_worker.store.checkpoints import fence_checkpoint, get_checkpoint_head, raise_if_refused
+from agent_worker.store.db import Conn, pipelined_transaction
 from agent_worker.store.effects_sql import (
     Reservation,
     confirm_effect,
@@ -107,8 +107,10 @@ __all__ = [
     "mark_for_purge",
     "migrate",
     "pin_image",
+    "pipelined_transaction",
     "provision_tenant",
     "purge_due",
+    "raise_if_refused",
     "record_approval",
     "record_attempt_end",
     "record_attempt_loss",

@@ -81,16 +81,127 @@ def test_deposed_saver_cannot_write_a_checkpoint_or_writes(pool: psycopg_pool.Co
     with pytest.raises(errors.Fenced, match="epoch 1 is not current"):
         zombie.put(_config(checkpoint_id=first), _checkpoint(_uuid6_at(2_000), "zombie-2"), {}, {"value": 2})
     with pytest.raises(errors.Fenced):
-        zombie.put_writes(_config(checkpoint_id=first), [("value", "late")], "task-1")
+        zombie.put_writes(_config(checkpoint_id=first), [("value", "late"), ("other", "too")], "task-1")
     with pytest.raises(errors.Fenced):
         zombie.put(_config("sub:1"), _checkpoint(_uuid6_at(3_000), "zombie-sub"), {}, {"value": 1})
     assert [type(e) for e in refused] == [errors.Fenced] * 3  # reported at once, not only raised
+    # Each refused write was one pipeline (fence, blobs, checkpoint/writes, COMMIT): the server refused the
+    # fence and skipped the rest, so nothing of it is durable and no head moved.
     assert _count(pool, "checkpoints") == 1 and _count(pool, "checkpoint_writes") == 0
     assert _count(pool, "checkpoint_blobs") == 0  # the blob upsert rolled back with the refused put
     assert store.get_checkpoint_head(pool, run_id=RUN) == first
+    assert store.get_checkpoint_head(pool, run_id=RUN, checkpoint_ns="sub:1") is None
     owner = checkpointer.FencedSaver(pool, run_id=RUN, epoch=2)
     owner.put_writes(_config(checkpoint_id=first), [("value", "mine")], "task-1")
     assert _count(pool, "checkpoint_writes") == 1
+
+
+class _Flights:
+    """Client/server flights of one pool's connections: statements sent outside a pipeline, pipeline Syncs,
+    and what ``transaction()`` sends outside a pipeline (the method of bench/db.py)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from psycopg import _connection_base, _pipeline_base
+
+        self.count = 0
+        self.conns: set[int] = set()
+        enqueue_sync = _pipeline_base.BasePipeline._enqueue_sync
+        exec_command = _connection_base.BaseConnection._exec_command
+        execute = psycopg.Cursor.execute
+        flights = self
+
+        def counted_sync(pipeline: Any) -> None:
+            flights._trip(pipeline._conn)
+            enqueue_sync(pipeline)
+
+        def counted_command(conn: Any, *args: Any, **kwargs: Any) -> Any:
+            if conn._pipeline is None:
+                flights._trip(conn)
+            return exec_command(conn, *args, **kwargs)
+
+        def counted_execute(cur: Any, *args: Any, **kwargs: Any) -> Any:
+            if cur.connection._pipeline is None:
+                flights._trip(cur.connection)
+            return execute(cur, *args, **kwargs)
+
+        monkeypatch.setattr(_pipeline_base.BasePipeline, "_enqueue_sync", counted_sync)
+        monkeypatch.setattr(_connection_base.BaseConnection, "_exec_command", counted_command)
+        monkeypatch.setattr(psycopg.Cursor, "execute", counted_execute)
+
+    def _trip(self, conn: Any) -> None:
+        if id(conn) in self.conns:
+            self.count += 1
+
+    def take(self) -> int:
+        count, self.count = self.count, 0
+        return count
+
+
+def test_a_fenced_write_is_one_round_trip_refused_or_not(
+    pool: psycopg_pool.ConnectionPool[Any], pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fence, PostgresSaver's statements and the commit go in one pipeline: one Sync per write, like bare
+    PostgresSaver's own pipeline — and a refusal costs no more (its ROLLBACK aside)."""
+    _claim(pool, 1)
+    one: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
+        pg_dsn, min_size=1, max_size=1, kwargs={"autocommit": True}, open=True
+    )
+    with one:
+        _one_round_trip(pool, one, _Flights(monkeypatch))
+
+
+def _one_round_trip(
+    pool: psycopg_pool.ConnectionPool[Any], one: psycopg_pool.ConnectionPool[Any], flights: _Flights
+) -> None:
+    saver = checkpointer.FencedSaver(one, run_id=RUN, epoch=1)
+    with one.connection() as conn:  # the pool's only connection: the one the saver takes
+        flights.conns.add(id(conn))
+    cp = _checkpoint(_uuid6_at(50), "x")
+    cp["channel_values"]["blob"] = {"not": "inline"}  # a blob: PostgresSaver's executemany rides the pipeline
+    cp["channel_versions"]["blob"] = 1
+    saver.put(_config(), cp, {}, {"value": 1, "blob": 1})
+    assert flights.take() == 1
+    saver.put_writes(_config(checkpoint_id=cp["id"]), [("value", "a"), ("blob", "b")], "task-1")
+    assert flights.take() == 1
+    assert _count(pool, "checkpoints") == 1 and _count(pool, "checkpoint_blobs") == 1
+    assert _count(pool, "checkpoint_writes") == 2
+    _claim(pool, 2)
+    flights.take()
+    with pytest.raises(errors.Fenced):
+        saver.put(_config(checkpoint_id=cp["id"]), _checkpoint(_uuid6_at(60), "y"), {}, {"value": 2})
+    # The pipeline, then the ROLLBACK of the aborted transaction (and psycopg's DEALLOCATE of the statements
+    # it had prepared in the aborted pipeline, when it had prepared any).
+    assert flights.take() in (2, 3)
+    with one.connection() as conn:
+        assert conn.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    assert _count(pool, "checkpoints") == 1 and store.get_checkpoint_head(pool, run_id=RUN) == cp["id"]
+
+
+def test_a_run_that_is_not_admitted_gets_no_checkpoint(pool: psycopg_pool.ConnectionPool[Any]) -> None:
+    """The fence's two refusals stay apart: no run row is RunNotFound (exit 2), not Fenced."""
+    refused: list[errors.ControlSignal] = []
+    stranger = checkpointer.FencedSaver(pool, run_id="never-admitted", epoch=1, on_refused=refused.append)
+    config = {"configurable": {"thread_id": "never-admitted", "checkpoint_ns": ""}}
+    with pytest.raises(errors.RunNotFound, match="run never-admitted is not admitted"):
+        stranger.put(config, _checkpoint(_uuid6_at(70), "z"), {}, {"value": 1})  # type: ignore[arg-type]
+    with pool.connection() as conn:
+        row = conn.execute("SELECT count(*) FROM checkpoints WHERE thread_id = 'never-admitted'").fetchone()
+    assert row is not None and row[0] == 0
+    assert refused == []  # as before: RunNotFound is the worker's own error, not a control signal
+
+
+def test_a_failing_statement_in_a_pipelined_transaction_is_raised_as_itself(
+    pool: psycopg_pool.ConnectionPool[Any],
+) -> None:
+    """Not as the PipelineAborted of the statements the server skipped after it; nothing commits."""
+    _claim(pool, 1)
+    with pool.connection() as conn:
+        with pytest.raises(psycopg.errors.DivisionByZero), store.pipelined_transaction(conn):
+            store.fence_checkpoint(conn, run_id=RUN, epoch=1, checkpoint_ns="", checkpoint_id="moved")
+            conn.execute("SELECT 1 / 0")
+            conn.execute("SELECT 1")
+        assert conn.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    assert store.get_checkpoint_head(pool, run_id=RUN) is None  # the fence's head move rolled back too
 
 
 def test_resume_follows_the_head_not_the_newest_id(pool: psycopg_pool.ConnectionPool[Any]) -> None:

@@ -346,35 +346,15 @@ SELECT * FROM agentrun_step_events WHERE run_id = %(run_id)s ORDER BY id
 
 -- ---------------------------------------------------------------------------------- checkpoint fencing
 -- agent_worker/checkpointer.py runs each LangGraph write (put, put_writes) in ONE transaction that starts
--- with one of these statements, so the write and the fencing check commit together or not at all.
-
--- name: fence_checkpoint_head
--- A root-namespace put: check the epoch and move the run's head to the checkpoint being written. FOR UPDATE
--- (not FOR SHARE): this transaction updates the row, and upgrading a share lock could deadlock.
-WITH run AS (
-    SELECT lease_epoch FROM agentrun_runs WHERE run_id = %(run_id)s FOR UPDATE
-), head AS (
-    UPDATE agentrun_runs r SET head_checkpoint_id = %(checkpoint_id)s
-    FROM run WHERE r.run_id = %(run_id)s AND run.lease_epoch = %(epoch)s
-    RETURNING r.run_id
-)
-SELECT run.lease_epoch AS current_epoch, (SELECT count(*) FROM head) AS moved FROM run
+-- with this statement, so the write and the fencing check commit together or not at all.
 
 -- name: fence_checkpoint
--- put_writes (any namespace) and subgraph puts: check the epoch; a subgraph put (checkpoint_id given,
--- checkpoint_ns <> '') also moves that namespace's head. The run row is held FOR SHARE until commit.
-WITH run AS (
-    SELECT lease_epoch FROM agentrun_runs WHERE run_id = %(run_id)s FOR SHARE
-), head AS (
-    INSERT INTO agentrun_checkpoint_heads (run_id, checkpoint_ns, checkpoint_id, epoch)
-    SELECT %(run_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(epoch)s
-    FROM run
-    WHERE run.lease_epoch = %(epoch)s AND %(checkpoint_id)s::text IS NOT NULL AND %(checkpoint_ns)s <> ''
-    ON CONFLICT (run_id, checkpoint_ns) DO UPDATE
-    SET checkpoint_id = EXCLUDED.checkpoint_id, epoch = EXCLUDED.epoch, updated_at = now()
-    RETURNING run_id
-)
-SELECT run.lease_epoch AS current_epoch, (SELECT count(*) FROM head) AS moved FROM run
+-- The epoch check and head move of a checkpoint write: agentrun_fence_checkpoint (migration 15) locks the run
+-- row (FOR UPDATE for a root put, which moves agentrun_runs.head_checkpoint_id; FOR SHARE otherwise, held
+-- until commit), raises SQLSTATE AR404 (not admitted) or AR409 (epoch not current, DETAIL the current one)
+-- and moves the head of a put's namespace. Raising instead of returning a row to judge lets the saver send
+-- it in one pipeline with the write it fences.
+SELECT agentrun_fence_checkpoint(%(run_id)s, %(epoch)s, %(checkpoint_ns)s, %(checkpoint_id)s)
 
 -- name: get_checkpoint_head
 -- The head of one namespace ('' = root); NULL when none was written fenced (a run from before migration 2).
