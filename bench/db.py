@@ -70,7 +70,9 @@ class CountingCursor(psycopg.Cursor[Any]):
 def counting_round_trips() -> Iterator[None]:
     """Also count, for connections whose cursors are ``CountingCursor``, each pipeline Sync (an
     ``executemany``'s own pipeline included) and each BEGIN/COMMIT/ROLLBACK that ``transaction()`` sends
-    outside a pipeline: with ``CountingCursor.execute``'s, every flight. Untimed passes only."""
+    outside a pipeline: with ``CountingCursor.execute``'s, every flight. Those commands are counted as
+    statements too (``Counter``), so a transaction costs the same statements however it is sent. Untimed
+    passes only."""
     from psycopg import _connection_base, _pipeline_base
 
     base_pipeline = _pipeline_base.BasePipeline
@@ -82,6 +84,9 @@ def counting_round_trips() -> Iterator[None]:
         enqueue_sync(self)
 
     def counted_command(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if _counting(self):  # a statement like any other, which CountingCursor does not see
+            with Counter.lock:
+                Counter.value += 1
         if self._pipeline is None:
             _trip(self)
         return exec_command(self, *args, **kwargs)
