@@ -215,11 +215,13 @@ def test_trace_checkpoint_figure_is_the_savers_own_measurement(
     assert len(steps) >= 3
     for step in steps:
         assert step["checkpointSeconds"] == measured[step["checkpointId"]]  # the saver's figure, exactly
-        assert 0.0002 < step["checkpointSeconds"] < 10  # a real write on real Postgres: not microseconds
+        # A real write on real Postgres (a round trip and a commit), not a figure taken around nothing. The
+        # pipelined write (one round trip) can be under a millisecond, so the trace may show it in us.
+        assert 0.0002 < step["checkpointSeconds"] < 10
     text = render.trace(data)  # the CKPT-WRITE column of `agentrun trace`
     for step in steps:
         shown = render.seconds(step["checkpointSeconds"])
-        assert shown is not None and not shown.endswith("us") and shown in text
+        assert shown is not None and shown in text
 
 
 @pytest.mark.parametrize("kill_postmaster", [False, True], ids=["restart", "postmaster-sigkill"])
