@@ -15,6 +15,7 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY agentrun ./agentrun
+COPY agentrun_core ./agentrun_core
 COPY agent_worker ./agent_worker
 COPY agentrun_dev ./agentrun_dev
 COPY agentrun_examples ./agentrun_examples

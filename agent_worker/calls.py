@@ -10,7 +10,8 @@ import json
 import time
 from typing import Any
 
-from agent_worker import context, keys, store
+from agent_worker import context
+from agentrun_core import keys, store
 
 
 @dataclasses.dataclass(frozen=True)

@@ -42,7 +42,8 @@ from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMet
 from langgraph.checkpoint.postgres import PostgresSaver
 from psycopg.rows import DictRow, dict_row
 
-from agent_worker import errors, faults, infra, store
+from agent_worker import infra
+from agentrun_core import errors, faults, store
 
 logger = logging.getLogger(__name__)
 

@@ -18,8 +18,9 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from agent_worker import errors, keys, positions
-from agent_worker.store import db
+from agent_worker import positions
+from agentrun_core import errors, keys
+from agentrun_core.store import db
 
 CONFIG_KEY = "agentrun_context"
 

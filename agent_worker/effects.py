@@ -17,7 +17,7 @@
     def node(state):                                              # inside a LangGraph node
         receipt = charge(customer="c1", cents=500)                # exactly once per position in the run
 
-Each call: derive the key from the call's POSITION (``agent_worker.keys``: run, step identity, action,
+Each call: derive the key from the call's POSITION (``agentrun_core.keys``: run, step identity, action,
 occurrence — not the arguments) → **reserve** (one round trip: insert ``pending`` or return the existing row,
 fenced) → **check** (``sent``/``confirmed``: return the stored result, call nothing) → **perform** (the
 function gets a ``Call``: a ``str`` that *is* the idempotency key, with ``.idempotency_key``, ``.attempt``,
@@ -47,7 +47,8 @@ import time
 from collections.abc import Callable
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 
-from agent_worker import calls, canonical, context, errors, faults, keys, retry, store
+from agent_worker import calls, context, retry
+from agentrun_core import canonical, errors, faults, keys, store
 
 logger = logging.getLogger(__name__)
 
@@ -210,7 +211,7 @@ class _Execution:
         self.call_kwargs = call_kwargs
         self.occurrence = 0
         self.args_hash = canonical.digest(args)
-        self.generation = 0  # retry generation of the key in use (agent_worker.keys.derive)
+        self.generation = 0  # retry generation of the key in use (agentrun_core.keys.derive)
         self.rekey: Callable[[int], str] = lambda g: key
 
     def _guard(self) -> None:

@@ -1,7 +1,7 @@
 """The first worker of a fork applies the human's edits (``fork_of.set``) to the copied checkpoint. Once.
 
 Rule: the operator copied the source checkpoint into this run's thread and made it the head at admission
-(agent_worker/store/forks.py). The edits are applied with LangGraph's ``update_state`` — the time-travel
+(agentrun_core/store/forks.py). The edits are applied with LangGraph's ``update_state`` — the time-travel
 "fork" of a checkpoint: a new checkpoint whose parent is the copied one, written through the fenced saver,
 with the graph's own reducers and as the node the fork was taken after (``--step``) so the graph continues
 with that node's successors. They are applied only while the head is still the copied checkpoint: the
@@ -19,7 +19,7 @@ from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 
-from agent_worker import store
+from agentrun_core import store
 
 FORK_EDIT_REFUSED = "ForkEditRefused"
 

@@ -21,7 +21,7 @@ from typing import Any
 from langgraph.graph import StateGraph
 from langgraph.pregel import Pregel
 
-from agent_worker import errors
+from agentrun_core import errors
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
-from agent_worker import store
+from agentrun_core import store
 
 WORKER_KEY = "worker"
 

@@ -16,7 +16,7 @@ import time
 import psycopg
 import psycopg_pool
 
-from agent_worker import errors, store
+from agentrun_core import errors, store
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ _INFRA_TYPES: tuple[type[BaseException], ...] = (psycopg.OperationalError, psyco
 
 class InfraLost(errors.ControlSignal):
     """Postgres (or the platform) failed under the attempt: exit 14, retried by the operator. A control signal
-    (agent_worker/errors.py): graph code's ``except Exception`` cannot swallow it."""
+    (agentrun_core/errors.py): graph code's ``except Exception`` cannot swallow it."""
 
     exit_code = EXIT_INFRA
 

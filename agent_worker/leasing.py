@@ -1,4 +1,4 @@
-"""The attempt's hold on its run: a real Kubernetes Lease (``agent_worker.lease``), or none (tests only).
+"""The attempt's hold on its run: a real Kubernetes Lease (``agentrun_core.lease``), or none (tests only).
 
 ``Holder`` is the small interface the runner needs. ``NoLease`` takes the stored epoch + 1 and excludes
 nobody: it exists so Postgres-only tests and local experiments run without an API server; never use it in
@@ -53,7 +53,7 @@ def make_holder(
 ) -> Holder:
     if settings.lease_mode == "none":
         return NoLease()
-    from agent_worker import kube, lease
+    from agentrun_core import kube, lease
 
     api = kube.load_api_client(settings.kubeconfig)
     owner = None

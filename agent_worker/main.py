@@ -14,8 +14,9 @@ import os
 import sys
 from typing import NoReturn
 
-from agent_worker import errors, faults, runner
+from agent_worker import runner
 from agent_worker import settings as settings_mod
+from agentrun_core import errors, faults
 
 USAGE = """usage: agentrun worker
 

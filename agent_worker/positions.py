@@ -33,7 +33,7 @@ from typing import Any
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.tracers.context import register_configure_hook
 
-from agent_worker import keys
+from agentrun_core import keys
 
 _NS_KEY = "langgraph_checkpoint_ns"
 

@@ -32,20 +32,9 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.types import Command
 
 from agent_worker import checkpointer as checkpointer_mod
-from agent_worker import (
-    context,
-    errors,
-    faults,
-    forking,
-    graphs,
-    heartbeat,
-    infra,
-    keys,
-    leasing,
-    steps,
-    store,
-)
+from agent_worker import context, forking, graphs, heartbeat, infra, leasing, steps
 from agent_worker import settings as settings_mod
+from agentrun_core import errors, faults, keys, store
 
 logger = logging.getLogger(__name__)
 
@@ -170,7 +159,7 @@ class Attempt:
     def _acquire(self, run: store.Run) -> int | None:
         self.beat = heartbeat.WorkerBeat(self.pool, self.run_id, self.settings.attempt, lambda: self.epoch)
         self.holder = leasing.make_holder(self.settings, on_lost=self._lease_lost, on_renewed=self.beat)
-        from agent_worker import lease
+        from agentrun_core import lease
 
         try:
             self.epoch = self.holder.acquire(self.settings.lease_wait_seconds, min_epoch=run.lease_epoch + 1)

@@ -6,7 +6,7 @@ import dataclasses
 import os
 from collections.abc import Mapping
 
-from agent_worker import errors
+from agentrun_core import errors
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,7 +21,8 @@ import datetime
 import time
 from typing import Any
 
-from agent_worker import checkpointer, store
+from agent_worker import checkpointer
+from agentrun_core import store
 
 # async/exit: at most one step-event write per second (docstring above); sync writes at every step.
 BATCH_SECONDS = {"sync": 0.0, "async": 1.0, "exit": 1.0}

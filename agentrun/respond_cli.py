@@ -8,7 +8,7 @@ decision holds for them (RBAC verb ``approve``, approvers, no self-approval, the
 request.userInfo, judged against the run as it was before the request), and the API server refuses a
 malformed payload (deploy/admission/edits-policy.yaml). The graph resumes with LangGraph's human-in-the-loop
 response: ``{"type": "edit", "args": {"action": ..., "args": {field: text}}}`` or ``{"type": "response",
-"args": text}`` (``agent_worker.store.rows.resume_payload``).
+"args": text}`` (``agentrun_core.store.rows.resume_payload``).
 
 Fields must be listed under ``editable`` in the pending approval's prompt; this command checks that first,
 from the run's status, so a typo is refused before anything is sent.

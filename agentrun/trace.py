@@ -16,7 +16,7 @@ import datetime
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agent_worker import store
+from agentrun_core import store
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,8 +16,8 @@ from typing import Any
 
 import psycopg
 
-from agent_worker import store
 from agentrun import cluster, output, render, trace
+from agentrun_core import store
 
 MULTI_COMMAND = True
 HELP = {

@@ -226,7 +226,7 @@ def migrate(dsn: str) -> list[str]:
     """Apply agentrun's migrations (and LangGraph's checkpoint tables); returns what was applied."""
     import psycopg
 
-    from agent_worker import store
+    from agentrun_core import store
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         return list(store.migrate(conn))

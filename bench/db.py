@@ -112,7 +112,7 @@ def fresh_database(tag: str) -> Iterator[str]:
         conn.execute(f'CREATE DATABASE "{name}"')
     dsn = postgres.dsn(settings, name)
     try:
-        from agent_worker import store
+        from agentrun_core import store
 
         with psycopg.connect(dsn) as conn:
             store.migrate(conn)

@@ -22,8 +22,9 @@ from typing import Any, Literal
 import psycopg_pool
 from langgraph.checkpoint.postgres import PostgresSaver
 
-from agent_worker import runner, store
+from agent_worker import runner
 from agent_worker import settings as settings_mod
+from agentrun_core import store
 from bench import db, graphs, stats
 
 Durability = Literal["sync", "async", "exit"]

@@ -13,7 +13,8 @@ import uuid
 
 from langgraph.checkpoint.memory import InMemorySaver
 
-from agent_worker import context, store
+from agent_worker import context
+from agentrun_core import store
 from bench import db, graphs, stats
 
 _RAW_TABLE = "CREATE TABLE IF NOT EXISTS bench_raw (id bigserial PRIMARY KEY, k text UNIQUE, v jsonb)"

@@ -28,11 +28,11 @@ from typing import Any
 
 import psycopg_pool
 
-from agent_worker import store
+from agentrun_core import store
 from bench import db, stats
 
 FLOOR_IMPORTS = "import langgraph.graph, langgraph.types, langgraph.checkpoint.postgres, psycopg_pool"
-WORKER_IMPORTS = "import agent_worker.main, agent_worker.runner, agent_worker.lease, bench.graphs"
+WORKER_IMPORTS = "import agent_worker.main, agent_worker.runner, agentrun_core.lease, bench.graphs"
 _LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*lease \S+ (acquired|released) by")
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,7 +1,7 @@
 """Shared fixtures: the dev Postgres, the dev cluster, identities.
 
 * ``pg_dsn`` — a fresh database per test, cloned (``CREATE DATABASE … TEMPLATE``, milliseconds) from a
-  template migrated once per session with ``agent_worker.store.migrate``.
+  template migrated once per session with ``agentrun_core.store.migrate``.
 * ``dev_cluster`` — session; runs ``agentrun dev up`` (idempotent) and leaves the cluster running, because
   other pytest sessions (other engineers, other terminals) use the same cluster at the same time.
 * ``kube`` — admin ``kubernetes.client.ApiClient``; ``namespace`` — a fresh labelled namespace per test;
@@ -82,7 +82,7 @@ def pg_template(dev_settings_: dev_settings.Settings, dev_postgres: postgres.Inf
         _drop_orphans(conn)
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{name}"')
-    from agent_worker import store
+    from agentrun_core import store
 
     with psycopg.connect(postgres.dsn(dev_settings_, name)) as conn:
         store.migrate(conn)

@@ -1,5 +1,5 @@
 """What a human's decision carries to the graph besides yes/no: edits (with an approval) or a response (with
-a rejection), in LangGraph's human-in-the-loop shape (``agent_worker.store.rows.resume_payload``). Pure.
+a rejection), in LangGraph's human-in-the-loop shape (``agentrun_core.store.rows.resume_payload``). Pure.
 
 Annotations (``kubectl agentrun approve NAME --id ID --set body=TEXT`` / ``respond NAME --id ID --message
 TEXT``):

@@ -31,7 +31,7 @@ import psycopg_pool
 
 from agent_operator import kube, leader, metrics, model, retention, runner, throttle
 from agent_operator import settings as settings_
-from agent_worker import lease_math, store
+from agentrun_core import lease_math, store
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The operator's only Kubernetes API code (besides what kopf itself watches).
 
-Bodies travel as plain JSON dicts, as in ``agent_worker.kube`` (whose client loader, Lease calls and error
+Bodies travel as plain JSON dicts, as in ``agentrun_core.kube`` (whose client loader, Lease calls and error
 classes this reuses): ``NotFound``/``Conflict``/``AlreadyExists``/``Unavailable``/``KubeError``.
 Every call is synchronous; the handlers run them in threads.
 """
@@ -18,7 +18,7 @@ import kubernetes.client
 import urllib3
 
 from agent_operator import admission, model
-from agent_worker import kube as worker_kube
+from agentrun_core import kube as worker_kube
 
 Body = dict[str, Any]
 ApiClient = kubernetes.client.ApiClient

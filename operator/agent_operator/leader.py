@@ -27,7 +27,7 @@ from typing import Any
 
 from agent_operator import kube
 from agent_operator import settings as settings_
-from agent_worker import lease_math
+from agentrun_core import lease_math
 
 logger = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ anyway — one sender, one fencing domain, one place where an unknown outcome is
 Rules:
 
 * **The operator sends, the ledger decides.** Each notification is reserve → mark issued → POST → record,
-  every step one fenced statement (``agent_worker.store.notifications``; the notifier epoch is taken once per
+  every step one fenced statement (``agentrun_core.store.notifications``; the notifier epoch is taken once per
   process, after it won leadership). Killed anywhere, the next operator derives the same key, finds the row.
 * **Unknown outcomes are reconciled, never guessed.** A row found ``issued`` (a call may have landed, nothing
   was recorded) is sent again with the same ``Idempotency-Key`` only when the receiver dedupes by it
@@ -38,9 +38,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from agent_operator import actions, kube, model, notify
-from agent_worker import errors, faults
-from agent_worker.store import db as store_db
-from agent_worker.store import notifications as ledger
+from agentrun_core import errors, faults
+from agentrun_core.store import db as store_db
+from agentrun_core.store import notifications as ledger
 
 logger = logging.getLogger(__name__)
 

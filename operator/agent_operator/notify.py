@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agent_operator import model
-from agent_worker import canonical, keys
+from agentrun_core import canonical, keys
 
 FORMATS = ("slack", "json")
 EVENTS = ("requested", "escalated", "expired", "needs_human")

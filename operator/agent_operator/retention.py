@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from agent_worker import store
+from agentrun_core import store
 
 logger = logging.getLogger(__name__)
 

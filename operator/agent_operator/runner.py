@@ -1,7 +1,7 @@
 """Observe one AgentRun, decide (``reconcile.decide``), carry the plan out. The I/O side of a reconcile.
 
 Runs in a worker thread (the handlers call it through ``asyncio.to_thread``): the Kubernetes calls go
-through ``agent_operator.kube`` and the SQL through ``agent_worker.store``, both synchronous.
+through ``agent_operator.kube`` and the SQL through ``agentrun_core.store``, both synchronous.
 Per-run memory (``RunMemory``) lives as long as the run's daemon: the Lease observer (expiry by locally
 observed time), what this process wrote last (the watch may lag behind its own writes), when it created
 the current Pod (the watch may lag behind that too), and timing for the resume-latency metric.
@@ -35,7 +35,7 @@ from agent_operator import (
     throttle,
 )
 from agent_operator import settings as settings_
-from agent_worker import lease_math, store
+from agentrun_core import lease_math, store
 
 logger = logging.getLogger(__name__)
 COMPONENT = "agentrun-operator"

@@ -24,7 +24,7 @@ import psycopg.conninfo
 
 from agent_operator import kube, pods
 from agent_operator import settings as settings_
-from agent_worker import store
+from agentrun_core import store
 
 
 def worker_dsn(base_dsn: str, role: str, password: str) -> str:

@@ -25,7 +25,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from agent_worker import faults, store
+from agentrun_core import faults, store
 from agentrun_dev import http_provider
 from tests.chaos import worker_harness
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import psycopg
 
-from agent_worker import store
+from agentrun_core import store
 
 REPO = Path(__file__).resolve().parents[2]
 GRAPH = "tests.graphs.effect_graph:builder"

@@ -14,11 +14,11 @@ import os
 import sys
 import traceback
 
-import agent_worker.kube
-import agent_worker.lease
 import agent_worker.main
 import agent_worker.positions
 import agent_worker.runner
+import agentrun_core.kube
+import agentrun_core.lease
 import tests.graphs.effect_graph  # pre-import the chaos graphs
 import tests.graphs.subgraph_graph  # noqa: F401
 
@@ -40,7 +40,7 @@ def _child(request: dict[str, object]) -> int:
 
 
 def main() -> int:
-    assert agent_worker.runner and agent_worker.lease and agent_worker.kube
+    assert agent_worker.runner and agentrun_core.lease and agentrun_core.kube
     for line in sys.stdin:
         request = json.loads(line)
         pid = os.fork()

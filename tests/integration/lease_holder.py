@@ -13,7 +13,7 @@ import kubernetes
 
 HOLDER = """
 import os, time
-from agent_worker import kube, lease
+from agentrun_core import kube, lease
 api = kube.load_api_client()
 cfg = lease.LeaseConfig(os.environ["AGENTRUN_NAMESPACE"], os.environ["AGENTRUN_LEASE_NAME"],
                         holder=os.environ["AGENTRUN_POD_NAME"],

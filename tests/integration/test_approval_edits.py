@@ -20,7 +20,7 @@ import pytest
 from conftest import OperatorHandle, bind, get_run, run_status, wait_for, wait_phase
 from test_fork_flow import bodies, ticket_spec
 
-from agent_worker import store
+from agentrun_core import store
 from agentrun_dev import smtp_sink
 
 EDITED_BODY = "Dear Ada, we refunded the duplicate charge; it shows within 3 days. (edited by the manager)"

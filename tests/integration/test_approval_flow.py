@@ -23,7 +23,7 @@ from conftest import (
     wait_phase,
 )
 
-from agent_worker import store
+from agentrun_core import store
 
 APPROVAL = "tests.integration.test_operator_graphs:approval"
 

@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from agent_worker import store
+from agentrun_core import store
 from tests.chaos import worker_harness
 
 pytestmark = pytest.mark.postgres

@@ -31,7 +31,7 @@ from conftest import (
 )
 from test_approval_flow import annotate, lines, spec
 
-from agent_worker import store
+from agentrun_core import store
 
 
 @pytest.fixture

@@ -24,8 +24,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from agent_worker import store
 from agentrun import render, trace
+from agentrun_core import store
 from agentrun_dev import http_provider, smtp_sink
 from agentrun_dev import settings as dev_settings
 from tests.chaos import worker_harness

@@ -17,7 +17,8 @@ from langgraph.checkpoint.base import Checkpoint, empty_checkpoint
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.graph import END, START, StateGraph
 
-from agent_worker import checkpointer, errors, store
+from agent_worker import checkpointer
+from agentrun_core import errors, store
 
 pytestmark = [pytest.mark.postgres]
 

@@ -18,7 +18,7 @@ from collector_rows import add_finished, add_live
 from psycopg import sql
 
 from agent_operator import metrics, metrics_pg
-from agent_worker import store
+from agentrun_core import store
 
 LIVE_QUERIES = {
     "RUNS_LIVE": ("agentrun_runs_live_idx",),

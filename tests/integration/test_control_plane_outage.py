@@ -18,8 +18,8 @@ import pytest
 from conftest import OperatorHandle, create_run, get_run, pods, wait_for, wait_phase
 
 from agent_operator import metrics_pg
-from agent_worker import store
 from agentrun import render, trace, trace_cli
+from agentrun_core import store
 from agentrun_dev import cluster
 
 STEPS = "tests.integration.test_operator_graphs:steps"

@@ -17,7 +17,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from agent_worker import store
+from agentrun_core import store
 from tests.chaos import worker_harness
 
 pytestmark = pytest.mark.postgres

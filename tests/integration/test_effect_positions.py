@@ -22,7 +22,8 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Send
 
 from agent_operator import metrics_pg
-from agent_worker import canonical, context, effects, errors, keys, store
+from agent_worker import context, effects
+from agentrun_core import canonical, errors, keys, store
 from agentrun_dev import http_provider
 
 pytestmark = pytest.mark.postgres

@@ -20,7 +20,7 @@ import psycopg
 import pytest
 from langgraph.checkpoint.postgres import PostgresSaver
 
-from agent_worker import store
+from agentrun_core import store
 from agentrun_dev import http_provider
 from tests.chaos import worker_harness
 from tests.graphs import special_graphs

@@ -19,7 +19,7 @@ import psycopg
 import pytest
 from conftest import OperatorHandle, bind, condition, create_run, get_run, run_status, wait_for, wait_phase
 
-from agent_worker import store
+from agentrun_core import store
 from agentrun_dev import smtp_sink
 
 GRAPH = "agentrun_examples.support_ticket:graph"

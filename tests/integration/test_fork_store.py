@@ -1,4 +1,4 @@
-"""Forks in Postgres (agent_worker/store/forks.py, sql/fork.sql): the source is found only in the fork's own
+"""Forks in Postgres (agentrun_core/store/forks.py, sql/fork.sql): the source is found only in the fork's own
 namespace, and the copied checkpoint is the source's state at that point, read back by LangGraph itself from
 the fork's thread. Real Postgres, real LangGraph checkpoints (PostgresSaver on the migrated test database)."""
 
@@ -12,7 +12,7 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import interrupt
 
-from agent_worker import store
+from agentrun_core import store
 
 pytestmark = pytest.mark.postgres
 

@@ -25,8 +25,8 @@ from pathlib import Path
 import kubernetes.client
 import pytest
 
-from agent_worker import kube as wkube
-from agent_worker import lease, lease_math
+from agentrun_core import kube as wkube
+from agentrun_core import lease, lease_math
 
 pytestmark = pytest.mark.cluster
 
@@ -416,7 +416,7 @@ def test_fault_point_before_lease_renew_kills_the_process(
 ) -> None:
     script = (
         "import time\n"
-        "from agent_worker import kube, lease\n"
+        "from agentrun_core import kube, lease\n"
         f"config = lease.LeaseConfig({namespace!r}, 'lease-a', 'pod-x', 2)\n"
         "k = lease.LeaseKeeper(kube.load_api_client(), config)\n"
         "print(k.acquire(5), flush=True)\n"

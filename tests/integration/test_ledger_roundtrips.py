@@ -17,7 +17,8 @@ import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 
-from agent_worker import context, effects, errors, store
+from agent_worker import context, effects
+from agentrun_core import errors, store
 from agentrun_dev import http_provider
 
 pytestmark = pytest.mark.postgres

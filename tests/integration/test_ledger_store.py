@@ -1,11 +1,11 @@
-"""agent_worker.store against real Postgres: admission, fencing, ledger transitions, approvals."""
+"""agentrun_core.store against real Postgres: admission, fencing, ledger transitions, approvals."""
 
 from __future__ import annotations
 
 import psycopg
 import pytest
 
-from agent_worker import errors, store
+from agentrun_core import errors, store
 
 pytestmark = pytest.mark.postgres
 

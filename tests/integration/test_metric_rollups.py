@@ -16,7 +16,7 @@ import pytest
 from collector_rows import add_finished, add_live
 
 from agent_operator import metrics, metrics_pg, tenants
-from agent_worker import store
+from agentrun_core import store
 
 Figures = dict[tuple[Any, ...], tuple[float, ...]]
 

@@ -26,8 +26,8 @@ import pytest
 from conftest import OperatorHandle, condition, create_run, events, run_status, wait_for
 
 from agent_operator import notify
-from agent_worker import faults
-from agent_worker.store import notifications
+from agentrun_core import faults
+from agentrun_core.store import notifications
 from agentrun_dev.webhook_receiver import Receiver
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow]

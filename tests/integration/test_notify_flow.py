@@ -26,8 +26,8 @@ import pytest
 from conftest import OperatorHandle, condition, create_run, events, kubectl, run_status, wait_for, wait_phase
 
 from agent_operator import notify
-from agent_worker import store
-from agent_worker.store import notifications
+from agentrun_core import store
+from agentrun_core.store import notifications
 from agentrun_dev.webhook_receiver import Receiver
 
 APPROVAL = "tests.integration.test_operator_graphs:approval"

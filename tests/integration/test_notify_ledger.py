@@ -1,4 +1,4 @@
-"""The notification ledger's SQL on the dev Postgres (agent_worker.store.notifications): fencing by the
+"""The notification ledger's SQL on the dev Postgres (agentrun_core.store.notifications): fencing by the
 notifier epoch inside each statement, the issued marker, retry scheduling on Postgres's clock, and a worker
 that cannot read the notifier table."""
 
@@ -9,8 +9,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from agent_worker import errors, store
-from agent_worker.store import notifications as ledger
+from agentrun_core import errors, store
+from agentrun_core.store import notifications as ledger
 
 pytestmark = pytest.mark.postgres
 

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from conftest import OperatorHandle, create_run, wait_for, wait_phase
 
-from agent_worker import store
+from agentrun_core import store
 from agentrun_dev import settings as dev_settings
 from tests.integration import pg_chaos
 

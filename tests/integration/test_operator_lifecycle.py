@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from conftest import OperatorHandle, condition, create_run, events, kubectl, pods, wait_for, wait_phase
 
-from agent_worker import store
+from agentrun_core import store
 from agentrun_dev.podruntime import control
 
 STEPS = "tests.integration.test_operator_graphs:steps"

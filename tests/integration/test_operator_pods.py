@@ -11,7 +11,7 @@ import psycopg
 import psycopg.conninfo
 from conftest import OperatorHandle, condition, create_run, events, pods, wait_for, wait_phase
 
-from agent_worker import store
+from agentrun_core import store
 
 
 def test_admission_row_before_pod_and_pod_contract(

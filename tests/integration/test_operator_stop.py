@@ -9,7 +9,7 @@ import kubernetes
 import psycopg
 from conftest import OperatorHandle, create_run, get_run, patch_spec, pods, wait_for, wait_phase
 
-from agent_worker import store
+from agentrun_core import store
 
 DRAINER = [
     "python",

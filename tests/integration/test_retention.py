@@ -10,7 +10,7 @@ import time
 import psycopg
 
 from agent_operator import metrics_pg, retention
-from agent_worker import store
+from agentrun_core import store
 
 RUNS = 10_000
 TABLES = (

@@ -17,7 +17,7 @@ import psycopg
 import pytest
 from conftest import OperatorHandle, bind, condition, create_run, get_run, run_status, wait_for, wait_phase
 
-from agent_worker import store
+from agentrun_core import store
 
 STEPS = "tests.integration.test_operator_graphs:steps"
 FLAKY = "tests.integration.steer_graphs:flaky"

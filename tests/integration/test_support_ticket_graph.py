@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from agent_worker import store
+from agentrun_core import store
 from agentrun_dev import smtp_sink
 from tests.chaos import worker_harness as wh
 

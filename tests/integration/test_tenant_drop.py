@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from agent_operator import kube, settings, tenants
-from agent_worker import store
+from agentrun_core import store
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.graph import END, START, StateGraph
 
 from agent_operator import tenants
-from agent_worker import store
+from agentrun_core import store
 from tests.chaos import worker_harness
 
 pytestmark = pytest.mark.postgres

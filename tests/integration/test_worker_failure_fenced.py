@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psycopg
 
-from agent_worker import store
+from agentrun_core import store
 from tests.chaos.worker_harness import Worker
 
 GRAPH = "tests.graphs.unreachable_import:graph"

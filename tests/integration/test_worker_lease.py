@@ -10,7 +10,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from agent_worker import store
+from agentrun_core import store
 from agentrun_dev import http_provider, smtp_sink
 from tests.chaos import worker_harness
 

@@ -3,7 +3,7 @@ import datetime
 
 import pytest
 
-from agent_worker import canonical
+from agentrun_core import canonical
 
 
 @dataclasses.dataclass

@@ -10,7 +10,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import RetryPolicy, interrupt
 
-from agent_worker import errors
+from agentrun_core import errors
 
 
 class State(TypedDict, total=False):

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from agent_worker import faults
+from agentrun_core import faults
 
 
 def test_parse_names_and_counts() -> None:
@@ -43,7 +43,7 @@ def _run(code: str, points: str) -> subprocess.CompletedProcess[str]:
 
 def test_hit_kills_on_the_nth_hit() -> None:
     code = (
-        "from agent_worker import faults\n"
+        "from agentrun_core import faults\n"
         "faults.configure()\n"
         "for i in range(5):\n"
         "    print(i, flush=True)\n"
@@ -56,6 +56,6 @@ def test_hit_kills_on_the_nth_hit() -> None:
 
 
 def test_hit_other_point_does_not_kill() -> None:
-    code = "from agent_worker import faults\nfaults.configure()\nfaults.hit('after_call')\n"
+    code = "from agentrun_core import faults\nfaults.configure()\nfaults.hit('after_call')\n"
     proc = _run(code, "after_reserve")
     assert proc.returncode == 0

@@ -12,8 +12,8 @@ import pytest
 
 from agent_operator import actions, approvals, edits, forks, model, reconcile
 from agent_worker import forking
-from agent_worker.store import rows
 from agentrun import cluster, fork_cli, respond_cli
+from agentrun_core.store import rows
 
 NOW = datetime.datetime(2026, 1, 1, 12, 0, 0, tzinfo=datetime.UTC)
 FORK = {"run": "src", "runUid": "src-uid", "step": "draft", "set": {"draft.body": "new"}}

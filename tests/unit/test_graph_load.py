@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from agent_worker import errors, graphs
+from agent_worker import graphs
+from agentrun_core import errors
 
 
 @pytest.fixture

@@ -5,7 +5,8 @@ from __future__ import annotations
 import psycopg
 import psycopg_pool
 
-from agent_worker import errors, infra
+from agent_worker import infra
+from agentrun_core import errors
 
 
 def _raised_from(outer: BaseException, inner: BaseException) -> BaseException:

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from agent_worker import canonical, keys
+from agentrun_core import canonical, keys
 
 _ARGS = {"to": "a@example.org", "tags": ["x", "y"], "n": 3, "meta": {"b": 1, "a": None}}
 
@@ -74,7 +74,7 @@ def test_parts_are_length_prefixed() -> None:
 
 def test_equal_across_hash_seeds() -> None:
     code = (
-        "from agent_worker import canonical, keys\n"
+        "from agentrun_core import canonical, keys\n"
         f"args = {_ARGS!r}\n"
         "print(keys.derive('run-1', keys.StepId('send', 3), 'send_email', 0, version=1,"
         " args_hash=canonical.digest(args)))\n"

@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Any
 
-from agent_worker import lease
+from agentrun_core import lease
 
 
 def _started_keeper(hook: Any) -> lease.LeaseKeeper:

@@ -6,8 +6,8 @@ import datetime
 
 import pytest
 
-from agent_worker import kube, lease_math
-from agent_worker.lease_math import LeaseObserver, LeaseState, LeaseSummary
+from agentrun_core import kube, lease_math
+from agentrun_core.lease_math import LeaseObserver, LeaseState, LeaseSummary
 
 
 def held(holder: str = "pod-a", rv: str = "1", renew: str = "t1", duration: float = 10.0) -> LeaseSummary:

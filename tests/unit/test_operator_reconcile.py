@@ -428,7 +428,7 @@ def test_a_lease_that_lapsed_in_an_api_server_outage_is_a_control_plane_loss() -
 
 def test_lapsed_in_outage_needs_the_lease_to_stop_changing_around_the_outage() -> None:
     from agent_operator.runner import _lapsed_in
-    from agent_worker import lease_math as lm
+    from agentrun_core import lease_math as lm
 
     observer = lm.LeaseObserver()
     observer.observe(lm.LeaseSummary(holder="p", transitions=1, renew_time="t1", duration_seconds=3), 100.0)

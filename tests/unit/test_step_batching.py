@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from agent_worker import steps, store
+from agent_worker import steps
+from agentrun_core import store
 
 NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 

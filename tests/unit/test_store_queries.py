@@ -1,6 +1,6 @@
 import pytest
 
-from agent_worker.store import queries, schema
+from agentrun_core.store import queries, schema
 
 
 def test_parse_blocks() -> None:

@@ -7,8 +7,8 @@ import datetime
 import json
 from typing import Any
 
-from agent_worker import store
 from agentrun import approve_cli, render, trace
+from agentrun_core import store
 
 T0 = datetime.datetime(2026, 1, 1, 12, 0, tzinfo=datetime.UTC)
 

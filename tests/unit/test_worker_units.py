@@ -1,7 +1,8 @@
 import pytest
 
-from agent_worker import errors, graphs, heartbeat, settings
-from agent_worker.store import rows
+from agent_worker import graphs, heartbeat, settings
+from agentrun_core import errors
+from agentrun_core.store import rows
 
 
 def test_settings_from_env() -> None:

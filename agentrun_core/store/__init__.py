@@ -1,15 +1,15 @@
-"""agent_worker.store: the only module that runs SQL.
+"""agentrun_core.store: the only module that runs SQL.
 
 Public functions (docs/design.md): sync psycopg 3, each takes a ``psycopg.Connection`` or a
 ``psycopg_pool.ConnectionPool`` (autocommit connections make each call one round trip). Rows come back as the
-frozen dataclasses of ``agent_worker.store.rows``.
+frozen dataclasses of ``agentrun_core.store.rows``.
 """
 
 from __future__ import annotations
 
-from agent_worker.store.checkpoints import fence_checkpoint, get_checkpoint_head, raise_if_refused
-from agent_worker.store.db import Conn, pipelined_transaction
-from agent_worker.store.effects_sql import (
+from agentrun_core.store.checkpoints import fence_checkpoint, get_checkpoint_head, raise_if_refused
+from agentrun_core.store.db import Conn, pipelined_transaction
+from agentrun_core.store.effects_sql import (
     Reservation,
     confirm_effect,
     effect_counts,
@@ -18,10 +18,10 @@ from agent_worker.store.effects_sql import (
     record_effect,
     reserve_effect,
 )
-from agent_worker.store.forks import ForkSource, admit_fork, find_fork_source, list_forks
-from agent_worker.store.retention import fold_runs, mark_for_purge, purge_due
-from agent_worker.store.rows import Approval, Attempt, Decision, Effect, Heartbeat, Run, StepEvent
-from agent_worker.store.runs import (
+from agentrun_core.store.forks import ForkSource, admit_fork, find_fork_source, list_forks
+from agentrun_core.store.retention import fold_runs, mark_for_purge, purge_due
+from agentrun_core.store.rows import Approval, Attempt, Decision, Effect, Heartbeat, Run, StepEvent
+from agentrun_core.store.runs import (
     admit_run,
     cancel_run,
     claim_run,
@@ -53,8 +53,8 @@ from agent_worker.store.runs import (
     sync_approval_policy,
     tenant_role,
 )
-from agent_worker.store.schema import migrate, schema_version
-from agent_worker.store.steering import (
+from agentrun_core.store.schema import migrate, schema_version
+from agentrun_core.store.steering import (
     Intervention,
     Resolution,
     list_interventions,

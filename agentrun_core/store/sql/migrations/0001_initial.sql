@@ -1,5 +1,5 @@
 -- agentrun schema, migration 1.
--- Applied by agent_worker.store.migrate(); recorded in agentrun_schema_version (never langgraph's
+-- Applied by agentrun_core.store.migrate(); recorded in agentrun_schema_version (never langgraph's
 -- checkpoint_migrations, which belongs to langgraph-checkpoint-postgres).
 
 -- One row per run, written by whoever admits the run (the operator) BEFORE any worker executes.

@@ -31,7 +31,7 @@ class Migration:
 
 def load_migrations() -> list[Migration]:
     """All migration files, ordered by version. Pure apart from reading package data."""
-    root = importlib.resources.files("agent_worker.store") / "sql" / "migrations"
+    root = importlib.resources.files("agentrun_core.store") / "sql" / "migrations"
     found: list[Migration] = []
     for entry in root.iterdir():
         match = _FILENAME.match(entry.name)

@@ -1,7 +1,7 @@
 -- agentrun schema, migration 4: humans steering finished or stuck runs (retry, resolve) and fenced cancel.
 --
 -- retry_generation: the spec.retryGeneration the run was last reopened under (0: never retried). Effects
---   whose row is 'failed' get a fresh key under a later generation (agent_worker.keys, generation > 0);
+--   whose row is 'failed' get a fresh key under a later generation (agentrun_core.keys, generation > 0);
 --   sent/confirmed rows keep their key and return their stored result.
 -- reopened: how many times a human reopened the run (retry, or resolving the effect that stopped it). The
 --   operator compares it with status.reopened to start the next attempt exactly once per reopening.

@@ -8,8 +8,8 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from agent_worker import errors
-from agent_worker.store import db, rows
+from agentrun_core import errors
+from agentrun_core.store import db, rows
 
 
 def admit_run(

@@ -8,7 +8,7 @@ Lease and calls it expired once that version has stayed unchanged for longer tha
 ``leaseDurationSeconds`` (the scheme of client-go's leader election). Only clock *rates* need to agree,
 never clock *values*.
 
-Used by the worker (``agent_worker.lease``) to decide when it may take a Lease, and by the operator to
+Used by the worker (``agentrun_core.lease``) to decide when it may take a Lease, and by the operator to
 notice a worker that stopped renewing (a hang its Pod status does not show).
 """
 

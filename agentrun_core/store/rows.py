@@ -7,7 +7,7 @@ import datetime
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from agent_worker import errors
+from agentrun_core import errors
 
 RUN_STATUSES = ("admitted", "running", "parked", "needs_human", "succeeded", "failed", "cancelled")
 FINAL_RUN_STATUSES = ("succeeded", "failed", "cancelled")
@@ -38,7 +38,7 @@ class Run:
     updated_at: datetime.datetime
     finished_at: datetime.datetime | None
     head_checkpoint_id: str | None = None  # migration 0002: the root checkpoint a resume starts from
-    key_version: int = 1  # migration 0003: the run's idempotency-key format (agent_worker.keys)
+    key_version: int = 1  # migration 0003: the run's idempotency-key format (agentrun_core.keys)
     # migration 0004 (steering): defaults keep rows of an older schema packable
     retry_generation: int = 0
     reopened: int = 0

@@ -1,5 +1,5 @@
--- Named queries of agent_worker.store. Each block starts with "-- name: <name>"; placeholders are
--- psycopg named parameters. agent_worker.store is the only module that runs SQL.
+-- Named queries of agentrun_core.store. Each block starts with "-- name: <name>"; placeholders are
+-- psycopg named parameters. agentrun_core.store is the only module that runs SQL.
 --
 -- Fencing: every ledger / approval / run-finishing write by a worker carries the writer's epoch and checks it
 -- against agentrun_runs.lease_epoch IN THE SAME STATEMENT, with the run row locked FOR SHARE: a concurrent

@@ -16,7 +16,7 @@ import psycopg
 import psycopg_pool
 from psycopg.rows import dict_row
 
-from agent_worker.store import queries
+from agentrun_core.store import queries
 
 Conn = psycopg.Connection[Any] | psycopg_pool.ConnectionPool[Any]
 

@@ -4,7 +4,7 @@ history kept nor drop when it is purged. Both are one transaction per batch, in 
 
 from __future__ import annotations
 
-from agent_worker.store import db
+from agentrun_core.store import db
 
 
 def mark_for_purge(conn: db.Conn, run_id: str, *, after_seconds: float, reason: str) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from agent_worker.store import db, rows, runs
+from agentrun_core.store import db, rows, runs
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,7 +13,7 @@ from typing import Any
 
 import psycopg
 
-from agent_worker.store import db, queries, rows
+from agentrun_core.store import db, queries, rows
 
 NOT_ADMITTED = "AR404"  # no run row (never admitted, or another tenant's)
 NOT_CURRENT = "AR409"  # the run's lease_epoch is not the writer's; DETAIL: the current epoch ('' for NULL)

@@ -13,7 +13,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from agent_worker.store import db, rows
+from agentrun_core.store import db, rows
 
 RESOLUTIONS = ("sent", "not_sent")
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import kubernetes.client
 
-from agent_worker import faults, kube, lease_math
+from agentrun_core import faults, kube, lease_math
 
 logger = logging.getLogger(__name__)
 

@@ -42,7 +42,7 @@ def parse(text: str) -> dict[str, str]:
 
 @functools.cache
 def all_queries() -> dict[str, str]:
-    root = importlib.resources.files("agent_worker.store") / "sql"
+    root = importlib.resources.files("agentrun_core.store") / "sql"
     merged: dict[str, str] = {}
     for path in sorted((p for p in root.iterdir() if p.name.endswith(".sql")), key=lambda p: p.name):
         for name, sql in parse(path.read_text(encoding="utf-8")).items():
@@ -56,4 +56,4 @@ def get(name: str) -> str:
     try:
         return all_queries()[name]
     except KeyError:
-        raise KeyError(f"no query named {name!r} in agent_worker/store/sql/queries.sql") from None
+        raise KeyError(f"no query named {name!r} in agentrun_core/store/sql/queries.sql") from None

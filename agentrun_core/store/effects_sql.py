@@ -7,8 +7,8 @@ from typing import Any, Literal
 
 from psycopg.types.json import Jsonb
 
-from agent_worker import errors
-from agent_worker.store import db, rows
+from agentrun_core import errors
+from agentrun_core.store import db, rows
 
 ReserveOutcome = Literal["reserved", "existing"]
 

@@ -10,7 +10,7 @@
 --   * no row (never admitted, or not this tenant's: row-level security): SQLSTATE AR404;
 --   * lease_epoch is not the writer's: SQLSTATE AR409, DETAIL the current epoch (text; '' when NULL);
 --   * else a root put moves the run's head, a subgraph put its namespace's row, put_writes moves nothing.
--- agent_worker/store/checkpoints.py turns the two SQLSTATEs back into RunNotFound / Fenced.
+-- agentrun_core/store/checkpoints.py turns the two SQLSTATEs back into RunNotFound / Fenced.
 --
 -- Invoker rights: the tenant's row-level security and table grants apply exactly as to the statements
 -- before, so EXECUTE stays granted to PUBLIC (the default): calling it allows nothing the caller's own
