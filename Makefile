@@ -9,8 +9,8 @@ PYTEST_ARGS ?=
 
 help:
 	@echo "make demo   set everything up and run the support-ticket demo (eviction, resume, approval, one email)"
-	@echo "make test   set everything up, then ruff + mypy + the whole pytest suite"
-	@echo "make lint   ruff, mypy and hadolint only"
+	@echo "make test   set everything up, then ruff + mypy + import contracts + the whole pytest suite"
+	@echo "make lint   ruff, mypy, the import contracts (lint-imports) and hadolint only"
 	@echo "make up     bootstrap and start the dev cluster"
 	@echo "make down   stop the demo's operator and the dev cluster"
 	@echo "make image  build the agentrun image from the Dockerfile (debootstrap base, buildah; docs/real-node.md)"
@@ -29,6 +29,7 @@ demo: up
 lint: bootstrap
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	$(BIN)/hadolint Dockerfile
 
 # pytest exit codes: 0 passed; 5 = no tests collected, which must fail the target like any other code.
@@ -36,6 +37,7 @@ test: up
 	scripts/ensure-prometheus
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	@$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; \
 	  exit $$rc

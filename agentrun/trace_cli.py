@@ -14,10 +14,9 @@ import os
 import sys
 from typing import Any
 
-import psycopg
-
 from agentrun import cluster, output, render, trace
 from agentrun_core import store
+from agentrun_core.store import connect
 
 MULTI_COMMAND = True
 HELP = {
@@ -57,7 +56,7 @@ def _dsn(args: argparse.Namespace) -> str:
 def gather(resource: dict[str, Any], dsn: str) -> trace.Inputs:
     run_id = resource["metadata"]["uid"]
     try:
-        with psycopg.connect(dsn, connect_timeout=5, autocommit=True) as conn:
+        with connect.connect(dsn, timeout_seconds=5) as conn:
             return trace.Inputs(
                 resource=resource,
                 run=store.get_run(conn, run_id),
@@ -68,7 +67,7 @@ def gather(resource: dict[str, Any], dsn: str) -> trace.Inputs:
                 interventions=store.list_interventions(conn, run_id),
                 forks=store.list_forks(conn, run_id),
             )
-    except psycopg.Error as exc:
+    except connect.Error as exc:
         raise cluster.CliError(f"cannot read the ledger: {exc}") from exc
 
 

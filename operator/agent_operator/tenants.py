@@ -19,19 +19,15 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import psycopg
-import psycopg.conninfo
-
 from agent_operator import kube, pods
 from agent_operator import settings as settings_
 from agentrun_core import store
+from agentrun_core.store import connect
 
 
 def worker_dsn(base_dsn: str, role: str, password: str) -> str:
     """The base DSN (host, port, database, TLS options) with the tenant's user and password. Pure."""
-    params: dict[str, Any] = psycopg.conninfo.conninfo_to_dict(base_dsn)
-    params.update(user=role, password=password)
-    return psycopg.conninfo.make_conninfo(**params)
+    return connect.with_credentials(base_dsn, user=role, password=password)
 
 
 def secret_body(namespace: str, dsn: str) -> dict[str, Any]:
@@ -79,7 +75,7 @@ class Tenants:
                 password = secrets.token_urlsafe(32)
                 try:
                     role = store.provision_tenant(self.db, namespace, password)
-                except psycopg.errors.InsufficientPrivilege as exc:
+                except connect.InsufficientPrivilege as exc:
                     raise TenantError(
                         f"cannot create the Postgres role of namespace {namespace}: the operator's database "
                         f"role needs CREATEROLE ({exc.diag.message_primary}); or provision it yourself "
