@@ -1,6 +1,7 @@
-"""The run's Kubernetes Lease: acquisition by compare-and-swap, background renewal, release, fencing epoch.
+"""The one Lease engine: acquisition by compare-and-swap, renewal on a thread, release, fencing epoch.
 
-One ``LeaseKeeper`` per worker attempt::
+Used by the worker for its run's Lease (``agent_worker.leasing``) and by the operator for leadership
+(``agent_operator.leader``). One ``LeaseKeeper`` per holder::
 
     keeper = lease.LeaseKeeper(api, lease.LeaseConfig(namespace, name, holder=pod_name), on_lost=...)
     epoch = keeper.acquire(wait_seconds=30)   # the fencing token, written to agentrun_runs.lease_epoch
@@ -8,31 +9,33 @@ One ``LeaseKeeper`` per worker attempt::
     ... before each effect: keeper.check()    # raises LeaseLost when may_act() is False
     keeper.release()                          # on park / finish: clear holderIdentity by CAS
 
-Every write is a PUT carrying the ``resourceVersion`` last read, so the API server refuses it (409) if
-anyone else wrote in between: two keepers can never both believe their write took the Lease. Expiry of
-somebody else's Lease is judged by ``lease_math.LeaseObserver`` (locally observed time, never the holder's
-clock). See docs/leases.md for the safety argument.
+A waiter that must stay cancellable (the operator's standby, on its event loop) calls ``try_acquire()`` on
+its own schedule instead of ``acquire``. The writes themselves, each one compare-and-swap step, are in
+``agentrun_core.lease_cas``; this module owns state and time: the observer, the renew schedule, the loss
+decision and ``may_act``. Expiry of somebody else's Lease is judged by ``lease_math.LeaseObserver``
+(locally observed time, never the holder's clock). See docs/leases.md for the safety argument.
 
 Renewal runs in a ``threading.Thread``, not on the event loop and not on the main thread, so a tool that
-blocks either (a synchronous HTTP call, a CPU-bound loop) cannot starve it. Pure-Python code releases the GIL
-every few milliseconds; only a C extension holding the GIL for longer than the renew deadline could.
+blocks either (a synchronous HTTP call, a CPU-bound loop) or reconciles that fill the operator's thread pool
+cannot starve it. Pure-Python code releases the GIL every few milliseconds; only a C extension holding the
+GIL for longer than the renew deadline could. A conflicting renewal is re-read once and retried on the
+renew schedule, never recursively: the loss deadline bounds it.
 """
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 import kubernetes.client
 
-from agentrun_core import faults, kube, lease_math
+from agentrun_core import faults, kube, lease_cas, lease_math
 
 logger = logging.getLogger(__name__)
+
+LeaseConfig = lease_cas.LeaseConfig  # the public name callers build; defined next to the writes it shapes
 
 
 class LeaseError(Exception):
@@ -51,18 +54,14 @@ class LeaseLost(LeaseError):
     """We no longer hold the Lease (another holder, deleted, renewals failing past the deadline, released)."""
 
 
-@dataclasses.dataclass(frozen=True)
-class LeaseConfig:
-    namespace: str
-    name: str  # agentrun-<run name>
-    holder: str  # holderIdentity: the pod name; must be unique per process that may hold the Lease
-    duration_seconds: int = 15  # leaseDurationSeconds; renew every 1/3, stop acting at 2/3
-    owner: dict[str, Any] | None = None  # an ownerReference (the AgentRun), set on create
-    labels: dict[str, str] | None = None  # e.g. {"agentrun.dev/run": name}, set on create
-
-
 class LeaseKeeper:
-    """Holds one Lease for one process. Thread-safe: ``may_act``/``check`` may be called from any thread."""
+    """Holds one Lease for one process. Thread-safe: ``may_act``/``check`` may be called from any thread.
+
+    ``lost_at_deadline`` chooses when failing renewals count as a loss. False (the worker): once a full
+    duration passed without a successful renewal, since until then a renewal that gets through proves
+    nobody took the Lease and acting resumes. True (the operator): as soon as ``may_act()`` turns False at
+    the renew deadline, because its ``on_lost`` exits the process rather than idle half-stopped.
+    """
 
     def __init__(
         self,
@@ -72,12 +71,17 @@ class LeaseKeeper:
         clock: Callable[[], float] = time.monotonic,
         *,
         on_renewed: Callable[[], None] | None = None,
+        lost_at_deadline: bool = False,
     ) -> None:
         self.api = api
         self.config = config
-        self.on_lost = on_lost
+        self.on_lost = on_lost  # called once, from the renewal thread
         self.on_renewed = on_renewed  # heartbeat hook; runs on its own thread, after each renewal
         self.clock = clock
+        self.lost_at_deadline = lost_at_deadline
+        # What this process saw of the Lease, across the attempts of one acquisition (``acquire`` starts a
+        # fresh one; a caller looping over ``try_acquire`` keeps it, so its expiry timer keeps running).
+        self.observer = lease_math.LeaseObserver(default_duration_seconds=self.duration)
         self._lock = threading.Lock()
         self._body: kube.LeaseBody | None = None  # last version we wrote or confirmed as ours
         self._epoch: int | None = None
@@ -121,7 +125,13 @@ class LeaseKeeper:
     def lost_reason(self) -> str | None:
         return self._lost
 
-    # --- acquisition ----------------------------------------------------------------------------------
+    # --- observation and acquisition --------------------------------------------------------------------
+
+    def observe(self) -> tuple[kube.LeaseBody | None, lease_math.LeaseState]:
+        """One read of the Lease, fed to ``observer``: the body (None when absent) and its state."""
+        current = lease_cas.read(self.config, self.api, self.timeout)
+        summary = lease_math.LeaseSummary.from_body(current) if current is not None else None
+        return current, self.observer.observe(summary, self.clock())
 
     def acquire(self, wait_seconds: float, *, min_epoch: int = 0) -> int:
         """Take the Lease, waiting up to ``wait_seconds`` for it to be free or expire; return the epoch.
@@ -132,11 +142,11 @@ class LeaseKeeper:
         the API server stayed unreachable.
         """
         deadline = self.clock() + wait_seconds
-        observer = lease_math.LeaseObserver(default_duration_seconds=self.duration)
+        self.observer = lease_math.LeaseObserver(default_duration_seconds=self.duration)
         last_error: Exception | None = None
         while True:
             try:
-                got = self._try_acquire(observer, min_epoch)
+                got = self.try_acquire(min_epoch=min_epoch)
             except kube.Conflict as exc:  # raced with another writer: re-read at once
                 last_error = exc
                 got = None
@@ -146,60 +156,42 @@ class LeaseKeeper:
                 got = None
                 delay = lease_math.retry_delay(self.duration)
             else:
-                delay = self._wait_delay(observer)
+                delay = self._wait_delay()
             if got is not None:
                 return got
             now = self.clock()
             if now >= deadline:
-                last = observer.last
+                last = self.observer.last
                 if last is not None and not last.free:
                     raise LeaseHeld(
                         f"lease {self.config.namespace}/{self.config.name} is held by {last.holder!r}"
-                        f" (observed unchanged for {observer.unchanged_for(now):.1f}s"
-                        f" of its {observer.duration():g}s)",
+                        f" (observed unchanged for {self.observer.unchanged_for(now):.1f}s"
+                        f" of its {self.observer.duration():g}s)",
                         holder=last.holder,
                     )
                 raise LeaseError(f"could not acquire lease {self.config.name}: {last_error}")
             time.sleep(max(0.0, min(delay, deadline - now)))
 
-    def _wait_delay(self, observer: lease_math.LeaseObserver) -> float:
-        poll = lease_math.poll_interval(observer.duration())
-        left = observer.expires_in(self.clock())
+    def _wait_delay(self) -> float:
+        poll = lease_math.poll_interval(self.observer.duration())
+        left = self.observer.expires_in(self.clock())
         # Wake just after the observer would call it expired, or at the next poll, whichever is first.
         return poll if left is None else min(poll, left + 0.01)
 
-    def _try_acquire(self, observer: lease_math.LeaseObserver, min_epoch: int) -> int | None:
+    def try_acquire(self, *, min_epoch: int = 0) -> int | None:
+        """One attempt: the epoch when we hold the Lease afterwards, None when somebody else holds it (or
+        it vanished between read and write). Raises ``kube.Conflict`` when another writer won the race,
+        ``kube.KubeError`` when the API server could not be asked."""
         cfg = self.config
-        try:
-            current: kube.LeaseBody | None = kube.get_lease(
-                self.api, cfg.namespace, cfg.name, timeout=self.timeout
-            )
-        except kube.NotFound:
-            current = None
-        summary = lease_math.LeaseSummary.from_body(current) if current is not None else None
-        state = observer.observe(summary, self.clock())
+        current, state = self.observe()
+        summary = self.observer.last
         if summary is not None and state == lease_math.LeaseState.HELD and summary.holder != cfg.holder:
             return None
         transitions = lease_math.next_transitions(summary, cfg.holder, min_epoch)
-        now_text = kube.micro_time()
         started = self.clock()
-        if current is None:
-            metadata: dict[str, Any] = {"name": cfg.name}
-            if cfg.labels:
-                metadata["labels"] = dict(cfg.labels)
-            if cfg.owner:
-                metadata["ownerReferences"] = [dict(cfg.owner)]
-            body = {"metadata": metadata, "spec": self._spec(transitions, now_text, now_text)}
-            written = kube.create_lease(self.api, cfg.namespace, body, timeout=self.timeout)
-        else:
-            body = copy.deepcopy(current)  # keeps metadata.resourceVersion: the CAS
-            spec = body.get("spec") or {}
-            acquire_time = spec.get("acquireTime") if summary and summary.holder == cfg.holder else None
-            body["spec"] = {**spec, **self._spec(transitions, acquire_time or now_text, now_text)}
-            try:
-                written = kube.replace_lease(self.api, cfg.namespace, cfg.name, body, timeout=self.timeout)
-            except kube.NotFound:
-                return None  # deleted between our read and write: start over
+        written = lease_cas.take(cfg, self.api, current, transitions, self.timeout)
+        if written is None:
+            return None
         with self._lock:
             self._body = written
             self._epoch = lease_math.LeaseSummary.from_body(written).transitions
@@ -208,15 +200,6 @@ class LeaseKeeper:
             self._released = False
         logger.info("lease %s/%s acquired by %s, epoch %d", cfg.namespace, cfg.name, cfg.holder, self._epoch)
         return self._epoch
-
-    def _spec(self, transitions: int, acquire_time: str, renew_time: str) -> dict[str, Any]:
-        return {
-            "holderIdentity": self.config.holder,
-            "leaseDurationSeconds": self.config.duration_seconds,
-            "acquireTime": acquire_time,
-            "renewTime": renew_time,
-            "leaseTransitions": transitions,
-        }
 
     # --- acting under the lease ------------------------------------------------------------------------
 
@@ -270,57 +253,46 @@ class LeaseKeeper:
             faults.hit("before_lease_renew")
             started = self.clock()
             outcome = self._renew_once(started)
-            if outcome is None:  # renewed
+            if outcome.written is not None:  # renewed
                 delay = interval - (self.clock() - started)
                 continue
+            if outcome.lost is not None:
+                self._mark_lost(outcome.lost)
+                return
             with self._lock:
                 last = self._last_renewed
-            if outcome.startswith("lost:"):
-                self._mark_lost(outcome[len("lost:") :])
-                return
             assert last is not None
-            if lease_math.presumed_lost(last, self.clock(), self.duration):
-                self._mark_lost(f"no successful renewal for a full lease duration; last error: {outcome}")
+            now = self.clock()
+            if self.lost_at_deadline and not lease_math.may_act(last, now, self.duration):
+                why = "no successful renewal within the renew deadline"
+                self._mark_lost(f"{why}; last error: {outcome.error}")
+                return
+            if lease_math.presumed_lost(last, now, self.duration):
+                why = "no successful renewal for a full lease duration"
+                self._mark_lost(f"{why}; last error: {outcome.error}")
                 return
             delay = lease_math.retry_delay(self.duration)
 
-    def _renew_once(self, started: float) -> str | None:
-        """One CAS renewal. None on success, "lost:<why>" when deposed, else the transient error text."""
-        cfg = self.config
+    def _renew_once(self, started: float) -> lease_cas.Renewal:
+        """One CAS renewal (``lease_cas.renew``), its result applied to our state."""
         with self._lock:
-            if self._body is None:
-                return "lost:no lease body"
-            body = copy.deepcopy(self._body)
-        body.setdefault("spec", {})["renewTime"] = kube.micro_time()
-        try:
-            written = kube.replace_lease(self.api, cfg.namespace, cfg.name, body, timeout=self.timeout)
-        except kube.NotFound:
-            return "lost:the Lease was deleted"
-        except kube.Conflict:
-            # Somebody wrote since our version. Still ours (a label edit?) → adopt and retry; else deposed.
-            try:
-                current = kube.get_lease(self.api, cfg.namespace, cfg.name, timeout=self.timeout)
-            except kube.NotFound:
-                return "lost:the Lease was deleted"
-            except kube.KubeError as exc:
-                return f"conflict, then re-read failed: {exc}"
-            summary = lease_math.LeaseSummary.from_body(current)
-            if summary.holder == cfg.holder and summary.transitions == self._epoch:
+            body, epoch = self._body, self._epoch
+        if body is None:
+            return lease_cas.Renewal(lost="no lease body")
+        outcome = lease_cas.renew(self.config, self.api, body, epoch, self.timeout)
+        if outcome.written is None:
+            if outcome.adopt is not None:  # still ours at our epoch, at a newer version: renew on that
                 with self._lock:
-                    self._body = current
-                return "conflict with a write that kept us as holder; retrying"
-            return f"lost:the Lease is now held by {summary.holder!r} at epoch {summary.transitions}"
-        except kube.KubeError as exc:
-            logger.warning("lease %s/%s renewal failed: %s", cfg.namespace, cfg.name, exc)
-            return str(exc)
+                    self._body = outcome.adopt
+            return outcome
         with self._lock:
             if self._lost is not None or self._released:
-                return None
-            self._body = written
+                return outcome
+            self._body = outcome.written
             self._last_renewed = started
             self._renewals += 1
         self._renewed.set()
-        return None
+        return outcome
 
     def _hook_loop(self) -> None:
         # Coalescing: a slow heartbeat write skips renewals instead of queueing them or delaying renewal.
@@ -373,30 +345,8 @@ class LeaseKeeper:
         """
         with self._lock:
             self._released = True  # may_act() is False from here on
-            lost = self._lost
+            lost, body, epoch = self._lost, self._body, self._epoch
         self.stop()
-        if lost is not None or self._body is None:
+        if lost is not None or body is None:
             return False
-        cfg = self.config
-        body = copy.deepcopy(self._body)
-        for _ in range(3):
-            spec = body.setdefault("spec", {})
-            spec["holderIdentity"] = ""
-            spec["renewTime"] = kube.micro_time()
-            try:
-                kube.replace_lease(self.api, cfg.namespace, cfg.name, body, timeout=self.timeout)
-            except kube.Conflict:
-                try:
-                    body = kube.get_lease(self.api, cfg.namespace, cfg.name, timeout=self.timeout)
-                except kube.KubeError:
-                    return False
-                summary = lease_math.LeaseSummary.from_body(body)
-                if summary.holder != cfg.holder or summary.transitions != self._epoch:
-                    return False  # somebody else's now: nothing of ours to release
-                continue
-            except kube.KubeError as exc:
-                logger.warning("lease %s/%s release failed: %s", cfg.namespace, cfg.name, exc)
-                return False
-            logger.info("lease %s/%s released by %s", cfg.namespace, cfg.name, cfg.holder)
-            return True
-        return False
+        return lease_cas.release(self.config, self.api, body, epoch, self.timeout)
