@@ -36,6 +36,9 @@ from agentrun_core import faults, kube, lease_cas, lease_math
 logger = logging.getLogger(__name__)
 
 LeaseConfig = lease_cas.LeaseConfig  # the public name callers build; defined next to the writes it shapes
+# The client a keeper is given (``kube.load_api_client``): named here so that its users (the operator) need
+# not import the kubernetes package, which only the core may.
+ApiClient = kubernetes.client.ApiClient
 
 
 class LeaseError(Exception):
@@ -65,7 +68,7 @@ class LeaseKeeper:
 
     def __init__(
         self,
-        api: kubernetes.client.ApiClient,
+        api: ApiClient,
         config: LeaseConfig,
         on_lost: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.monotonic,

@@ -26,8 +26,6 @@ import logging
 import os
 from collections.abc import Callable
 
-import kubernetes.client
-
 from agent_operator import settings as settings_
 from agentrun_core import kube, lease, lease_math
 
@@ -40,7 +38,7 @@ LABELS = {"app.kubernetes.io/name": "agentrun-operator"}
 class Elector:
     """This replica's hold on the leader Lease: one engine keeper, acquired by ``acquire``."""
 
-    def __init__(self, api: kubernetes.client.ApiClient, cfg: settings_.LeaderSettings) -> None:
+    def __init__(self, api: lease.ApiClient, cfg: settings_.LeaderSettings) -> None:
         self.cfg = cfg
         self.keeper = lease.LeaseKeeper(
             api,
