@@ -1,12 +1,14 @@
 """What a tool and a node see of an effect call: ``Call`` (the key as a ``str`` plus details), ``Outcome``,
 heartbeats, and the calling task's step identity in the run's key format. Re-exported by
-``agent_worker.effects``, the public API; the ledger logic lives there.
+``agent_worker.effects``, the public API; the ledger logic lives in ``agent_worker.ledger``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
+import threading
 import time
 from typing import Any
 
@@ -68,15 +70,21 @@ def step(ctx: context.RunContext, md: dict[str, Any]) -> str:
     return ctx.tracker.identity(md)
 
 
-_seq = 0
+# A counter observers compare, so staleness never depends on comparing clocks. Tools may beat from several
+# threads at once (a node's parallel tool calls): the lock keeps every number unique and increasing.
+_seq = itertools.count(1)
+_seq_lock = threading.Lock()
+
+
+def _next_seq() -> int:
+    with _seq_lock:
+        return next(_seq)
 
 
 def _beat(ctx: context.RunContext, key: str, details: dict[str, Any]) -> None:
-    global _seq
     if not ctx.should_beat(key, time.monotonic()):
         return
-    _seq += 1  # a counter observers compare, so staleness never depends on comparing clocks
-    store.heartbeat(ctx.conn, run_id=ctx.run_id, key=key, details={**details, "seq": _seq})
+    store.heartbeat(ctx.conn, run_id=ctx.run_id, key=key, details={**details, "seq": _next_seq()})
 
 
 def jsonable(value: Any, what: str) -> Any:
