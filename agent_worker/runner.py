@@ -5,34 +5,25 @@ Exit codes (docs/design.md): 0 succeeded · 1 failed · 2 config/usage · 10 par
 (``agentrun_runs.status``) is the truth; the exit code tells people and the pod runtime what happened.
 
 Checkpoints go through ``checkpointer.FencedSaver``: every write is fenced by the attempt's epoch, and "the
-latest checkpoint" is the run's head (written fenced), never the newest id.
-
-Resumption: no checkpoint → invoke with the admitted input (a crash before the first checkpoint just starts
-again; never ``EmptyInputError``); a pending interrupt with a decided approval → ``Command(resume=payload)``;
-no task at the head → finished; otherwise ``None`` (continue from the head checkpoint). "No task", never
-LangGraph's empty ``next``, which also describes a head whose tasks all saved their writes before a kill
-prevented the step's checkpoint: that run still has steps to go.
+latest checkpoint" is the run's head (written fenced), never the newest id. Where the graph starts from is
+``resume``'s rule; streaming it step by step (step events, the SIGTERM drain) is ``drive``'s. This module
+holds the attempt's life around them: the Lease and the claim first, then exactly one exit — park, finish,
+fenced, needs a human, drained, or lost to infrastructure — each recorded as the attempt's end.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import datetime
 import json
 import logging
 import os
-import signal
-import threading
-import time
 import traceback
 from typing import Any
 
 import psycopg_pool
 from langchain_core.runnables import RunnableConfig
-from langgraph.types import Command
 
 from agent_worker import checkpointer as checkpointer_mod
-from agent_worker import context, forking, graphs, heartbeat, infra, leasing, steps
+from agent_worker import context, drive, graphs, heartbeat, infra, leasing, resume, steps
 from agent_worker import settings as settings_mod
 from agentrun_core import errors, faults, keys, store
 
@@ -44,44 +35,6 @@ EXIT_INFRA = infra.EXIT_INFRA  # 14
 
 # Status found at startup → exit code, for a worker started on a run that needs no work.
 _STATUS_EXIT = {"succeeded": 0, "failed": 1, "cancelled": 0, "needs_human": 13}
-
-
-@dataclasses.dataclass
-class _Park:
-    reason: str
-
-
-@dataclasses.dataclass
-class _Done:
-    values: Any
-
-
-@dataclasses.dataclass
-class _Failed:
-    error: str
-    reason: str
-
-
-class Drain:
-    """SIGTERM: finish at the next step boundary; past ``seconds`` exit 11 anyway (the step re-runs later)."""
-
-    def __init__(self, seconds: float, on_deadline: Any) -> None:
-        self.seconds = seconds
-        self.on_deadline = on_deadline
-        self.requested = threading.Event()
-
-    def install(self) -> None:
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self._handler)
-
-    def _handler(self, signum: int, frame: Any) -> None:
-        if self.requested.is_set():
-            return
-        self.requested.set()
-        logger.warning("SIGTERM: draining at the next step boundary (at most %.0fs)", self.seconds)
-        timer = threading.Timer(self.seconds, self.on_deadline)
-        timer.daemon = True
-        timer.start()
 
 
 def _json(value: Any) -> Any:
@@ -106,18 +59,6 @@ def _worker_error(exc: BaseException) -> errors.ControlSignal | None:
     return None
 
 
-def _single_interrupt(interrupts: Any) -> Any:
-    """The one pending interrupt. Several at once (parallel branches) are refused: each approval is asked and
-    decided alone, so a run waits on one gate at a time."""
-    if len(interrupts) != 1:
-        raise errors.TooManyInterrupts(
-            f"the graph stopped with {len(interrupts)} interrupts pending at once "
-            f"({', '.join(str(i.id) for i in interrupts)}); agentrun asks for one approval at a time: "
-            "interrupt in sequence, not in parallel branches"
-        )
-    return interrupts[0]
-
-
 class Attempt:
     def __init__(self, settings: settings_mod.WorkerSettings, pool: psycopg_pool.ConnectionPool[Any]) -> None:
         self.settings = settings
@@ -127,7 +68,7 @@ class Attempt:
         self.epoch = 0
         self.ctx: context.RunContext | None = None
         self.beat: heartbeat.WorkerBeat | None = None
-        self.drain = Drain(settings.drain_seconds, self._drain_deadline)
+        self.drain = drive.Drain(settings.drain_seconds, self._drain_deadline)
         self.steps: steps.StepRecorder | None = None
 
     # --- lifecycle -------------------------------------------------------------------------------------
@@ -246,15 +187,16 @@ class Attempt:
         except errors.GraphLoadError as exc:
             return self._fail(str(exc), "GraphLoadError")
         config: RunnableConfig = {"configurable": {"thread_id": self.run_id}}
-        start = self._start_input(run, compiled, checkpointer, config)
-        if isinstance(start, _Park):
+        start = resume.start_input(self.pool, run, compiled, checkpointer, config)
+        if isinstance(start, resume.Park):
             return self._park(run, compiled, config)
-        if isinstance(start, _Done):
+        if isinstance(start, resume.Done):
             return self._succeed(start.values)
-        if isinstance(start, _Failed):
+        if isinstance(start, resume.Failed):
             return self._fail(start.error, start.reason)
-        resumed = start[1]
-        drained = self._stream(run, compiled, config, start[0], resumed)
+        assert self.beat is not None
+        stream = drive.Stream(self.pool, self.ctx, self.steps, self.beat, self.drain)
+        drained = stream.run(run, compiled, config, start[0], start[1])
         if self.ctx.stop is not None:
             raise self.ctx.stop
         if drained:
@@ -272,118 +214,11 @@ class Attempt:
             return self._fail(f"graph stopped with pending nodes {pending} and no interrupt", "Stopped")
         return self._succeed(state.values)
 
-    def _start_input(
-        self,
-        run: store.Run,
-        compiled: Any,
-        checkpointer: checkpointer_mod.FencedSaver,
-        config: RunnableConfig,
-    ) -> _Park | _Done | _Failed | tuple[Any, str | None]:
-        if checkpointer.get_tuple(config) is None:
-            return (run.input, None)
-        edits = forking.pending_edits(self.pool, run)
-        if edits is not None:  # a fork's first worker: the human's edits of the copied checkpoint, once
-            try:
-                forking.apply_edits(compiled, config, run, edits)
-            except forking.ForkEditError as exc:
-                return _Failed(f"fork edit refused: {exc}", forking.FORK_EDIT_REFUSED)
-            logger.info("fork %s: applied edits %s", self.run_id, sorted(edits))
-        state = compiled.get_state(config)
-        if state.interrupts:
-            interrupt = _single_interrupt(state.interrupts)
-            approval = store.get_approval(self.pool, keys.approval_id(self.run_id, interrupt.id))
-            if approval is None or approval.status == "pending":
-                return _Park("still waiting for the approval")
-            faults.hit("after_resume_read")
-            logger.info(
-                "resuming %s with approval %s (%s)", self.run_id, approval.approval_id, approval.status
-            )
-            # LangGraph's id map: the payload answers exactly this interrupt, never another one.
-            return (Command(resume={interrupt.id: approval.payload}), approval.approval_id)
-        if not state.tasks:
-            return _Done(state.values)  # finished before a crash prevented recording it
-        # Not ``state.next``: it leaves out tasks whose writes are saved. A kill after the last task of a step
-        # saved its writes and before the step's checkpoint was (``async``, or the gap inside ``sync``) leaves
-        # a head whose every task is done and ``next == ()``, yet the run is not: resuming with ``None``
-        # applies those writes, saves the step and goes on along their edges.
-        return (None, None)
-
-    def _stream(
-        self, run: store.Run, compiled: Any, config: RunnableConfig, start: Any, resumed: str | None
-    ) -> bool:
-        """Run the graph, recording step events; True when stopped by a drain at a step boundary."""
-        assert self.ctx is not None and self.steps is not None
-        try:
-            with context.activate(self.ctx):
-                return self._consume(run, compiled, config, start, resumed)
-        finally:
-            try:
-                self.steps.flush(final=True)  # the stream has ended: every write it made is done
-            except Exception:  # history only: never mask the outcome (e.g. Postgres gone)
-                logger.exception("could not record the last step events")
-
-    def _consume(
-        self, run: store.Run, compiled: Any, config: RunnableConfig, start: Any, resumed: str | None
-    ) -> bool:
-        assert self.ctx is not None and self.steps is not None
-        tasks: dict[str, tuple[str, float, datetime.datetime]] = {}  # task id -> (name, t0, started_at)
-        step_tasks: list[tuple[str, float, datetime.datetime]] = []
-        last_result = 0.0
-        for event in compiled.stream(start, config, durability=run.durability, stream_mode="debug"):
-            kind, payload, now = event.get("type"), event.get("payload") or {}, time.monotonic()
-            if kind == "task":
-                tasks[payload["id"]] = (payload["name"], now, datetime.datetime.now(datetime.UTC))
-            elif kind == "task_result":
-                done = tasks.pop(str(payload.get("id")), None)
-                if done is not None:
-                    step_tasks.append(done)
-                last_result = now
-            elif kind == "checkpoint":
-                faults.hit("after_checkpoint")
-                if resumed is not None:
-                    store.mark_approval_resumed(self.pool, resumed)
-                    resumed = None
-                if step_tasks:
-                    self._step_event(event, step_tasks, last_result, payload)
-                    step_tasks = []
-                self.steps.flush(final=False)
-                if self.drain.requested.is_set():
-                    return True
-            if self.ctx.stop is not None:
-                return False
-        return False
-
-    def _step_event(
-        self,
-        event: dict[str, Any],
-        step_tasks: list[tuple[str, float, datetime.datetime]],
-        last_result: float,
-        payload: dict[str, Any],
-    ) -> None:
-        assert self.ctx is not None and self.beat is not None and self.steps is not None
-        number = event.get("step")
-        names = sorted({name for name, _, _ in step_tasks})
-        step_name = ",".join(names)
-        first = min(t0 for _, t0, _ in step_tasks)
-        effect_keys: list[str] = []
-        for name in names:
-            effect_keys += self.ctx.take_effect_keys(f"{name}:{number}")
-        checkpoint_id = (payload.get("config") or {}).get("configurable", {}).get("checkpoint_id")
-        self.beat.step = f"{step_name}:{number}"
-        self.steps.add(  # recorded once the saver has timed this checkpoint's write (agent_worker/steps.py)
-            step=f"{step_name}:{number}",
-            checkpoint_id=checkpoint_id,
-            started_at=min(s for _, _, s in step_tasks),
-            duration_seconds=max(0.0, last_result - first),
-            effect_keys=effect_keys,
-            current_step=step_name,  # written with the events, one statement (agent_worker/steps.py)
-        )
-
     # --- outcomes --------------------------------------------------------------------------------------
 
     def _park(self, run: store.Run, compiled: Any, config: RunnableConfig) -> int:
         state = compiled.get_state(config)
-        interrupt = _single_interrupt(state.interrupts)
+        interrupt = resume.single_interrupt(state.interrupts)
         approval_id = keys.approval_id(self.run_id, interrupt.id)
         approval = store.record_approval(
             self.pool,

@@ -7,6 +7,26 @@ frozen dataclasses of ``agentrun_core.store.rows``.
 
 from __future__ import annotations
 
+from agentrun_core.store.approvals import (
+    decide_approval,
+    decide_approval_detail,
+    get_approval,
+    list_approvals,
+    mark_approval_resumed,
+    record_approval,
+    sync_approval_policy,
+)
+from agentrun_core.store.attempts import (
+    heartbeat,
+    list_attempts,
+    list_heartbeats,
+    list_step_events,
+    record_attempt_end,
+    record_attempt_loss,
+    record_attempt_start,
+    record_step_event,
+    record_steps,
+)
 from agentrun_core.store.checkpoints import fence_checkpoint, get_checkpoint_head, raise_if_refused
 from agentrun_core.store.db import Conn, pipelined_transaction
 from agentrun_core.store.effects_sql import (
@@ -25,33 +45,13 @@ from agentrun_core.store.runs import (
     admit_run,
     cancel_run,
     claim_run,
-    decide_approval,
-    decide_approval_detail,
-    drop_tenant,
     finish_run,
-    get_approval,
     get_run,
     get_run_now,
-    heartbeat,
-    list_approvals,
-    list_attempts,
-    list_heartbeats,
-    list_idle_tenants,
     list_runs,
-    list_step_events,
-    mark_approval_resumed,
     pin_image,
-    provision_tenant,
-    record_approval,
-    record_attempt_end,
-    record_attempt_loss,
-    record_attempt_start,
-    record_step_event,
-    record_steps,
     set_current_step,
     set_read_only,
-    sync_approval_policy,
-    tenant_role,
 )
 from agentrun_core.store.schema import migrate, schema_version
 from agentrun_core.store.steering import (
@@ -61,6 +61,7 @@ from agentrun_core.store.steering import (
     reopen_run,
     resolve_effect,
 )
+from agentrun_core.store.tenants import drop_tenant, list_idle_tenants, provision_tenant, tenant_role
 
 __all__ = [
     "Approval",

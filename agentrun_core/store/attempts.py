@@ -1,0 +1,139 @@
+"""The run's history of attempts (``agentrun_attempts``), heartbeats and step events.
+
+Rule: history, not decisions. Nothing here is fenced, save the run's ``current_step`` that ``record_steps``
+writes with the events (by the attempt's epoch, so a deposed worker never moves it): a deposed worker may
+still say how its attempt ended, and no later decision reads these rows as the run's truth.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from agentrun_core.store import db, rows
+
+
+def record_attempt_start(
+    conn: db.Conn,
+    *,
+    run_id: str,
+    attempt: int,
+    pod: str,
+    epoch: int | None = None,
+    start_reason: str | None = None,
+) -> rows.Attempt:
+    """Insert-or-update the attempt row (operator: at pod creation with a reason; worker: with its epoch)."""
+    row = db.fetch_one(
+        conn,
+        "record_attempt_start",
+        {"run_id": run_id, "attempt": attempt, "pod": pod, "epoch": epoch, "start_reason": start_reason},
+    )
+    assert row is not None
+    return rows.pack(rows.Attempt, row)
+
+
+def record_attempt_end(
+    conn: db.Conn, *, run_id: str, attempt: int, outcome: str, detail: str | None = None
+) -> bool:
+    row = db.fetch_one(
+        conn,
+        "record_attempt_end",
+        {"run_id": run_id, "attempt": attempt, "outcome": outcome, "detail": detail},
+    )
+    return row is not None
+
+
+def record_attempt_loss(
+    conn: db.Conn, *, run_id: str, attempt: int, detail: str, control_plane: bool
+) -> bool:
+    """The operator closes a lost attempt (``lost`` / ``detail`` unless the worker wrote its own outcome)
+    and records whether the control plane lost it. True if the attempt row exists."""
+    row = db.fetch_one(
+        conn,
+        "record_attempt_loss",
+        {"run_id": run_id, "attempt": attempt, "detail": detail, "control_plane": control_plane},
+    )
+    return row is not None
+
+
+def list_attempts(conn: db.Conn, run_id: str) -> list[rows.Attempt]:
+    return [rows.pack(rows.Attempt, r) for r in db.fetch_all(conn, "list_attempts", {"run_id": run_id})]
+
+
+# ------------------------------------------------------------------------------------ heartbeats, events
+
+
+def heartbeat(conn: db.Conn, *, run_id: str, key: str, details: Any) -> None:
+    db.execute(conn, "heartbeat", {"run_id": run_id, "key": key, "details": Jsonb(details)})
+
+
+def list_heartbeats(conn: db.Conn, run_id: str) -> list[rows.Heartbeat]:
+    return [rows.pack(rows.Heartbeat, r) for r in db.fetch_all(conn, "list_heartbeats", {"run_id": run_id})]
+
+
+def record_step_event(
+    conn: db.Conn,
+    *,
+    run_id: str,
+    attempt: int,
+    step: str,
+    checkpoint_id: str | None,
+    started_at: datetime.datetime,
+    duration_seconds: float,
+    checkpoint_seconds: float | None = None,
+    effect_keys: list[str] | None = None,
+) -> None:
+    db.execute(
+        conn,
+        "record_step_event",
+        {
+            "run_id": run_id,
+            "attempt": attempt,
+            "step": step,
+            "checkpoint_id": checkpoint_id,
+            "started_at": started_at,
+            "duration_seconds": duration_seconds,
+            "checkpoint_seconds": checkpoint_seconds,
+            "effect_keys": list(effect_keys or []),
+        },
+    )
+
+
+def record_steps(
+    conn: db.Conn,
+    *,
+    run_id: str,
+    attempt: int,
+    epoch: int | None,
+    events: list[dict[str, Any]],
+    current_step: str | None,
+) -> bool:
+    """Insert ``events`` (dicts of ``record_step_event``'s fields, in step order) and, fenced by ``epoch``,
+    set the run's current step, in one statement. True if the current step moved."""
+    payload = [
+        {
+            **e,
+            "n": i,
+            "started_at": e["started_at"].isoformat(),
+            "effect_keys": list(e.get("effect_keys") or []),
+        }
+        for i, e in enumerate(events)
+    ]
+    row = db.fetch_one(
+        conn,
+        "record_steps",
+        {
+            "run_id": run_id,
+            "attempt": attempt,
+            "epoch": epoch,
+            "events": Jsonb(payload),
+            "current_step": current_step,
+        },
+    )
+    return row is not None and row["moved"] == 1
+
+
+def list_step_events(conn: db.Conn, run_id: str) -> list[rows.StepEvent]:
+    return [rows.pack(rows.StepEvent, r) for r in db.fetch_all(conn, "list_step_events", {"run_id": run_id})]
