@@ -5,7 +5,7 @@ BIN := .venv/bin
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 PYTEST_ARGS ?=
 
-.PHONY: help demo test lint up down bootstrap image e2e bench bench-quick
+.PHONY: help demo test lint up down bootstrap image e2e bench bench-quick crd
 
 help:
 	@echo "make demo   set everything up and run the support-ticket demo (eviction, resume, approval, one email)"
@@ -16,6 +16,7 @@ help:
 	@echo "make image  build the agentrun image from the Dockerfile (debootstrap base, buildah; docs/real-node.md)"
 	@echo "make e2e    a real node (kubelet, containerd, runc), the image, deploy/ applied, the support-ticket run"
 	@echo "make bench  the benchmark suite P1-P5, full mode (README: Performance); bench-quick: CI's mode"
+	@echo "make crd    regenerate crds/agentrun.dev_agentruns.yaml from agent_operator/spec_schema.py"
 
 bootstrap:
 	@scripts/bootstrap
@@ -25,6 +26,10 @@ up: bootstrap
 
 demo: up
 	$(BIN)/agentrun demo
+
+# The CRD yaml is generated (never edited): agent_operator.spec_schema is the one source of the spec schema.
+crd: bootstrap
+	$(BIN)/python -m agent_operator.crdgen > crds/agentrun.dev_agentruns.yaml
 
 lint: bootstrap
 	$(BIN)/ruff check .

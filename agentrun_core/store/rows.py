@@ -7,13 +7,14 @@ import datetime
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from agentrun_core import errors
+from agentrun_core import errors, protocol
 
-RUN_STATUSES = ("admitted", "running", "parked", "needs_human", "succeeded", "failed", "cancelled")
-FINAL_RUN_STATUSES = ("succeeded", "failed", "cancelled")
-EFFECT_STATUSES = ("pending", "sent", "confirmed", "failed")
-DECISIONS = ("approved", "rejected", "expired")
-DURABILITIES = ("sync", "async", "exit")
+# Defined in agentrun_core.protocol (one definition); named here too for the store modules that check them.
+RUN_STATUSES = protocol.RUN_STATUSES
+FINAL_RUN_STATUSES = protocol.FINAL_RUN_STATUSES
+EFFECT_STATUSES = protocol.EFFECT_STATUSES
+DECISIONS = protocol.DECISIONS
+DURABILITIES = protocol.DURABILITIES
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,6 +19,7 @@ import dataclasses
 from collections.abc import Mapping
 
 from agent_operator import actions, edits, model
+from agentrun_core import store
 
 OPERATOR_IDENTITY = "agentrun-operator"
 
@@ -179,7 +180,7 @@ def _is_approver(policy: model.ApprovalPolicy, request: Request) -> bool:
     return any(g in policy.approver_groups for g in request.groups)
 
 
-def _latest_decided(world: model.World) -> model.Approval | None:
+def _latest_decided(world: model.World) -> store.Approval | None:
     decided = [a for a in world.approvals if a.status != "pending" and a.decided_at is not None]
     if not decided:
         return None

@@ -1,7 +1,8 @@
-"""Plain data the reconciler decides over: the AgentRun's spec, the Postgres row, Pods, approvals.
+"""Plain data the reconciler decides over: the AgentRun's spec, the Postgres rows, Pods, approvals.
 
 Built from API bodies and store rows at the I/O edge (``observe``), consumed by pure functions
-(``reconcile``, ``phases``, ``pods``). No I/O here.
+(``reconcile``, ``phases``, ``pods``). No I/O here. Postgres rows are the store's own row classes
+(``store.Run``, ``store.Approval``, ``store.Intervention``), used as they are read, never copied.
 """
 
 from __future__ import annotations
@@ -11,6 +12,13 @@ import datetime
 import json
 from collections.abc import Mapping
 from typing import Any
+
+from agent_operator import spec_schema
+from agentrun_core import protocol, store
+
+# Spec defaults are the CRD's (agent_operator.spec_schema): a field the API server did not default (its
+# object absent, or a body not from the API server) reads as the API server would have defaulted it.
+_DEFAULT = spec_schema.default
 
 FINALIZER = "agentrun.dev/finalizer"
 LABEL_RUN = "agentrun.dev/run"
@@ -47,8 +55,8 @@ ANN_RESOLVED_BY = "agentrun.dev/resolved-by"
 ANN_RETRIED_BY = "agentrun.dev/retried-by"
 RESOLVE_ANNOTATIONS = (ANN_RESOLVE, ANN_RESOLVE_RESULT, ANN_RESOLVED_BY)
 
-# agentrun_runs.status values the worker writes (migration 0001).
-DB_FINAL = frozenset({"succeeded", "failed", "cancelled"})
+# The final agentrun_runs.status values (defined in agentrun_core.protocol).
+DB_FINAL = frozenset(protocol.FINAL_RUN_STATUSES)
 
 
 def lease_name(run_name: str) -> str:
@@ -61,16 +69,16 @@ def pod_name(run_name: str, attempt: int) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class RetryPolicy:
-    max_attempts: int = 5  # attempts that may be lost (evicted, killed, ...) before the run is Failed
-    backoff_seconds: float = 2.0  # before the 2nd attempt; doubled for each further one
-    max_backoff_seconds: float = 60.0
+    max_attempts: int = _DEFAULT("retry.maxAttempts")  # attempts that may be lost before the run is Failed
+    backoff_seconds: float = float(_DEFAULT("retry.backoffSeconds"))  # before the 2nd attempt; then doubled
+    max_backoff_seconds: float = float(_DEFAULT("retry.maxBackoffSeconds"))
 
 
 @dataclasses.dataclass(frozen=True)
 class ApprovalPolicy:
-    timeout_seconds: int = 86400
-    on_timeout: str = "escalate"  # escalate | cancel | readOnly
-    allow_self_approval: bool = False
+    timeout_seconds: int = _DEFAULT("approval.timeoutSeconds")
+    on_timeout: str = _DEFAULT("approval.onTimeout")  # one of spec_schema.ON_TIMEOUT
+    allow_self_approval: bool = _DEFAULT("approval.allowSelfApproval")
     approver_users: tuple[str, ...] = ()  # spec.approval.approvers: empty = anyone with the `approve` verb
     approver_groups: tuple[str, ...] = ()
 
@@ -90,9 +98,9 @@ class ApprovalPolicy:
         doc = doc or {}
         approvers = doc.get("approvers") or {}
         return cls(
-            timeout_seconds=int(doc.get("timeoutSeconds") or 86400),
-            on_timeout=str(doc.get("onTimeout") or "escalate"),
-            allow_self_approval=bool(doc.get("allowSelfApproval", False)),
+            timeout_seconds=int(doc.get("timeoutSeconds") or cls.timeout_seconds),
+            on_timeout=str(doc.get("onTimeout") or cls.on_timeout),
+            allow_self_approval=bool(doc.get("allowSelfApproval", cls.allow_self_approval)),
             approver_users=tuple(str(u) for u in approvers.get("users") or ()),
             approver_groups=tuple(str(g) for g in approvers.get("groups") or ()),
         )
@@ -150,14 +158,14 @@ class ForkSource:
 class RunSpec:
     graph: str
     input: Mapping[str, Any]
-    durability: str = "sync"
+    durability: str = _DEFAULT("durability")  # one of protocol.DURABILITIES
     worker: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    lease_duration_seconds: int = 15
+    lease_duration_seconds: int = _DEFAULT("lease.durationSeconds")
     retry: RetryPolicy = dataclasses.field(default_factory=RetryPolicy)
     approval: ApprovalPolicy = dataclasses.field(default_factory=ApprovalPolicy)
     ttl_seconds_after_finished: int | None = None
-    cancel: bool = False
-    suspend: bool = False
+    cancel: bool = _DEFAULT("cancel")
+    suspend: bool = _DEFAULT("suspend")
     retry_generation: int = 0  # raised by a human to retry a stopped run (only ever increases)
     fork_of: ForkRequest | None = None
     notify: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # spec.approval.notify (notify.py)
@@ -172,18 +180,18 @@ class RunSpec:
         return cls(
             graph=str(spec.get("graph") or ""),
             input=dict(spec.get("input") or {}),
-            durability=str(spec.get("durability") or "sync"),
+            durability=str(spec.get("durability") or cls.durability),
             worker=dict(spec.get("worker") or {}),
-            lease_duration_seconds=int(lease.get("durationSeconds") or 15),
+            lease_duration_seconds=int(lease.get("durationSeconds") or cls.lease_duration_seconds),
             retry=RetryPolicy(
-                max_attempts=int(retry.get("maxAttempts") or 5),
-                backoff_seconds=float(retry.get("backoffSeconds", 2)),
-                max_backoff_seconds=float(retry.get("maxBackoffSeconds", 60)),
+                max_attempts=int(retry.get("maxAttempts") or RetryPolicy.max_attempts),
+                backoff_seconds=float(retry.get("backoffSeconds", RetryPolicy.backoff_seconds)),
+                max_backoff_seconds=float(retry.get("maxBackoffSeconds", RetryPolicy.max_backoff_seconds)),
             ),
             approval=ApprovalPolicy.from_json(approval),
             ttl_seconds_after_finished=int(ttl) if ttl is not None else None,
-            cancel=bool(spec.get("cancel", False)),
-            suspend=bool(spec.get("suspend", False)),
+            cancel=bool(spec.get("cancel", cls.cancel)),
+            suspend=bool(spec.get("suspend", cls.suspend)),
             retry_generation=int(spec.get("retryGeneration") or 0),
             fork_of=ForkRequest.from_json(spec.get("forkOf")),
             notify=dict(approval.get("notify") or {}),
@@ -215,100 +223,6 @@ class RunRef:
             annotations=dict(meta.get("annotations") or {}),
             finalizers=tuple(meta.get("finalizers") or ()),
             deleting=bool(meta.get("deletionTimestamp")),
-        )
-
-
-@dataclasses.dataclass(frozen=True)
-class DbRun:
-    """The parts of the ``agentrun_runs`` row the operator reads."""
-
-    status: str
-    current_step: str | None = None
-    lease_epoch: int = 0
-    holder: str | None = None
-    read_only: bool = False
-    result: Any = None
-    error: str | None = None
-    status_reason: str | None = None
-    admitted_at: datetime.datetime | None = None
-    finished_at: datetime.datetime | None = None
-    updated_at: datetime.datetime | None = None
-    retry_generation: int = 0
-    reopened: int = 0  # times a human reopened the run (retry, resolve of a needs-human run)
-    interventions: int = 0
-    fork_of: Mapping[str, Any] | None = None  # migration 0008: where this fork started
-
-    @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> DbRun:
-        return cls(
-            status=str(row.get("status") or "admitted"),
-            current_step=row.get("current_step"),
-            lease_epoch=int(row.get("lease_epoch") or 0),
-            holder=row.get("holder"),
-            read_only=bool(row.get("read_only")),
-            result=row.get("result"),
-            error=row.get("error"),
-            status_reason=row.get("status_reason"),
-            admitted_at=row.get("admitted_at"),
-            finished_at=row.get("finished_at"),
-            updated_at=row.get("updated_at"),
-            retry_generation=int(row.get("retry_generation") or 0),
-            reopened=int(row.get("reopened") or 0),
-            interventions=int(row.get("interventions") or 0),
-            fork_of=row.get("fork_of"),
-        )
-
-
-@dataclasses.dataclass(frozen=True)
-class Intervention:
-    """A human's retry or resolve, as recorded in Postgres (agentrun_interventions)."""
-
-    kind: str  # retry | resolve_sent | resolve_not_sent
-    by: str
-    at: datetime.datetime | None = None
-    effect_key: str | None = None
-    generation: int | None = None
-
-    @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> Intervention:
-        return cls(
-            kind=str(row["kind"]),
-            by=str(row.get("by") or ""),
-            at=row.get("at"),
-            effect_key=row.get("effect_key"),
-            generation=row.get("generation"),
-        )
-
-
-@dataclasses.dataclass(frozen=True)
-class Approval:
-    approval_id: str
-    status: str  # pending | approved | rejected | expired
-    prompt: Any = None
-    deadline: datetime.datetime | None = None
-    requested_at: datetime.datetime | None = None
-    decided_by: str | None = None
-    decided_at: datetime.datetime | None = None
-    comment: str | None = None
-    deadline_action: str | None = None
-    # spec.approval in force when the approval was requested (snapshot in Postgres); None: not recorded.
-    policy: Mapping[str, Any] | None = None
-    payload: Any = None  # what the graph resumed with (type accept | edit | response | ignore, args)
-
-    @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> Approval:
-        return cls(
-            approval_id=str(row["approval_id"]),
-            status=str(row.get("status") or "pending"),
-            prompt=row.get("prompt"),
-            payload=row.get("payload"),
-            deadline=row.get("deadline"),
-            requested_at=row.get("requested_at"),
-            decided_by=row.get("decided_by"),
-            decided_at=row.get("decided_at"),
-            comment=row.get("comment"),
-            deadline_action=row.get("deadline_action"),
-            policy=row.get("policy") or None,
         )
 
 
@@ -410,9 +324,9 @@ class World:
     spec: RunSpec
     status: Mapping[str, Any]  # the status the operator last wrote
     now: datetime.datetime
-    db: DbRun | None = None  # None: not admitted yet
-    approvals: tuple[Approval, ...] = ()
-    interventions: tuple[Intervention, ...] = ()  # read only when the run has any
+    db: store.Run | None = None  # None: not admitted yet
+    approvals: tuple[store.Approval, ...] = ()
+    interventions: tuple[store.Intervention, ...] = ()  # read only when the run has any
     effects: Mapping[str, int] = dataclasses.field(default_factory=dict)
     pods: Mapping[int, PodInfo] = dataclasses.field(default_factory=dict)  # attempt -> Pod
     # The run Lease is held by this pod name and has not changed for longer than its duration, by
@@ -462,13 +376,13 @@ class World:
     notify_problem: tuple[str, str] | None = None
 
     @property
-    def pending_approval(self) -> Approval | None:
+    def pending_approval(self) -> store.Approval | None:
         for approval in self.approvals:
-            if approval.status == "pending":
+            if approval.status == protocol.APPROVAL_PENDING:
                 return approval
         return None
 
-    def approval(self, approval_id: str) -> Approval | None:
+    def approval(self, approval_id: str) -> store.Approval | None:
         for approval in self.approvals:
             if approval.approval_id == approval_id:
                 return approval

@@ -20,10 +20,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agent_operator import model
-from agentrun_core import canonical, keys
+from agent_operator import model, spec_schema
+from agentrun_core import canonical, keys, store
 
-FORMATS = ("slack", "json")
 EVENTS = ("requested", "escalated", "expired", "needs_human")
 
 
@@ -32,9 +31,9 @@ class NotifySpec:
     """``spec.approval.notify`` (the CRD's schema and CEL rules already refused malformed values)."""
 
     url: str
-    format: str = "json"  # slack | json
+    format: str = spec_schema.default("approval.notify.format")  # one of spec_schema.NOTIFY_FORMATS
     secret_name: str | None = None  # a Secret in the run's own namespace (no namespace field exists)
-    secret_key: str = "token"
+    secret_key: str = spec_schema.default("approval.notify.tokenSecretRef.key")
     # The receiver dedupes by the Idempotency-Key header, so an unknown outcome may be sent again with the
     # same key. Default: True for the generic JSON format (its documented contract), False for Slack.
     dedupes: bool = True
@@ -44,14 +43,14 @@ class NotifySpec:
         """From ``spec.approval.notify`` (None when absent)."""
         if not isinstance(doc, Mapping) or not doc.get("url"):
             return None
-        fmt = str(doc.get("format") or "json")
+        fmt = str(doc.get("format") or cls.format)
         secret = doc.get("tokenSecretRef") or {}
         dedupes = doc.get("receiverDedupes")
         return cls(
             url=str(doc["url"]),
             format=fmt,
             secret_name=str(secret["name"]) if secret.get("name") else None,
-            secret_key=str(secret.get("key") or "token"),
+            secret_key=str(secret.get("key") or cls.secret_key),
             dedupes=bool(dedupes) if dedupes is not None else fmt == "json",
         )
 
@@ -109,7 +108,7 @@ def _iso(value: Any) -> str | None:
     return value.isoformat() if value is not None else None
 
 
-def approval_content(world: model.World, approval: model.Approval, event: str) -> dict[str, Any]:
+def approval_content(world: model.World, approval: store.Approval, event: str) -> dict[str, Any]:
     run = world.run
     where = f"-n {run.namespace} {run.name}"
     return {

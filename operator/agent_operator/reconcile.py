@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agent_operator import actions, approvals, edits, forks, imagepin, model, phases, pods, retry, steering
+from agentrun_core import store
 
 POLL_ACTIVE = 2.0  # seconds; overridden by the runner from settings
 POLL_IDLE = 30.0
@@ -203,7 +204,7 @@ def _reopened(world: model.World, plan: actions.Plan, st: _State, current: int) 
     plan.info("Reopened", message)
 
 
-def _db_outcome(db: model.DbRun) -> tuple[str, str, str] | None:
+def _db_outcome(db: store.Run) -> tuple[str, str, str] | None:
     if db.status == "succeeded":
         return "Succeeded", "Succeeded", "the graph finished"
     if db.status == "failed":

@@ -202,24 +202,19 @@ class Runner:
         spec = model.RunSpec.from_body(body.get("spec") or {})
         status = memory.last_status if memory.last_status is not None else dict(body.get("status") or {})
         db_run, db_now = store.get_run_now(self.db, run.uid)
-        db = model.DbRun.from_row(dataclasses.asdict(db_run)) if db_run is not None else None
-        approvals: tuple[model.Approval, ...] = ()
-        interventions: tuple[model.Intervention, ...] = ()
+        db = db_run
+        approvals: tuple[store.Approval, ...] = ()
+        interventions: tuple[store.Intervention, ...] = ()
         effects: dict[str, int] = {}
         if db_run is not None:
             if db_run.status not in model.DB_FINAL:
                 # The policy a future approval is requested under follows spec.approval (never while one is
                 # pending: that one keeps its snapshot).
                 store.sync_approval_policy(self.db, run.uid, spec.approval.as_json())
-            approvals = tuple(
-                model.Approval.from_row(dataclasses.asdict(a)) for a in store.list_approvals(self.db, run.uid)
-            )
+            approvals = tuple(store.list_approvals(self.db, run.uid))
             effects = store.effect_counts(self.db, run.uid)
             if db_run.interventions:  # most runs never had one: no fourth query for them
-                interventions = tuple(
-                    model.Intervention.from_row(dataclasses.asdict(i))
-                    for i in store.list_interventions(self.db, run.uid)
-                )
+                interventions = tuple(store.list_interventions(self.db, run.uid))
         by_attempt = {p.attempt: p for p in pod_bodies if p.attempt > 0}
         now_mono = time.monotonic()
         state = feed_lease(memory, lease, now_mono)

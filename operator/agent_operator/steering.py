@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agent_operator import actions, model
+from agentrun_core import store
 
 # agentrun_interventions.kind -> the start reason of the attempt that follows the reopening
 REOPEN_REASONS = {"retry": "retry", "resolve_sent": "resolved", "resolve_not_sent": "resolved"}
@@ -103,7 +104,7 @@ def retry(world: model.World, plan: actions.Plan, stopped: bool) -> bool:
     return True
 
 
-def latest(world: model.World) -> model.Intervention | None:
+def latest(world: model.World) -> store.Intervention | None:
     return world.interventions[-1] if world.interventions else None
 
 

@@ -21,6 +21,7 @@ from conftest import wait_for
 from agent_operator import actions, model, reconcile, runner
 from agent_operator import kube as op_kube
 from agent_operator import settings as settings_
+from tests.unit import rowmaker
 
 RUN = "gone"
 UID = "3c9a2f0e-0000-4000-8000-000000000001"
@@ -65,7 +66,7 @@ def _world(namespace: str, last_seen: model.PodInfo) -> model.World:
         spec=model.RunSpec.from_body({"graph": "pkg.mod:graph", "retry": {"backoffSeconds": 0}}),
         status={"attempts": 1, "workerPod": model.pod_name(RUN, 1)},
         now=datetime.datetime.now(datetime.UTC),
-        db=model.DbRun(status="running"),
+        db=rowmaker.run(status="running"),
         last_seen_pod=last_seen,  # what the last reconcile saw: the Pod Running, before the eviction
     )
 

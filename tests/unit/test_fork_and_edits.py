@@ -14,6 +14,7 @@ from agent_operator import actions, approvals, edits, forks, model, reconcile
 from agent_worker import forking
 from agentrun import cluster, fork_cli, respond_cli
 from agentrun_core.store import rows
+from tests.unit import rowmaker
 
 NOW = datetime.datetime(2026, 1, 1, 12, 0, 0, tzinfo=datetime.UTC)
 FORK = {"run": "src", "runUid": "src-uid", "step": "draft", "set": {"draft.body": "new"}}
@@ -134,7 +135,7 @@ def test_a_decision_carries_its_edits_from_the_annotations_to_the_decide_action(
     }
     request, refusal = approvals.parse(ann)
     assert refusal is None and request is not None and dict(request.edits) == {"body": "new body"}
-    approval = model.Approval(approval_id="a-1", status="pending", prompt=PROMPT)
+    approval = rowmaker.approval(approval_id="a-1", status="pending", prompt=PROMPT)
     w = dataclasses.replace(world(None), annotations_handled=False, approvals=(approval,))
     w = dataclasses.replace(w, run=dataclasses.replace(w.run, annotations=ann))
     plan = actions.Plan(requeue_after=1.0)
@@ -223,7 +224,7 @@ def test_status_shows_edits_and_responses_only() -> None:
 
 
 def test_a_fork_edit_refused_by_the_worker_is_its_own_failure_reason() -> None:
-    db = model.DbRun(
+    db = rowmaker.run(
         status="failed", status_reason="ForkEditRefused", error="fork edit refused: draft.body.x: ..."
     )
     assert reconcile._db_outcome(db) == (

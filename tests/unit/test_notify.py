@@ -12,12 +12,14 @@ from typing import Any
 import pytest
 
 from agent_operator import model, notifier, notify, reconcile
+from agentrun_core import store
 from agentrun_dev.webhook_receiver import Receiver
+from tests.unit import rowmaker
 
 NOW = datetime.datetime(2026, 12, 3, 12, 0, tzinfo=datetime.UTC)
 
 
-def world(*approvals: model.Approval, status: str = "parked", on_timeout: str = "escalate") -> model.World:
+def world(*approvals: store.Approval, status: str = "parked", on_timeout: str = "escalate") -> model.World:
     return model.World(
         run=model.RunRef(namespace="team-a", name="refund-42", uid="uid-1"),
         spec=model.RunSpec.from_body(
@@ -25,13 +27,13 @@ def world(*approvals: model.Approval, status: str = "parked", on_timeout: str = 
         ),
         status={},
         now=NOW,
-        db=model.DbRun(status=status),
+        db=rowmaker.run(status=status),
         approvals=approvals,
     )
 
 
-def approval(status: str = "pending", minutes_left: float = 30, **kw: Any) -> model.Approval:
-    return model.Approval(
+def approval(status: str = "pending", minutes_left: float = 30, **kw: Any) -> store.Approval:
+    return rowmaker.approval(
         approval_id="a-0123456789ab",
         status=status,
         prompt={"question": "refund 40 EUR?"},
@@ -63,7 +65,7 @@ def test_keys_are_a_pure_function_of_run_occasion_and_event() -> None:
         ((approval("approved"),), "escalate", []),  # decided first: "requested" is moot
     ],
 )
-def test_what_is_owed(approvals: tuple[model.Approval, ...], on_timeout: str, events: list[str]) -> None:
+def test_what_is_owed(approvals: tuple[store.Approval, ...], on_timeout: str, events: list[str]) -> None:
     assert [d.event for d in notify.due(world(*approvals, on_timeout=on_timeout))] == events
 
 
@@ -78,7 +80,8 @@ def test_needs_human_one_notification_per_flagged_effect_only_while_stopped() ->
     assert [(d.event, d.step) for d in due] == [("needs_human", "notify/ak-1/0")]
     assert "kubectl agentrun resolve -n team-a refund-42 ak-1 --not-sent" in notify.text(due[0].content)
     assert notify.due(world(status="admitted"), flagged) == []
-    again = dataclasses.replace(world(status="needs_human"), db=model.DbRun(status="needs_human", reopened=1))
+    reopened = rowmaker.run(status="needs_human", reopened=1)
+    again = dataclasses.replace(world(status="needs_human"), db=reopened)
     assert [d.step for d in notify.due(again, flagged)] == ["notify/ak-1/1"]  # retried, stopped again
 
 

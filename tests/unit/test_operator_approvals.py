@@ -8,14 +8,15 @@ import datetime
 from test_operator_reconcile import NOW, pod, world
 
 from agent_operator import actions, model, reconcile
+from tests.unit import rowmaker
 
-PENDING = model.Approval(
+PENDING = rowmaker.approval(
     approval_id="a-111111111111",
     status="pending",
     prompt={"q": "send?"},
     deadline=NOW + datetime.timedelta(seconds=60),
 )
-OLD = model.Approval(
+OLD = rowmaker.approval(
     approval_id="a-000000000000",
     status="approved",
     decided_by="manager",

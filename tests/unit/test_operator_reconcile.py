@@ -7,6 +7,8 @@ import datetime
 from typing import Any
 
 from agent_operator import actions, model, reconcile
+from agentrun_core import store
+from tests.unit import rowmaker
 
 NOW = datetime.datetime(2026, 1, 1, 12, 0, 0, tzinfo=datetime.UTC)
 
@@ -20,7 +22,7 @@ def world(
     finalizers: tuple[str, ...] = (model.FINALIZER,),
     deleting: bool = False,
     annotations: dict[str, str] | None = None,
-    approvals: tuple[model.Approval, ...] = (),
+    approvals: tuple[store.Approval, ...] = (),
     **extra: Any,
 ) -> model.World:
     return model.World(
@@ -36,7 +38,7 @@ def world(
         spec=model.RunSpec.from_body({"graph": "pkg.mod:graph", **(spec or {})}),
         status=status or {},
         now=NOW,
-        db=model.DbRun(status=db) if db else None,
+        db=rowmaker.run(status=db) if db else None,
         pods={p.attempt: p for p in pods or ()},
         approvals=approvals,
         **extra,
@@ -232,7 +234,7 @@ def test_succeeded_in_postgres_is_final() -> None:
 def test_unknown_graph_failure_is_invalid_spec() -> None:
     w = dataclasses.replace(
         world(status={"attempts": 1}, pods=[pod(phase="Failed", exit_code=1)]),
-        db=model.DbRun(
+        db=rowmaker.run(
             status="failed", error="GraphLoadError: No module named 'nope'", status_reason="graph_load"
         ),
     )
@@ -398,7 +400,7 @@ def test_an_invalid_pod_fails_at_once_a_forbidden_one_after_the_timeout() -> Non
 
 def test_ttl_compares_postgres_times_with_postgres_now() -> None:
     db_now = NOW - datetime.timedelta(hours=1)  # the operator's clock runs an hour ahead of Postgres'
-    finished = model.DbRun(status="succeeded", finished_at=db_now - datetime.timedelta(seconds=10))
+    finished = rowmaker.run(status="succeeded", finished_at=db_now - datetime.timedelta(seconds=10))
     base = world(db="succeeded", status={"attempts": 1}, spec={"ttlSecondsAfterFinished": 60})
     plan = reconcile.decide(dataclasses.replace(base, db=finished, db_now=db_now))
     assert not any(isinstance(a, actions.DeleteRun) for a in plan.actions)

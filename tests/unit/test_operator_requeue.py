@@ -10,13 +10,15 @@ import datetime
 
 from test_operator_reconcile import NOW, pod, world
 
-from agent_operator import actions, model, reconcile
+from agent_operator import actions, reconcile
+from agentrun_core import store
+from tests.unit import rowmaker
 
 ACTIVE, IDLE = 2.0, 30.0
 
 
-def pending(seconds: float) -> model.Approval:
-    return model.Approval(
+def pending(seconds: float) -> store.Approval:
+    return rowmaker.approval(
         approval_id="a-111111111111",
         status="pending",
         prompt={"q": "send?"},

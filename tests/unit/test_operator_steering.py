@@ -11,18 +11,20 @@ import pytest
 
 from agent_operator import actions, model, phases, reconcile, steering
 from agentrun import cluster, steer_cli
+from agentrun_core import store
+from tests.unit import rowmaker
 
 NOW = datetime.datetime(2026, 1, 1, 12, 0, 0, tzinfo=datetime.UTC)
 
 
 def world(
     *,
-    db: model.DbRun | None,
+    db: store.Run | None,
     status: dict[str, Any] | None = None,
     spec: dict[str, Any] | None = None,
     annotations: dict[str, str] | None = None,
     pods: list[model.PodInfo] = (),  # type: ignore[assignment]
-    interventions: tuple[model.Intervention, ...] = (),
+    interventions: tuple[store.Intervention, ...] = (),
     effects: dict[str, int] | None = None,
 ) -> model.World:
     return model.World(
@@ -69,20 +71,20 @@ DONE_POD = model.PodInfo(name="r-1", attempt=1, phase="Failed", exit_code=1)
 def test_finished_is_true_for_every_outcome_with_the_outcome_as_reason(
     db: str, phase: str, reason: str
 ) -> None:
-    plan = reconcile.decide(world(db=model.DbRun(status=db), status={"attempts": 1}, pods=[DONE_POD]))
+    plan = reconcile.decide(world(db=rowmaker.run(status=db), status={"attempts": 1}, pods=[DONE_POD]))
     assert plan.status is not None and plan.status["phase"] == phase
     assert conds(plan.status)["Finished"] == ("True", reason)
 
 
 def test_finished_is_false_while_running() -> None:
     running = model.PodInfo(name="r-1", attempt=1, phase="Running")
-    plan = reconcile.decide(world(db=model.DbRun(status="running"), status={"attempts": 1}, pods=[running]))
+    plan = reconcile.decide(world(db=rowmaker.run(status="running"), status={"attempts": 1}, pods=[running]))
     assert conds(plan.status)["Finished"] == ("False", "NotFinished")
 
 
 def test_retry_of_a_failed_run_reopens_it_once_and_leaves_status_alone() -> None:
     w = world(
-        db=model.DbRun(status="failed"),
+        db=rowmaker.run(status="failed"),
         status=FAILED,
         pods=[DONE_POD],
         spec={"retryGeneration": 1},
@@ -96,7 +98,7 @@ def test_retry_of_a_failed_run_reopens_it_once_and_leaves_status_alone() -> None
 def test_retry_waits_while_the_run_runs_and_needs_the_stamp() -> None:
     running = model.PodInfo(name="r-1", attempt=1, phase="Running")
     w = world(
-        db=model.DbRun(status="running"),
+        db=rowmaker.run(status="running"),
         status={"attempts": 1},
         pods=[running],
         spec={"retryGeneration": 1},
@@ -104,21 +106,21 @@ def test_retry_waits_while_the_run_runs_and_needs_the_stamp() -> None:
     )
     assert not any(isinstance(a, actions.ReopenRun) for a in reconcile.decide(w).actions)
     unstamped = world(
-        db=model.DbRun(status="failed"), status=FAILED, pods=[DONE_POD], spec={"retryGeneration": 1}
+        db=rowmaker.run(status="failed"), status=FAILED, pods=[DONE_POD], spec={"retryGeneration": 1}
     )
     plan = reconcile.decide(unstamped)
     assert not any(isinstance(a, actions.ReopenRun) for a in plan.actions)
     assert [e.reason for e in plan.events] == ["RetryRefused"]
     assert plan.status is not None and plan.status["observedRetryGeneration"] == 1
     again = world(
-        db=model.DbRun(status="failed"), status=plan.status, pods=[DONE_POD], spec={"retryGeneration": 1}
+        db=rowmaker.run(status="failed"), status=plan.status, pods=[DONE_POD], spec={"retryGeneration": 1}
     )
     assert [e.reason for e in reconcile.decide(again).events] == []  # told once
 
 
 def test_retry_of_a_succeeded_run_is_refused() -> None:
     w = world(
-        db=model.DbRun(status="succeeded"),
+        db=rowmaker.run(status="succeeded"),
         status={"attempts": 1},
         pods=[DONE_POD],
         spec={"retryGeneration": 2},
@@ -130,10 +132,10 @@ def test_retry_of_a_succeeded_run_is_refused() -> None:
 
 
 def test_reopened_run_starts_the_next_attempt_with_a_fresh_budget() -> None:
-    retried = model.Intervention(kind="retry", by="oncall", at=NOW, generation=1)
+    retried = rowmaker.intervention(kind="retry", by="oncall", at=NOW, generation=1)
     status = {**FAILED, "restarts": 4, "completionTime": "2026-01-01T11:00:00Z"}
     w = world(
-        db=model.DbRun(status="admitted", reopened=1, retry_generation=1, interventions=1),
+        db=rowmaker.run(status="admitted", reopened=1, retry_generation=1, interventions=1),
         status=status,
         pods=[DONE_POD],
         spec={"retryGeneration": 1},
@@ -157,9 +159,9 @@ def test_reopened_run_starts_the_next_attempt_with_a_fresh_budget() -> None:
 
 def test_reopened_run_waits_for_the_stopped_attempts_worker() -> None:
     exiting = model.PodInfo(name="r-1", attempt=1, phase="Running")
-    resolved = model.Intervention(kind="resolve_not_sent", by="oncall", effect_key="ak-1")
+    resolved = rowmaker.intervention(kind="resolve_not_sent", by="oncall", effect_key="ak-1")
     w = world(
-        db=model.DbRun(status="admitted", reopened=1, interventions=1),
+        db=rowmaker.run(status="admitted", reopened=1, interventions=1),
         status=FAILED,
         pods=[exiting],
         interventions=(resolved,),
@@ -168,7 +170,7 @@ def test_reopened_run_waits_for_the_stopped_attempts_worker() -> None:
     assert not any(isinstance(a, actions.CreatePod) for a in plan.actions)
     assert plan.status is not None and plan.status["lastAttemptEnd"]["reason"] == "resolved"
     later = world(
-        db=model.DbRun(status="admitted", reopened=1, interventions=1),
+        db=rowmaker.run(status="admitted", reopened=1, interventions=1),
         status=plan.status,
         pods=[DONE_POD],
         interventions=(resolved,),
@@ -179,7 +181,7 @@ def test_reopened_run_waits_for_the_stopped_attempts_worker() -> None:
 def test_cancelled_run_surfaces_its_pending_effects() -> None:
     plan = reconcile.decide(
         world(
-            db=model.DbRun(status="cancelled"),
+            db=rowmaker.run(status="cancelled"),
             status={"attempts": 1},
             pods=[DONE_POD],
             effects={"pending": 1, "sent": 0},
@@ -193,7 +195,7 @@ def test_the_first_cancelled_status_already_surfaces_pending_effects() -> None:
     a reader who sees the final phase must see the pending effects in that same status."""
     plan = reconcile.decide(
         world(
-            db=model.DbRun(status="admitted"),
+            db=rowmaker.run(status="admitted"),
             status={"attempts": 1, "phase": "Pending"},
             spec={"cancel": True},
             pods=[DONE_POD],
@@ -209,18 +211,20 @@ def test_an_operator_decided_outcome_notes_its_pending_effects_once_with_todays_
     note = "effect(s) left pending"
     decided = {"attempts": 1, "phase": "Failed", "reason": phases.ATTEMPTS_EXHAUSTED, "message": "gave up"}
     first = reconcile.decide(
-        world(db=model.DbRun(status="admitted"), status=decided, pods=[DONE_POD], effects={"pending": 2})
+        world(db=rowmaker.run(status="admitted"), status=decided, pods=[DONE_POD], effects={"pending": 2})
     )
     assert first.status is not None and first.status["message"].count(note) == 1
     assert "2 effect(s)" in first.status["message"]
     again = reconcile.decide(
-        world(db=model.DbRun(status="admitted"), status=first.status, pods=[DONE_POD], effects={"pending": 1})
+        world(
+            db=rowmaker.run(status="admitted"), status=first.status, pods=[DONE_POD], effects={"pending": 1}
+        )
     )
     assert again.status is not None and again.status["message"].count(note) == 1
     assert again.status["message"].startswith("gave up; 1 effect(s)")
     settled = reconcile.decide(
         world(
-            db=model.DbRun(status="admitted"),
+            db=rowmaker.run(status="admitted"),
             status=again.status,
             pods=[DONE_POD],
             effects={"pending": 0, "sent": 2},
@@ -256,7 +260,7 @@ def test_resolve_plans_the_effect_and_removes_the_annotations() -> None:
         model.ANN_RESOLVE_RESULT: '{"id": 7}',
     }
     plan = reconcile.decide(
-        world(db=model.DbRun(status="needs_human"), status=FAILED, pods=[DONE_POD], annotations=ann)
+        world(db=rowmaker.run(status="needs_human"), status=FAILED, pods=[DONE_POD], annotations=ann)
     )
     assert actions.ResolveEffect("ak-1", "sent", "oncall", {"id": 7}) in plan.actions
     assert actions.RemoveResolveAnnotations() in plan.actions
@@ -324,15 +328,15 @@ def test_resolve_annotations() -> None:
 
 
 def test_a_retry_is_not_cancelled_again_by_the_expiry_that_stopped_the_run() -> None:
-    expired = model.Approval(
+    expired = rowmaker.approval(
         approval_id="a-1",
         status="expired",
         decided_at=NOW - datetime.timedelta(minutes=5),
         deadline_action="cancel",
     )
-    retried = model.Intervention(kind="retry", by="oncall", at=NOW, generation=1)
+    retried = rowmaker.intervention(kind="retry", by="oncall", at=NOW, generation=1)
     w = world(
-        db=model.DbRun(status="admitted", reopened=1, retry_generation=1, interventions=1),
+        db=rowmaker.run(status="admitted", reopened=1, retry_generation=1, interventions=1),
         status={"phase": "Cancelled", "attempts": 1},
         pods=[DONE_POD],
         interventions=(retried,),
