@@ -12,6 +12,7 @@ import yaml
 
 from agent_operator import metrics
 from agentrun import promql
+from agentrun_core.store import metrics_sql
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DASHBOARDS = sorted((ROOT / "deploy" / "dashboards").glob("*.json"))
@@ -34,7 +35,7 @@ def alert_rules() -> list[dict[str, Any]]:
 
 
 def exported() -> set[str]:
-    full = metrics.Snapshot(
+    full = metrics_sql.Snapshot(
         runs=[("ns", "running", 1)],
         effects=[("ns", "email", "sent", 1, 0, 1, 0)],
         heartbeat_ages=[("ns", "worker", 1.0)],
@@ -95,7 +96,7 @@ def test_every_exported_family_is_on_a_dashboard() -> None:
     used = set().union(*(promql.metric_names(e) for _, _, e in dashboard_exprs()))
     families = {f.name for f in metrics.REGISTRY.collect() if f.name.startswith("agentrun_")}
     reg = prometheus_client.CollectorRegistry()
-    reg.register(metrics.LedgerCollector(lambda: metrics.Snapshot(), on_namespaces=lambda _: None))
+    reg.register(metrics.LedgerCollector(lambda: metrics_sql.Snapshot(), on_namespaces=lambda _: None))
     families |= {f.name for f in reg.collect() if f.name not in {"agentrun_collector_duration_seconds"}}
     shown = {f for f in families if any(u == f or u.startswith(f + "_") for u in used)}
     assert families - shown == set()
