@@ -13,6 +13,7 @@ import yaml
 from agent_operator import metrics
 from agentrun import promql
 from agentrun_core.store import metrics_sql
+from agentrun_dev import prometheusrule
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DASHBOARDS = sorted((ROOT / "deploy" / "dashboards").glob("*.json"))
@@ -127,7 +128,13 @@ def test_dashboard_configmap_is_labelled_for_the_grafana_sidecar() -> None:
     assert sorted(files) == sorted(p.name for p in DASHBOARDS)
 
 
-def test_prometheusrule_matches_the_plain_rule_file() -> None:
+def test_prometheusrules_are_generated_from_the_plain_rule_file() -> None:
+    """One source (agentrun.rules.yaml); the PrometheusRule copies are generated from it."""
+    for path, namespace in prometheusrule.TARGETS.items():
+        assert path.read_text() == prometheusrule.render(namespace), (
+            f"{path.relative_to(ROOT)} is stale: run `python -m agentrun_dev.prometheusrule`"
+        )
+    assert prometheusrule.SOURCE == RULES
     cr = yaml.safe_load((ROOT / "deploy/alerts/prometheusrule.yaml").read_text())
     assert cr["apiVersion"] == "monitoring.coreos.com/v1" and cr["kind"] == "PrometheusRule"
     assert cr["spec"] == yaml.safe_load(RULES.read_text())
