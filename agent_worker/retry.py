@@ -26,6 +26,8 @@ import time
 import urllib.error
 from typing import Any, Literal
 
+from agentrun_core import backoff as backoff_math
+
 Kind = Literal["refused", "ambiguous", "permanent"]
 Action = Literal["retry", "reconcile", "fail"]
 
@@ -207,8 +209,8 @@ def classify(exc: BaseException) -> Failure:
 
 def backoff(policy: RetryPolicy, calls_made: int, rng: random.Random) -> float:
     """Delay before call number ``calls_made + 1`` (calls_made >= 1): capped exponential with jitter."""
-    raw = policy.initial_backoff * policy.multiplier ** max(0, calls_made - 1)
-    capped = min(policy.max_backoff, raw)
+    capped = backoff_math.capped(calls_made, initial=policy.initial_backoff, cap=policy.max_backoff,
+                                 multiplier=policy.multiplier)
     return capped * (1.0 - policy.jitter * rng.random())
 
 

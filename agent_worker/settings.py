@@ -1,4 +1,7 @@
-"""The worker's settings, built from the environment in one place (docs/design.md, worker pod contract)."""
+"""The worker's settings, built from the environment in one place (docs/design.md, worker pod contract).
+
+Numbers and flags are parsed by ``agentrun_core.envconf``; a bad value is an ``errors.ConfigError`` (exit 2).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +9,7 @@ import dataclasses
 import os
 from collections.abc import Mapping
 
-from agentrun_core import errors
+from agentrun_core import envconf, errors
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,26 +40,6 @@ class WorkerSettings:
         return self.lease_name or f"agentrun-{self.run_name or self.run_id}"
 
 
-def _int(env: Mapping[str, str], name: str, default: int) -> int:
-    raw = env.get(name)
-    if raw in (None, ""):
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise errors.ConfigError(f"{name}={raw!r} is not an integer") from None
-
-
-def _float(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = env.get(name)
-    if raw in (None, ""):
-        return default
-    try:
-        return float(raw)
-    except ValueError:
-        raise errors.ConfigError(f"{name}={raw!r} is not a number") from None
-
-
 def from_env(env: Mapping[str, str] | None = None) -> WorkerSettings:
     env = os.environ if env is None else env
     missing = [n for n in ("AGENTRUN_RUN_ID", "AGENTRUN_DSN") if not env.get(n)]
@@ -65,21 +48,22 @@ def from_env(env: Mapping[str, str] | None = None) -> WorkerSettings:
     mode = env.get("AGENTRUN_LEASE_MODE", "kube") or "kube"
     if mode not in ("kube", "none"):
         raise errors.ConfigError(f"AGENTRUN_LEASE_MODE must be kube or none, not {mode!r}")
+    bad = errors.ConfigError
     settings = WorkerSettings(
         run_id=env["AGENTRUN_RUN_ID"],
         dsn=env["AGENTRUN_DSN"],
         pod_name=env.get("AGENTRUN_POD_NAME") or f"worker-{os.getpid()}",
-        attempt=_int(env, "AGENTRUN_ATTEMPT", 1),
+        attempt=envconf.integer(env, "AGENTRUN_ATTEMPT", 1, error=bad),
         run_name=env.get("AGENTRUN_RUN_NAME", ""),
         namespace=env.get("AGENTRUN_NAMESPACE") or "default",
         lease_name=env.get("AGENTRUN_LEASE_NAME", ""),
-        lease_duration_seconds=_int(env, "AGENTRUN_LEASE_DURATION_SECONDS", 15),
+        lease_duration_seconds=envconf.integer(env, "AGENTRUN_LEASE_DURATION_SECONDS", 15, error=bad),
         lease_mode=mode,
-        lease_wait_seconds=_float(env, "AGENTRUN_LEASE_WAIT_SECONDS", 60.0),
-        drain_seconds=_float(env, "AGENTRUN_DRAIN_SECONDS", 20.0),
+        lease_wait_seconds=envconf.number(env, "AGENTRUN_LEASE_WAIT_SECONDS", 60.0, error=bad),
+        drain_seconds=envconf.number(env, "AGENTRUN_DRAIN_SECONDS", 20.0, error=bad),
         kubeconfig=env.get("KUBECONFIG") or None,
-        pool_max_size=_int(env, "AGENTRUN_PG_POOL_SIZE", 4),
-        lease_owner=env.get("AGENTRUN_LEASE_OWNER", "true").lower() not in ("false", "0", "no"),
+        pool_max_size=envconf.integer(env, "AGENTRUN_PG_POOL_SIZE", 4, error=bad),
+        lease_owner=envconf.flag(env, "AGENTRUN_LEASE_OWNER", True, error=bad),
     )
     if settings.lease_duration_seconds < 3:
         raise errors.ConfigError("AGENTRUN_LEASE_DURATION_SECONDS must be >= 3")

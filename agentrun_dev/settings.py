@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping
 from pathlib import Path
+
+from agentrun_core import envconf
 
 # The newest 1.37 patch (the minor of the `kubernetes` Python client we depend on) and the newest etcd 3.6.
 K8S_VERSION = "v1.37.2"
@@ -97,14 +100,16 @@ def _home() -> Path:
     return Path(os.environ.get("HOME") or Path.home())
 
 
-def from_env(env: dict[str, str] | None = None) -> Settings:
-    e = dict(os.environ if env is None else env)
-    home = Path(e["HOME"]) if e.get("HOME") else _home()
-    state = e.get("AGENTRUN_DEV_HOME") or str(
-        Path(e.get("XDG_STATE_HOME") or home / ".local" / "state") / "agentrun" / "dev"
+def from_env(env: Mapping[str, str] | None = None) -> Settings:
+    e = os.environ if env is None else env
+    home = Path(envconf.text(e, "HOME")) if envconf.text(e, "HOME") else _home()
+    state = envconf.text(e, "AGENTRUN_DEV_HOME") or str(
+        Path(envconf.text(e, "XDG_STATE_HOME") or home / ".local" / "state") / "agentrun" / "dev"
     )
-    cache = e.get("AGENTRUN_CACHE_DIR") or str(Path(e.get("XDG_CACHE_HOME") or home / ".cache") / "agentrun")
-    assets = e.get("KUBEBUILDER_ASSETS")
+    cache = envconf.text(e, "AGENTRUN_CACHE_DIR") or str(
+        Path(envconf.text(e, "XDG_CACHE_HOME") or home / ".cache") / "agentrun"
+    )
+    assets = envconf.text(e, "KUBEBUILDER_ASSETS")
     return Settings(
         state_dir=Path(state).expanduser().resolve(),
         cache_dir=Path(cache).expanduser().resolve(),

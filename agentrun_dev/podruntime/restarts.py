@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from agentrun_core import backoff as backoff_math
 from agentrun_dev.podruntime import model
 
 
@@ -33,7 +34,7 @@ def should_restart(policy: str, exit_code: int) -> bool:
 
 def delay(streak: int, backoff: Backoff) -> float:
     """Delay before the restart that follows the ``streak``-th consecutive crash (streak ≥ 1)."""
-    return float(min(backoff.max_s, backoff.initial_s * (2 ** max(0, streak - 1))))
+    return backoff_math.capped(streak, initial=backoff.initial_s, cap=backoff.max_s)
 
 
 def on_exit(c: model.Container, term: model.Terminated, policy: str, now: float, backoff: Backoff) -> None:

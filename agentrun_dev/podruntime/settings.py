@@ -8,6 +8,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from agentrun_core import envconf
 from agentrun_dev.podruntime import restarts
 
 ENV_PREFIX = "AGENTRUN_PODRUNTIME_"
@@ -85,8 +86,7 @@ def build(
     e = os.environ if env is None else env
 
     def num(name: str, default: float) -> float:
-        raw = e.get(ENV_PREFIX + name)
-        return float(raw) if raw else default
+        return envconf.number(e, ENV_PREFIX + name, default)
 
     base = restarts.Backoff()
     return Settings(

@@ -38,7 +38,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from agent_operator import actions, kube, model, notify
-from agentrun_core import errors, faults
+from agentrun_core import backoff, envconf, errors, faults
 from agentrun_core.store import db as store_db
 from agentrun_core.store import notifications as ledger
 
@@ -63,15 +63,15 @@ class Limits:
     def from_env(cls, env: Mapping[str, str] | None = None) -> Limits:
         env = os.environ if env is None else env
         return cls(
-            timeout=float(env.get("AGENTRUN_NOTIFY_TIMEOUT_SECONDS", 5.0)),
-            max_attempts=int(env.get("AGENTRUN_NOTIFY_MAX_ATTEMPTS", 8)),
-            backoff=float(env.get("AGENTRUN_NOTIFY_BACKOFF_SECONDS", 1.0)),
-            max_backoff=float(env.get("AGENTRUN_NOTIFY_MAX_BACKOFF_SECONDS", 60.0)),
+            timeout=envconf.number(env, "AGENTRUN_NOTIFY_TIMEOUT_SECONDS", 5.0),
+            max_attempts=envconf.integer(env, "AGENTRUN_NOTIFY_MAX_ATTEMPTS", 8),
+            backoff=envconf.number(env, "AGENTRUN_NOTIFY_BACKOFF_SECONDS", 1.0),
+            max_backoff=envconf.number(env, "AGENTRUN_NOTIFY_MAX_BACKOFF_SECONDS", 60.0),
         )
 
     def delay(self, attempt: int, retry_after: float | None = None) -> float:
         """Seconds before call ``attempt + 1`` (attempt counts from 1)."""
-        base = min(self.max_backoff, self.backoff * 2.0 ** max(0, attempt - 1))
+        base = backoff.capped(attempt, initial=self.backoff, cap=self.max_backoff)
         return min(self.max_backoff, max(base, retry_after or 0.0))
 
 

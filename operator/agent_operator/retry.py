@@ -6,6 +6,7 @@ import dataclasses
 import datetime
 
 from agent_operator import model
+from agentrun_core import backoff
 
 
 def backoff_seconds(policy: model.RetryPolicy, restarts: int) -> float:
@@ -16,8 +17,7 @@ def backoff_seconds(policy: model.RetryPolicy, restarts: int) -> float:
     """
     if restarts <= 0:
         return 0.0
-    exponent = min(restarts - 1, 30)  # 2**30 s is far past any cap; avoids huge floats
-    return float(min(policy.max_backoff_seconds, policy.backoff_seconds * (2**exponent)))
+    return backoff.capped(restarts, initial=policy.backoff_seconds, cap=policy.max_backoff_seconds)
 
 
 @dataclasses.dataclass(frozen=True)

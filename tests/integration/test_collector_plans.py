@@ -17,27 +17,26 @@ import pytest
 from collector_rows import add_finished, add_live
 from psycopg import sql
 
-from agent_operator import metrics, metrics_pg
 from agentrun_core import store
+from agentrun_core.store import metrics_sql, queries
 
 LIVE_QUERIES = {
-    "RUNS_LIVE": ("agentrun_runs_live_idx",),
-    "HEARTBEAT_AGES": ("agentrun_heartbeats_pkey", "agentrun_effects_pending_run_idx"),
-    "OLDEST_PENDING_EFFECT": ("agentrun_effects_pending_idx",),
-    "APPROVALS_PENDING": ("agentrun_approvals_one_pending",),
-    "EFFECT_DIVERGENCES": ("agentrun_effects_divergent_idx",),
+    "metrics_runs_live": ("agentrun_runs_live_idx",),
+    "metrics_heartbeat_ages": ("agentrun_heartbeats_pkey", "agentrun_effects_pending_run_idx"),
+    "metrics_oldest_pending_effect": ("agentrun_effects_pending_idx",),
+    "metrics_approvals_pending": ("agentrun_approvals_one_pending",),
+    "metrics_effect_divergences": ("agentrun_effects_divergent_idx",),
 }
 # Cumulative queries, once the finished runs are folded: driven from the runs not folded yet.
 CUMULATIVE_QUERIES: dict[str, str | sql.Composed] = {
-    "RUNS_FINAL": metrics_pg.RUNS_FINAL,
-    "EFFECTS": metrics_pg.EFFECTS,
-    "APPROVALS_DECIDED": metrics_pg.APPROVALS_DECIDED,
-    "DEADLINE_OUTCOMES": metrics_pg.DEADLINE_OUTCOMES,
-    "ATTEMPTS_ENDED": metrics_pg.ATTEMPTS_ENDED,
-    "APPROVAL_WAIT": metrics_pg.histogram_query(*metrics_pg.APPROVAL_WAIT, metrics.APPROVAL_WAIT_BUCKETS),
-    "STEP_DURATION": metrics_pg.histogram_query(*metrics_pg.STEP_DURATION, metrics.STEP_BUCKETS),
-    "CHECKPOINT_DURATION": metrics_pg.histogram_query(*metrics_pg.CHECKPOINT_DURATION,
-                                                      metrics.CHECKPOINT_BUCKETS),
+    "metrics_runs_final": queries.get("metrics_runs_final"),
+    "metrics_effects": queries.get("metrics_effects"),
+    "metrics_approvals_decided": queries.get("metrics_approvals_decided"),
+    "metrics_deadline_outcomes": queries.get("metrics_deadline_outcomes"),
+    "metrics_attempts_ended": queries.get("metrics_attempts_ended"),
+    "APPROVAL_WAIT": metrics_sql.histogram_query(metrics_sql.APPROVAL_WAIT),
+    "STEP_DURATION": metrics_sql.histogram_query(metrics_sql.STEP_DURATION),
+    "CHECKPOINT_DURATION": metrics_sql.histogram_query(metrics_sql.CHECKPOINT_DURATION),
 }
 # One row per (family, namespace, labels): bounded by the label sets, never by the history; read whole.
 ROLLUPS = "agentrun_metric_rollups"
@@ -61,7 +60,7 @@ def _scrape_ms(conn: psycopg.Connection[Any], reps: int = 9) -> float:
     times = []
     for _ in range(reps):
         t0 = time.perf_counter()
-        metrics_pg.read_snapshot(conn)
+        metrics_sql.read_snapshot(conn)
         conn.rollback()
         times.append(time.perf_counter() - t0)
     return sorted(times)[reps // 2] * 1000
@@ -88,7 +87,7 @@ def test_live_queries_read_through_partial_indexes(ledger: psycopg.Connection[An
     print(f"\nscrape: {small:.1f} ms with 100 finished runs, {large:.1f} ms with 10,000 (20 live), "
           f"{folded:.1f} ms with the 10,000 folded")
     for name, indexes in LIVE_QUERIES.items():
-        nodes = _plan(ledger, getattr(metrics_pg, name))
+        nodes = _plan(ledger, queries.get(name))
         scanned = {n.get("Relation Name") for n in nodes if n["Node Type"] == "Seq Scan"} - {ROLLUPS}
         used = {n.get("Index Name") for n in nodes if n.get("Index Name")}
         assert not scanned, (name, scanned, nodes)
@@ -106,7 +105,7 @@ def test_heartbeat_ages_reads_only_live_keys(ledger: psycopg.Connection[Any]) ->
     calls of running runs — not the finished runs' beats, not a settled call's last beat."""
     ledger.execute("UPDATE agentrun_effects SET status = 'confirmed' WHERE idempotency_key = 'live1:e'")
     ledger.execute("INSERT INTO agentrun_heartbeats (run_id, key) VALUES ('live2', 'step:old')")
-    rows = ledger.execute(metrics_pg.HEARTBEAT_AGES).fetchall()
+    rows = ledger.execute(queries.get("metrics_heartbeat_ages")).fetchall()
     kinds: dict[str, int] = {}
     for _, kind, age in rows:
         kinds[kind] = kinds.get(kind, 0) + 1

@@ -17,9 +17,9 @@ import psycopg
 import pytest
 from conftest import OperatorHandle, create_run, get_run, pods, wait_for, wait_phase
 
-from agent_operator import metrics_pg
 from agentrun import render, trace, trace_cli
 from agentrun_core import store
+from agentrun_core.store import metrics_sql
 from agentrun_dev import cluster
 
 STEPS = "tests.integration.test_operator_graphs:steps"
@@ -90,7 +90,7 @@ def _run_through(
     # there, at least one loss must have been attributed, else the attribution was not tested.
     assert lost_to_control_plane >= (1 if must_lose else 0)
     print(f"\n{part} outage: {lost_to_control_plane} attempt(s) lost to the control plane, all attributed")
-    snap = metrics_pg.read_snapshot(psycopg.connect(operator.dsn, autocommit=True))
+    snap = metrics_sql.read_snapshot(psycopg.connect(operator.dsn, autocommit=True))
     ended = {(outcome, cause): n for space, outcome, cause, n in snap.attempts_ended if space == ns}
     control_plane = sum(n for (_, cause), n in ended.items() if cause == "control_plane")
     assert control_plane == lost_to_control_plane, ended

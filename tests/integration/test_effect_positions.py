@@ -21,9 +21,9 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Send
 
-from agent_operator import metrics_pg
 from agent_worker import context, effects
 from agentrun_core import canonical, errors, keys, store
+from agentrun_core.store import metrics_sql
 from agentrun_dev import http_provider
 
 pytestmark = pytest.mark.postgres
@@ -101,7 +101,7 @@ def test_replay_with_other_arguments_does_not_repeat_the_effect(
     assert row.diverged_args_hash and row.diverged_args_hash != row.args_hash
     assert row.needs_human is (policy == "needs_human")
     with psycopg.connect(pg_dsn) as conn:  # the operator's collector counts divergent rows
-        assert metrics_pg.read_snapshot(conn).effect_divergences == [("ns", "notify", 1, 1)]
+        assert metrics_sql.read_snapshot(conn).effect_divergences == [("ns", "notify", 1, 1)]
 
 
 def test_subgraph_node_in_a_loop_is_one_effect_per_iteration(

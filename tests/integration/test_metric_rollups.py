@@ -15,8 +15,9 @@ import psycopg
 import pytest
 from collector_rows import add_finished, add_live
 
-from agent_operator import metrics, metrics_pg, tenants
+from agent_operator import metric_families, tenants
 from agentrun_core import store
+from agentrun_core.store import metrics_sql
 
 Figures = dict[tuple[Any, ...], tuple[float, ...]]
 
@@ -48,20 +49,20 @@ def _rows(conn: psycopg.Connection[Any], n: int, live: int = 20) -> None:
     conn.execute("ANALYZE")
 
 
-def _snapshot(dsn: str) -> metrics.Snapshot:
-    source = metrics_pg.SnapshotSource(dsn, statement_timeout_seconds=30)
+def _snapshot(dsn: str) -> metrics_sql.Snapshot:
+    source = metrics_sql.SnapshotSource(dsn, statement_timeout_seconds=30)
     try:
         return source.fetch()
     finally:
         source.close()
 
 
-def _figures(snap: metrics.Snapshot, *, counters_only: bool = False) -> Figures:
+def _figures(snap: metrics_sql.Snapshot, *, counters_only: bool = False) -> Figures:
     """Every exported sample of the ledger families ({(family, sample, labels...): value}); sums rounded (the
     rollup adds floats in another order), ages left out (they follow the clock). counters_only: the counter
     and histogram families."""
     out: Figures = {}
-    for fam in metrics.families(snap):
+    for fam in metric_families.families(snap):
         if counters_only and fam.type not in {"counter", "histogram"}:
             continue
         if fam.name.endswith(("age_seconds", "remaining_seconds")):
@@ -80,7 +81,7 @@ def _reference(conn: psycopg.Connection[Any], dsn: str) -> Figures:
     try:
         conn.execute("DELETE FROM agentrun_metric_rollups")
         conn.execute("UPDATE agentrun_runs SET folded_at = NULL")
-        return _figures(metrics_pg.read_snapshot(conn))
+        return _figures(metrics_sql.read_snapshot(conn))
     finally:
         conn.execute("ROLLBACK")
 
@@ -111,9 +112,9 @@ def ledger(pg_dsn: str) -> Iterator[psycopg.Connection[Any]]:
 def test_histogram_bounds_in_postgres_are_the_collectors(ledger: psycopg.Connection[Any]) -> None:
     bounds = dict(ledger.execute("SELECT family, bounds FROM agentrun_metric_bounds").fetchall())
     assert bounds == {
-        "approval_wait": list(map(float, metrics.APPROVAL_WAIT_BUCKETS)),
-        "step_duration": list(map(float, metrics.STEP_BUCKETS)),
-        "checkpoint_duration": list(map(float, metrics.CHECKPOINT_BUCKETS)),
+        "approval_wait": list(map(float, metrics_sql.APPROVAL_WAIT_BUCKETS)),
+        "step_duration": list(map(float, metrics_sql.STEP_BUCKETS)),
+        "checkpoint_duration": list(map(float, metrics_sql.CHECKPOINT_BUCKETS)),
     }
 
 

@@ -12,7 +12,8 @@ import prometheus_client
 import psycopg
 import pytest
 
-from agent_operator import metrics, metrics_pg
+from agent_operator import metrics
+from agentrun_core.store import metrics_sql
 
 
 def seed(conn: psycopg.Connection[Any], ns: str = "team-a") -> None:
@@ -66,7 +67,7 @@ def seed(conn: psycopg.Connection[Any], ns: str = "team-a") -> None:
 def test_collector_reads_the_ledger(pg_dsn: str) -> None:
     with psycopg.connect(pg_dsn) as conn:
         seed(conn)
-    source = metrics_pg.SnapshotSource(pg_dsn)
+    source = metrics_sql.SnapshotSource(pg_dsn)
     reg = prometheus_client.CollectorRegistry()
     reg.register(metrics.LedgerCollector(source.fetch))
 
@@ -138,7 +139,7 @@ def test_statement_timeout_bounds_a_blocked_scrape(pg_dsn: str) -> None:
     and the next scrape after the lock is gone works again (the connection is re-opened)."""
     with psycopg.connect(pg_dsn) as conn:
         seed(conn)
-    source = metrics_pg.SnapshotSource(pg_dsn, statement_timeout_seconds=0.5)
+    source = metrics_sql.SnapshotSource(pg_dsn, statement_timeout_seconds=0.5)
     collector = metrics.LedgerCollector(source.fetch)
     reg = prometheus_client.CollectorRegistry()
     reg.register(collector)
@@ -158,7 +159,7 @@ def test_statement_timeout_bounds_a_blocked_scrape(pg_dsn: str) -> None:
 def test_concurrent_scrapes_share_one_connection_safely(pg_dsn: str) -> None:
     with psycopg.connect(pg_dsn) as conn:
         seed(conn)
-    source = metrics_pg.SnapshotSource(pg_dsn)
+    source = metrics_sql.SnapshotSource(pg_dsn)
     reg = prometheus_client.CollectorRegistry()
     reg.register(metrics.LedgerCollector(source.fetch))
     results: list[float | None] = []
@@ -179,9 +180,9 @@ def test_concurrent_scrapes_share_one_connection_safely(pg_dsn: str) -> None:
 def test_healthz_answers_without_touching_postgres() -> None:
     calls: list[int] = []
 
-    def fetch() -> metrics.Snapshot:
+    def fetch() -> metrics_sql.Snapshot:
         calls.append(1)
-        return metrics.Snapshot()
+        return metrics_sql.Snapshot()
 
     reg = prometheus_client.CollectorRegistry()
     collector = metrics.LedgerCollector(fetch, on_namespaces=lambda _: None)

@@ -9,8 +9,9 @@ import time
 
 import psycopg
 
-from agent_operator import metrics_pg, retention
+from agent_operator import retention
 from agentrun_core import store
+from agentrun_core.store import metrics_sql
 
 RUNS = 10_000
 TABLES = (
@@ -52,7 +53,7 @@ def _counts(conn: psycopg.Connection) -> dict[str, int]:
 
 
 def _scrape_ms(dsn: str) -> float:
-    source = metrics_pg.SnapshotSource(dsn, statement_timeout_seconds=30)
+    source = metrics_sql.SnapshotSource(dsn, statement_timeout_seconds=30)
     try:
         times = []
         for _ in range(5):
@@ -109,7 +110,7 @@ def test_ten_thousand_finished_runs_are_purged_and_the_collector_sees_only_what_
         f"\nscrape (median of 5): empty {baseline:.1f} ms, {RUNS} finished runs {loaded:.1f} ms, "
         f"after purge {purged_ms:.1f} ms; purge of {purged} runs in {purge_s:.2f}s (batches of 500)"
     )
-    source = metrics_pg.SnapshotSource(pg_dsn, statement_timeout_seconds=30)
+    source = metrics_sql.SnapshotSource(pg_dsn, statement_timeout_seconds=30)
     try:
         snap = source.fetch()
     finally:

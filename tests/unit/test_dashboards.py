@@ -12,6 +12,8 @@ import yaml
 
 from agent_operator import metrics
 from agentrun import promql
+from agentrun_core.store import metrics_sql
+from agentrun_dev import prometheusrule
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DASHBOARDS = sorted((ROOT / "deploy" / "dashboards").glob("*.json"))
@@ -34,7 +36,7 @@ def alert_rules() -> list[dict[str, Any]]:
 
 
 def exported() -> set[str]:
-    full = metrics.Snapshot(
+    full = metrics_sql.Snapshot(
         runs=[("ns", "running", 1)],
         effects=[("ns", "email", "sent", 1, 0, 1, 0)],
         heartbeat_ages=[("ns", "worker", 1.0)],
@@ -95,7 +97,7 @@ def test_every_exported_family_is_on_a_dashboard() -> None:
     used = set().union(*(promql.metric_names(e) for _, _, e in dashboard_exprs()))
     families = {f.name for f in metrics.REGISTRY.collect() if f.name.startswith("agentrun_")}
     reg = prometheus_client.CollectorRegistry()
-    reg.register(metrics.LedgerCollector(lambda: metrics.Snapshot(), on_namespaces=lambda _: None))
+    reg.register(metrics.LedgerCollector(lambda: metrics_sql.Snapshot(), on_namespaces=lambda _: None))
     families |= {f.name for f in reg.collect() if f.name not in {"agentrun_collector_duration_seconds"}}
     shown = {f for f in families if any(u == f or u.startswith(f + "_") for u in used)}
     assert families - shown == set()
@@ -126,7 +128,13 @@ def test_dashboard_configmap_is_labelled_for_the_grafana_sidecar() -> None:
     assert sorted(files) == sorted(p.name for p in DASHBOARDS)
 
 
-def test_prometheusrule_matches_the_plain_rule_file() -> None:
+def test_prometheusrules_are_generated_from_the_plain_rule_file() -> None:
+    """One source (agentrun.rules.yaml); the PrometheusRule copies are generated from it."""
+    for path, namespace in prometheusrule.TARGETS.items():
+        assert path.read_text() == prometheusrule.render(namespace), (
+            f"{path.relative_to(ROOT)} is stale: run `python -m agentrun_dev.prometheusrule`"
+        )
+    assert prometheusrule.SOURCE == RULES
     cr = yaml.safe_load((ROOT / "deploy/alerts/prometheusrule.yaml").read_text())
     assert cr["apiVersion"] == "monitoring.coreos.com/v1" and cr["kind"] == "PrometheusRule"
     assert cr["spec"] == yaml.safe_load(RULES.read_text())

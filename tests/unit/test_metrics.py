@@ -5,13 +5,14 @@ from __future__ import annotations
 import prometheus_client
 import pytest
 
-from agent_operator import metrics
+from agent_operator import metric_families, metrics
+from agentrun_core.store import metrics_sql
 
 
 def _registry(
-    snap: metrics.Snapshot | None = None, fail: bool = False
+    snap: metrics_sql.Snapshot | None = None, fail: bool = False
 ) -> prometheus_client.CollectorRegistry:
-    def fetch() -> metrics.Snapshot:
+    def fetch() -> metrics_sql.Snapshot:
         if fail:
             raise OSError("connection refused")
         assert snap is not None
@@ -27,8 +28,8 @@ def _sample(reg: prometheus_client.CollectorRegistry, name: str, **labels: str) 
     return value
 
 
-def _snapshot() -> metrics.Snapshot:
-    return metrics.Snapshot(
+def _snapshot() -> metrics_sql.Snapshot:
+    return metrics_sql.Snapshot(
         runs=[("ns-a", "running", 2), ("ns-a", "parked", 1), ("ns-b", "failed", 3), ("ns-b", "weird", 1)],
         effects=[
             ("ns-a", "email", "pending", 1, 1, 1, 0),
@@ -45,9 +46,9 @@ def _snapshot() -> metrics.Snapshot:
             ("ns-a", "lost", "run", 2),
             ("ns-a", "lost", "control_plane", 3),
         ],
-        approval_wait={"ns-a": metrics.bucketize([5.0, 120.0], metrics.APPROVAL_WAIT_BUCKETS)},
-        step_duration={"ns-a": metrics.bucketize([0.02, 0.3, 3.0], metrics.STEP_BUCKETS)},
-        checkpoint_duration={"ns-a": metrics.bucketize([0.004], metrics.CHECKPOINT_BUCKETS)},
+        approval_wait={"ns-a": metric_families.bucketize([5.0, 120.0], metrics_sql.APPROVAL_WAIT_BUCKETS)},
+        step_duration={"ns-a": metric_families.bucketize([0.02, 0.3, 3.0], metrics_sql.STEP_BUCKETS)},
+        checkpoint_duration={"ns-a": metric_families.bucketize([0.004], metrics_sql.CHECKPOINT_BUCKETS)},
         effect_divergences=[("ns-a", "email", 2, 5)],
     )
 
@@ -132,7 +133,7 @@ def test_exposition_parses_as_prometheus_text() -> None:
 
 
 def test_bucketize_is_cumulative() -> None:
-    h = metrics.bucketize([0.5, 1.0, 1.5, 10.0], (1.0, 2.0))
+    h = metric_families.bucketize([0.5, 1.0, 1.5, 10.0], (1.0, 2.0))
     assert list(h.counts) == [2, 3]
     assert h.count == 4
     assert h.total == 13.0
@@ -180,7 +181,7 @@ def test_recording_functions_count_in_the_operator_registry() -> None:
 
 def test_exported_names_cover_unobserved_labelled_metrics() -> None:
     reg = prometheus_client.CollectorRegistry()
-    reg.register(metrics.LedgerCollector(lambda: metrics.Snapshot()))
+    reg.register(metrics.LedgerCollector(lambda: metrics_sql.Snapshot()))
     names = metrics.exported_names(reg) | metrics.exported_names(metrics.REGISTRY)
     for name in (
         "agentrun_attempts_started_total",
