@@ -69,14 +69,13 @@ def _run_names(namespace: str | None) -> list[str]:
 
 
 def _namespaces() -> list[str]:
-    from kubernetes import client
-
     from agentrun import cluster
+    from agentrun_core import kube
 
     with contextlib.suppress(Exception):
         api, _ = cluster.connect()
-        items = client.CoreV1Api(api).list_namespace(_request_timeout=5).items
-        return [str(ns.metadata.name) for ns in items if ns.metadata is not None]
+        items = kube.objects.list_namespaces(api, timeout=5)
+        return [str(ns["metadata"]["name"]) for ns in items if ns.get("metadata") is not None]
     return []
 
 

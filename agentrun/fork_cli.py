@@ -20,9 +20,8 @@ import sys
 import time
 from typing import Any
 
-from kubernetes import client
-
 from agentrun import cluster
+from agentrun_core import kube
 
 NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,48}[a-z0-9])?$")  # AgentRun names: at most 50 (the CRD's rule)
 PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*([.][A-Za-z_][A-Za-z0-9_]*){0,7}$")
@@ -109,10 +108,6 @@ def verdict(obj: dict[str, Any]) -> tuple[bool, str] | None:
     return None
 
 
-def _custom(api: client.ApiClient) -> client.CustomObjectsApi:
-    return client.CustomObjectsApi(api)
-
-
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="agentrun fork", description=__doc__.split("\n\n")[0])
     p.add_argument("name", help="the source AgentRun")
@@ -142,9 +137,8 @@ def _fork(args: argparse.Namespace) -> int:
     body = fork_body(
         source, args.new_name, checkpoint=args.checkpoint, step=args.step, sets=sets, set_json=set_json
     )
-    custom = _custom(api)
-    what = f"create agentrun {args.new_name} (a fork of {args.name})"
-    cluster._call(what, ns, None, custom.create_namespaced_custom_object, *_where(ns), body)
+    with cluster.translated(f"create agentrun {args.new_name} (a fork of {args.name})", ns):
+        kube.runs.create(api, ns, body)
     deadline = time.monotonic() + args.timeout
     while True:
         decided = verdict(cluster.get_run(api, ns, args.new_name))
@@ -160,14 +154,8 @@ def _fork(args: argparse.Namespace) -> int:
         time.sleep(0.5)
     admitted, message = decided
     if not admitted:
-        cluster._call(
-            f"delete agentrun {args.new_name}",
-            ns,
-            args.new_name,
-            custom.delete_namespaced_custom_object,
-            *_where(ns),
-            args.new_name,
-        )
+        with cluster.translated(f"delete agentrun {args.new_name}", ns, args.new_name):
+            kube.runs.delete(api, ns, args.new_name, propagation=None)
         print(f"agentrun: {message} (the fork {args.new_name} was deleted: nothing ran)", file=sys.stderr)
         return 1
     start = args.checkpoint or f"after step {args.step}"
@@ -178,7 +166,3 @@ def _fork(args: argparse.Namespace) -> int:
         + "; it runs under its own run id (its own effects)"
     )
     return 0
-
-
-def _where(ns: str) -> tuple[str, str, str, str]:
-    return cluster.GROUP, cluster.VERSION, ns, cluster.PLURAL

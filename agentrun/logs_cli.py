@@ -13,9 +13,8 @@ import argparse
 import sys
 from typing import Any
 
-from kubernetes import client
-
 from agentrun import cluster
+from agentrun_core import kube
 
 LABEL_RUN, LABEL_ATTEMPT, CONTAINER = "agentrun.dev/run", "agentrun.dev/attempt", "worker"
 
@@ -67,19 +66,14 @@ def run(argv: list[str]) -> int:
     api, default_ns = cluster.connect(args.kubeconfig, args.context)
     namespace = args.namespace or default_ns
     run_obj = cluster.get_run(api, namespace, args.name)
-    core = client.CoreV1Api(api)
     listed = cluster.call(
         f"list the Pods of agentrun {args.name}",
-        lambda: api.sanitize_for_serialization(  # type: ignore[no-untyped-call]
-            core.list_namespaced_pod(namespace, label_selector=f"{LABEL_RUN}={args.name}")
-        ),
+        lambda: kube.pods.list_(api, namespace, label_selector=f"{LABEL_RUN}={args.name}"),
     )
     pod = choose(attempt_pods(listed.get("items") or [], run_obj["metadata"]["uid"]), args.attempt, args.name)
-    kwargs: dict[str, Any] = {"container": CONTAINER, "follow": args.follow, "_preload_content": False}
-    if args.tail is not None:
-        kwargs["tail_lines"] = args.tail
     resp = cluster.call(
-        f"read the log of pod {pod}", lambda: core.read_namespaced_pod_log(pod, namespace, **kwargs)
+        f"read the log of pod {pod}",
+        lambda: kube.pods.log(api, namespace, pod, CONTAINER, follow=args.follow, tail=args.tail),
     )
     try:
         # Streamed as it arrives: with -f the worker's lines show while it runs.

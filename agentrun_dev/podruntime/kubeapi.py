@@ -1,48 +1,28 @@
-"""The only module of the pod runtime that talks to the Kubernetes API. Objects go in and out as plain dicts.
+"""The pod runtime's handle on the Kubernetes API: the core client (``agentrun_core.kube``) bound to the dev
+node's kubeconfig, plus the connection details handed to pods. Objects go in and out as plain dicts.
 
-Every call returns raw JSON (``_preload_content=False``): the runtime works on dicts, and the generated
-models reject some valid responses (``pods/binding`` answers with a Status the ``V1Binding`` model refuses).
-Errors become :class:`ApiError` with the HTTP status.
+Rule: no HTTP here; every request is the core client's and fails as its ``kube.KubeError`` classes. What is
+the runtime's own: a read of an absent object is ``None`` (a pod's env names Secrets and ConfigMaps that may
+not exist yet), and the pool is sized for one watch plus one request per busy pod thread.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from kubernetes import client, config
+from agentrun_core import kube
 
 JSON = dict[str, Any]
+KubeError = kube.KubeError  # what every call below raises; ``.status`` is the HTTP status
 
-
-class ApiError(Exception):
-    def __init__(self, status: int, reason: str, body: str = "") -> None:
-        super().__init__(f"{status} {reason}: {body[:300]}")
-        self.status = status
-        self.reason = reason
-        self.body = body
-
-
-def _call(fn: Any, *args: Any, **kwargs: Any) -> JSON:
-    try:
-        resp = fn(*args, _preload_content=False, **kwargs)
-    except client.ApiException as e:
-        raise ApiError(int(e.status or 0), str(e.reason), str(e.body or "")) from None
-    data = resp.data
-    return json.loads(data) if data else {}
+POOL_SIZE = 64  # the default pool (cpu*5) would serialise busy pod threads
 
 
 class Kube:
     def __init__(self, kubeconfig: str) -> None:
-        cfg = client.Configuration()
-        config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)  # type: ignore[no-untyped-call]
-        # One watch + one request per busy pod thread; the default pool (cpu*5) would serialise them.
-        cfg.connection_pool_maxsize = 64
-        self.configuration = cfg
-        self.api = client.ApiClient(cfg)
-        self.core = client.CoreV1Api(self.api)
-        self.coord = client.CoordinationV1Api(self.api)
+        self.api = kube.api.pooled_client(kubeconfig, POOL_SIZE)
+        self.configuration = self.api.configuration
 
     # --- connection details handed to pods ---------------------------------------------------------------
     @property
@@ -62,40 +42,15 @@ class Kube:
 
     # --- pods -------------------------------------------------------------------------------------------
     def list_pods(self) -> JSON:
-        return _call(self.core.list_pod_for_all_namespaces)
+        return kube.pods.list_(self.api, None)
 
     def watch_pods(self, resource_version: str, timeout_s: int) -> Iterator[JSON]:
-        """Yield watch events (``{"type", "object"}``) until the server closes the stream."""
-        try:
-            resp: Any = self.core.list_pod_for_all_namespaces(
-                watch=True,
-                resource_version=resource_version,
-                allow_watch_bookmarks=True,
-                timeout_seconds=timeout_s,
-                _preload_content=False,
-                _request_timeout=timeout_s + 30,
-            )
-        except client.ApiException as e:
-            raise ApiError(int(e.status or 0), str(e.reason), str(e.body or "")) from None
-        try:
-            buf = b""
-            for chunk in resp.stream(amt=65536, decode_content=True):
-                buf += chunk
-                while b"\n" in buf:
-                    line, buf = buf.split(b"\n", 1)
-                    if line.strip():
-                        yield json.loads(line)
-        finally:
-            resp.release_conn()
+        """Yield watch events (``{"type", "object"}``) until the server closes the stream; an ERROR event
+        is raised (``kube.Gone``: list again)."""
+        return kube.pods.watch_all(self.api, resource_version, timeout_s)
 
     def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
-        body = {
-            "apiVersion": "v1",
-            "kind": "Binding",
-            "metadata": {"name": name, "namespace": namespace, "uid": uid},
-            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
-        }
-        _call(self.core.create_namespaced_pod_binding, name, namespace, body)
+        kube.pods.bind(self.api, namespace, name, uid, node)
 
     def patch_pod_status(
         self, namespace: str, name: str, uid: str, status: JSON, resource_version: str = ""
@@ -105,28 +60,20 @@ class Kube:
         meta: JSON = {"uid": uid}
         if resource_version:
             meta["resourceVersion"] = resource_version
-        body = {"metadata": meta, "status": status}
-        return _call(
-            self.core.patch_namespaced_pod_status,
-            name,
-            namespace,
-            body,
-            _content_type="application/strategic-merge-patch+json",
-        )
+        return kube.pods.patch_status(self.api, namespace, name, {"metadata": meta, "status": status})
 
     def delete_pod_now(self, namespace: str, name: str, uid: str) -> None:
-        body = {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}}
-        _call(self.core.delete_namespaced_pod, name, namespace, body=body)
+        kube.pods.delete(self.api, namespace, name, grace_seconds=0, uid=uid, background=False)
 
     # --- what a pod's env and token need ---------------------------------------------------------------
     def get_secret(self, namespace: str, name: str) -> JSON | None:
-        return self._get_or_none(self.core.read_namespaced_secret, name, namespace)
+        return _or_none(lambda: kube.objects.get_secret(self.api, namespace, name))
 
     def get_config_map(self, namespace: str, name: str) -> JSON | None:
-        return self._get_or_none(self.core.read_namespaced_config_map, name, namespace)
+        return _or_none(lambda: kube.objects.get_config_map(self.api, namespace, name))
 
     def get_service_account(self, namespace: str, name: str) -> JSON | None:
-        return self._get_or_none(self.core.read_namespaced_service_account, name, namespace)
+        return _or_none(lambda: kube.objects.get_service_account(self.api, namespace, name))
 
     def request_token(self, namespace: str, sa: str, pod: str, uid: str, seconds: int) -> JSON:
         body = {
@@ -137,40 +84,38 @@ class Kube:
                 "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": pod, "uid": uid},
             },
         }
-        return _call(self.core.create_namespaced_service_account_token, sa, namespace, body)
+        return kube.objects.request_token(self.api, namespace, sa, body)
 
     def create_event(self, namespace: str, body: JSON) -> None:
-        _call(self.core.create_namespaced_event, namespace, body)
+        kube.objects.create_event(self.api, namespace, body)
 
     # --- the node and its lease ----------------------------------------------------------------------------
     def get_node(self, name: str) -> JSON | None:
-        return self._get_or_none(self.core.read_node, name)
+        return _or_none(lambda: kube.objects.get_node(self.api, name))
 
     def create_node(self, body: JSON) -> JSON:
-        return _call(self.core.create_node, body)
+        return kube.objects.create_node(self.api, body)
 
     def patch_node(self, name: str, body: JSON) -> JSON:
-        return _call(self.core.patch_node, name, body, _content_type="application/strategic-merge-patch+json")
+        return kube.objects.patch_node(self.api, name, body)
 
     def patch_node_status(self, name: str, body: JSON) -> JSON:
-        return _call(
-            self.core.patch_node_status, name, body, _content_type="application/strategic-merge-patch+json"
-        )
+        return kube.objects.patch_node(self.api, name, body, status=True)
 
     def get_lease(self, namespace: str, name: str) -> JSON | None:
-        return self._get_or_none(self.coord.read_namespaced_lease, name, namespace)
+        return _or_none(lambda: kube.get_lease(self.api, namespace, name))
 
     def create_lease(self, namespace: str, body: JSON) -> JSON:
-        return _call(self.coord.create_namespaced_lease, namespace, body)
+        return kube.create_lease(self.api, namespace, body)
 
     def replace_lease(self, namespace: str, name: str, body: JSON) -> JSON:
-        return _call(self.coord.replace_namespaced_lease, name, namespace, body)
+        return kube.replace_lease(self.api, namespace, name, body)
 
-    @staticmethod
-    def _get_or_none(fn: Any, *args: Any) -> JSON | None:
-        try:
-            return _call(fn, *args)
-        except ApiError as e:
-            if e.status == 404:
-                return None
-            raise
+
+def _or_none(read: Callable[[], JSON]) -> JSON | None:
+    """``read()``, or None when the object does not exist."""
+    try:
+        result: JSON = read()
+    except kube.NotFound:
+        return None
+    return result

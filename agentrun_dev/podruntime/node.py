@@ -127,7 +127,7 @@ class Heartbeat:
         if existing is None:
             try:
                 existing = self.kube.create_node(node_body(self.s, now))
-            except kubeapi.ApiError as e:
+            except kubeapi.KubeError as e:
                 if e.status != 409:
                     raise
                 existing = self.kube.get_node(self.s.node_name) or {}

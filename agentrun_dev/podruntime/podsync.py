@@ -185,7 +185,7 @@ class PodSync:
             return sig == self.last_written
         try:
             updated = self.ctx.kube.patch_pod_status(self.ns, self.name, self.uid, desired)
-        except kubeapi.ApiError as e:
+        except kubeapi.KubeError as e:
             if e.status in (404, 409):  # gone, or a new pod of the same name (uid precondition)
                 self.gone = True
                 return False

@@ -250,7 +250,7 @@ class PodWorker(podsync.PodSync):
             env = podenv.base_env(self.s, self.name, self.kubeconfig_path, os.environ)
             env.update(envresolve.resolve(self.pod, spec, lookup, self.ctx.allocatable))
             argv = envresolve.argv(spec, env)
-        except (envresolve.ConfigError, kubeapi.ApiError) as e:
+        except (envresolve.ConfigError, kubeapi.KubeError) as e:
             if not (isinstance(c.state, model.Waiting) and c.state.message == str(e)):
                 self._event("Failed", f"Error: {e}", c.name, warning=True)
             c.state = model.Waiting("CreateContainerConfigError", str(e))
@@ -349,7 +349,7 @@ class PodWorker(podsync.PodSync):
             return False  # the final status first (retried), then the removal
         try:
             self.ctx.kube.delete_pod_now(self.ns, self.name, self.uid)
-        except kubeapi.ApiError as e:
+        except kubeapi.KubeError as e:
             if e.status not in (404, 409):
                 log.warning("pod %s: delete failed (%s); retrying", self.key, e)
                 return False

@@ -153,7 +153,7 @@ class Runtime:
         for uid, (ns, name) in list(self.pending_deletes.items()):
             try:
                 self.kube.delete_pod_now(ns, name, uid)
-            except kubeapi.ApiError as e:
+            except kubeapi.KubeError as e:
                 if e.status not in (404, 409):
                     log.warning("pod %s/%s: delete failed: %s", ns, name, e)
                     continue
@@ -168,15 +168,11 @@ class Runtime:
                 self._sync_all(listing.get("items") or [])
                 while not self.stop.is_set():
                     for ev in self.kube.watch_pods(rv, self.s.watch_timeout_s):
-                        obj = ev.get("object") or {}
-                        if ev.get("type") == "ERROR":
-                            raise kubeapi.ApiError(
-                                int(obj.get("code", 500)), str(obj.get("reason")), str(obj.get("message"))
-                            )
+                        obj = ev.get("object") or {}  # an ERROR event is raised by watch_pods
                         rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
                         if ev.get("type") != "BOOKMARK":
                             self._handle(str(ev.get("type")), obj)
-            except kubeapi.ApiError as e:
+            except kubeapi.KubeError as e:
                 if e.status != 410:
                     log.warning("pod watch failed: %s; re-listing", e)
                     self.stop.wait(1.0)
@@ -226,7 +222,7 @@ class Runtime:
             # No scheduler runs: this runtime is also the scheduler for its one node.
             try:
                 self.kube.bind(meta["namespace"], meta["name"], uid, self.s.node_name)
-            except kubeapi.ApiError as e:
+            except kubeapi.KubeError as e:
                 if e.status != 409:
                     raise
             return  # the "Scheduled" story is the PodScheduled condition the binding sets
@@ -271,7 +267,7 @@ class Runtime:
                 {"conditions": [cond]},
                 resource_version=str(meta.get("resourceVersion") or ""),
             )
-        except kubeapi.ApiError as e:
+        except kubeapi.KubeError as e:
             log.info("pod %s/%s: could not report Unschedulable: %s", meta["namespace"], meta["name"], e)
 
     def _orphan_deleted(self, pod: Obj) -> bool:

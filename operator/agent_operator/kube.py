@@ -1,8 +1,10 @@
-"""The operator's only Kubernetes API code (besides what kopf itself watches).
+"""The operator's calls on the Kubernetes API (besides what kopf itself watches), over the one core client.
 
-Bodies travel as plain JSON dicts, as in ``agentrun_core.kube`` (whose client loader, Lease calls and error
-classes this reuses): ``NotFound``/``Conflict``/``AlreadyExists``/``Unavailable``/``KubeError``.
-Every call is synchronous; the handlers run them in threads.
+Rule: no HTTP here. Every call is ``agentrun_core.kube``'s, with the operator's request timeout; what stays
+is the operator's own judgement: idempotent Pod creation, the finalizer added under a resourceVersion guard,
+which admission objects must be present, the Event an AgentRun gets. Errors are the core's classes
+(``NotFound``/``Conflict``/``AlreadyExists``/``Unavailable``/``KubeError``...), named here for the modules
+that catch them. Every call is synchronous; the handlers run them in threads.
 """
 
 from __future__ import annotations
@@ -10,91 +12,39 @@ from __future__ import annotations
 import base64
 import contextlib
 import datetime
-import json
 import uuid
-from typing import Any
-
-import kubernetes.client
-import urllib3
 
 from agent_operator import admission, model
-from agentrun_core import kube as worker_kube
+from agentrun_core import kube as core
 
-Body = dict[str, Any]
-ApiClient = kubernetes.client.ApiClient
+Body = core.Body
+ApiClient = core.ApiClient
 
-KubeError = worker_kube.KubeError
-NotFound = worker_kube.NotFound
-Conflict = worker_kube.Conflict
-AlreadyExists = worker_kube.AlreadyExists
-Unavailable = worker_kube.Unavailable
+KubeError = core.KubeError
+NotFound = core.NotFound
+Conflict = core.Conflict
+AlreadyExists = core.AlreadyExists
+Unavailable = core.Unavailable
 
-GROUP, VERSION, PLURAL = "agentrun.dev", "v1alpha1", "agentruns"
-_RUNS = f"/apis/{GROUP}/{VERSION}/namespaces/{{namespace}}/{PLURAL}"
-_RUN = _RUNS + "/{name}"
-_PODS = "/api/v1/namespaces/{namespace}/pods"
-_POD = _PODS + "/{name}"
-_EVENTS = "/api/v1/namespaces/{namespace}/events"
-_SECRETS = "/api/v1/namespaces/{namespace}/secrets"
-_SECRET = _SECRETS + "/{name}"
-_ADMISSION = "/apis/admissionregistration.k8s.io/v1/{kind}/{name}"
-_LEASE = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
-_NAMESPACE = "/api/v1/namespaces/{name}"
+GROUP, VERSION, PLURAL = core.runs.GROUP, core.runs.VERSION, core.runs.PLURAL
 
 TIMEOUT = 10.0  # seconds per request: a reconcile retries on its own schedule
 
-get_lease = worker_kube.get_lease
-create_lease = worker_kube.create_lease
-replace_lease = worker_kube.replace_lease
-micro_time = worker_kube.micro_time
+get_lease = core.get_lease
+create_lease = core.create_lease
+replace_lease = core.replace_lease
+micro_time = core.micro_time
 
 
 def client(kubeconfig: str | None = None) -> ApiClient:
-    return worker_kube.load_api_client(kubeconfig or None)
-
-
-def _call(
-    api: ApiClient,
-    method: str,
-    path: str,
-    params: dict[str, str],
-    body: Any = None,
-    *,
-    content_type: str = "application/json",
-    query: list[tuple[str, str]] | None = None,
-) -> Body:
-    headers = {"Accept": "application/json"}
-    if body is not None:
-        headers["Content-Type"] = content_type
-    request = api.param_serialize(
-        method=method,
-        resource_path=path,
-        path_params=params,
-        query_params=query or [],
-        header_params=headers,
-        body=body,
-        auth_settings=["BearerToken"],
-    )
-    try:
-        response = api.call_api(*request, _request_timeout=TIMEOUT)
-        response.read()  # type: ignore[no-untyped-call]
-    except kubernetes.client.ApiException as exc:
-        raise worker_kube._translate(exc.status, exc.reason, exc.body) from exc
-    except (urllib3.exceptions.HTTPError, OSError) as exc:
-        raise Unavailable(f"{method} {path} {params}: {exc}") from exc
-    status = int(response.status)
-    text = response.data.decode("utf-8") if response.data else ""
-    if not 200 <= status <= 299:
-        raise worker_kube._translate(status, response.reason, text)
-    result: Body = json.loads(text) if text else {}
-    return result
+    return core.load_api_client(kubeconfig or None)
 
 
 # --- AgentRuns -------------------------------------------------------------------------------------------
 
 
 def get_run(api: ApiClient, namespace: str, name: str) -> Body:
-    return _call(api, "GET", _RUN, {"namespace": namespace, "name": name})
+    return core.runs.get(api, namespace, name, timeout=TIMEOUT)
 
 
 def patch_status(
@@ -108,25 +58,12 @@ def patch_status(
     body: Body = {"status": status_patch}
     if resource_version:
         body["metadata"] = {"resourceVersion": resource_version}
-    return _call(
-        api,
-        "PATCH",
-        _RUN + "/status",
-        {"namespace": namespace, "name": name},
-        body,
-        content_type="application/merge-patch+json",
-    )
+    return core.runs.patch_status(api, namespace, name, body, timeout=TIMEOUT)
 
 
 def remove_annotations(api: ApiClient, namespace: str, name: str, keys: tuple[str, ...]) -> Body:
-    return _call(
-        api,
-        "PATCH",
-        _RUN,
-        {"namespace": namespace, "name": name},
-        {"metadata": {"annotations": dict.fromkeys(keys)}},
-        content_type="application/merge-patch+json",
-    )
+    body: Body = {"metadata": {"annotations": dict.fromkeys(keys)}}
+    return core.runs.patch(api, namespace, name, body, timeout=TIMEOUT)
 
 
 def add_finalizer(
@@ -142,14 +79,7 @@ def add_finalizer(
         if resource_version:
             metadata["resourceVersion"] = resource_version
         try:
-            return _call(
-                api,
-                "PATCH",
-                _RUN,
-                {"namespace": namespace, "name": name},
-                {"metadata": metadata},
-                content_type="application/merge-patch+json",
-            )
+            return core.runs.patch(api, namespace, name, {"metadata": metadata}, timeout=TIMEOUT)
         except Conflict:
             fresh = get_run(api, namespace, name).get("metadata") or {}
             finalizers = tuple(fresh.get("finalizers") or ())
@@ -161,9 +91,7 @@ def add_finalizer(
 
 def delete_run(api: ApiClient, namespace: str, name: str) -> None:
     with contextlib.suppress(NotFound):
-        _call(
-            api, "DELETE", _RUN, {"namespace": namespace, "name": name}, {"propagationPolicy": "Background"}
-        )
+        core.runs.delete(api, namespace, name, timeout=TIMEOUT)
 
 
 # --- Pods ------------------------------------------------------------------------------------------------
@@ -172,7 +100,7 @@ def delete_run(api: ApiClient, namespace: str, name: str) -> None:
 def create_pod(api: ApiClient, namespace: str, body: Body) -> bool:
     """Create the Pod; False when it already exists (deterministic names make creation idempotent)."""
     try:
-        _call(api, "POST", _PODS, {"namespace": namespace}, body)
+        core.pods.create(api, namespace, body, timeout=TIMEOUT)
     except AlreadyExists:
         return False
     return True
@@ -180,23 +108,30 @@ def create_pod(api: ApiClient, namespace: str, body: Body) -> bool:
 
 def delete_pod(api: ApiClient, namespace: str, name: str, *, force: bool = False) -> None:
     """Delete (SIGTERM, grace period from the Pod) or, with ``force``, remove at once (grace 0)."""
-    options: Body = {"propagationPolicy": "Background"}
-    if force:
-        options["gracePeriodSeconds"] = 0
     with contextlib.suppress(NotFound):
-        _call(api, "DELETE", _POD, {"namespace": namespace, "name": name}, options)
+        core.pods.delete(api, namespace, name, grace_seconds=0 if force else None, timeout=TIMEOUT)
 
 
 def get_pod(api: ApiClient, namespace: str, name: str) -> Body:
-    return _call(api, "GET", _POD, {"namespace": namespace, "name": name})
+    return core.pods.get(api, namespace, name, timeout=TIMEOUT)
 
 
-# --- Secrets (only the worker DSN Secret the operator provisions) ----------------------------------------
+def delete_exact(api: ApiClient, namespace: str, kind: str, name: str, uid: str) -> None:
+    """Delete the Pod or Lease ``name`` only if it is still the object with ``uid`` (a precondition):
+    never the object of a run recreated under the same name meanwhile."""
+    if kind != "pod":
+        core.leases.delete_exact(api, namespace, name, uid, timeout=TIMEOUT)
+        return
+    with contextlib.suppress(NotFound, Conflict):
+        core.pods.delete(api, namespace, name, uid=uid, timeout=TIMEOUT)
+
+
+# --- Secrets (only the worker DSN Secret the operator provisions) and namespaces -------------------------
 
 
 def secret_exists(api: ApiClient, namespace: str, name: str) -> bool:
     try:
-        _call(api, "GET", _SECRET, {"namespace": namespace, "name": name})
+        core.objects.get_secret(api, namespace, name, timeout=TIMEOUT)
     except NotFound:
         return False
     return True
@@ -206,7 +141,7 @@ def namespace_exists(api: ApiClient, name: str) -> bool:
     """Whether Kubernetes has the namespace (a terminating one still does). Only a 404 says no: any other
     error raises, so an unreachable API server never reads as "gone"."""
     try:
-        _call(api, "GET", _NAMESPACE, {"name": name})
+        core.objects.get_namespace(api, name, timeout=TIMEOUT)
     except NotFound:
         return False
     return True
@@ -215,7 +150,7 @@ def namespace_exists(api: ApiClient, name: str) -> bool:
 def read_secret_key(api: ApiClient, namespace: str, name: str, key: str) -> str | None:
     """One key of a Secret, decoded (None: the Secret has no such key). ``NotFound`` / ``KubeError`` (403)
     propagate. The value is a credential: callers never log it."""
-    body = _call(api, "GET", _SECRET, {"namespace": namespace, "name": name})
+    body = core.objects.get_secret(api, namespace, name, timeout=TIMEOUT)
     raw = (body.get("data") or {}).get(key)
     if raw is None:
         return None
@@ -224,11 +159,7 @@ def read_secret_key(api: ApiClient, namespace: str, name: str, key: str) -> str 
 
 def put_secret(api: ApiClient, namespace: str, body: Body) -> None:
     """Create the Secret, or replace it when it exists."""
-    name = str(body["metadata"]["name"])
-    try:
-        _call(api, "POST", _SECRETS, {"namespace": namespace}, body)
-    except AlreadyExists:
-        _call(api, "PUT", _SECRET, {"namespace": namespace, "name": name}, body)
+    core.objects.put_secret(api, namespace, body, timeout=TIMEOUT)
 
 
 # --- admission policies ----------------------------------------------------------------------------------
@@ -248,7 +179,7 @@ def missing_admission_objects(api: ApiClient) -> list[str]:
     missing = []
     for kind, name in ADMISSION_OBJECTS:
         try:
-            body = _call(api, "GET", _ADMISSION, {"kind": kind, "name": name})
+            body = core.objects.get_admission_object(api, kind, name, timeout=TIMEOUT)
         except NotFound:
             missing.append(f"{kind}/{name}")
             continue
@@ -256,15 +187,6 @@ def missing_admission_objects(api: ApiClient) -> list[str]:
         if why is not None:
             missing.append(f"{kind}/{name} ({why})")
     return missing
-
-
-def delete_exact(api: ApiClient, namespace: str, kind: str, name: str, uid: str) -> None:
-    """Delete the Pod or Lease ``name`` only if it is still the object with ``uid`` (a precondition):
-    never the object of a run recreated under the same name meanwhile."""
-    path = _POD if kind == "pod" else _LEASE
-    options: Body = {"propagationPolicy": "Background", "preconditions": {"uid": uid}}
-    with contextlib.suppress(NotFound, Conflict):
-        _call(api, "DELETE", path, {"namespace": namespace, "name": name}, options)
 
 
 # --- Events ----------------------------------------------------------------------------------------------
@@ -280,7 +202,7 @@ def post_event(
         "kind": "Event",
         "metadata": {"name": f"{run.name}.{uuid.uuid4().hex[:16]}", "namespace": run.namespace},
         "involvedObject": {
-            "apiVersion": f"{GROUP}/{VERSION}",
+            "apiVersion": core.runs.API_VERSION,
             "kind": "AgentRun",
             "name": run.name,
             "namespace": run.namespace,
@@ -296,4 +218,4 @@ def post_event(
         "lastTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
         "count": 1,
     }
-    _call(api, "POST", _EVENTS, {"namespace": run.namespace}, body)
+    core.objects.create_event(api, run.namespace, body, timeout=TIMEOUT)
