@@ -80,7 +80,9 @@ def alive(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[0] != "Z"
 
 
-def wait_for(what: str, fn: Any, timeout: float = 15.0) -> Any:
+def wait_for(what: str, fn: Any, timeout: float = 90.0) -> Any:
+    # Generous: a runtime started on a loaded 2-core machine took 15-20 s to register its node.
+    # The deadline only bounds a hang; every wait returns as soon as its condition holds.
     deadline = time.monotonic() + timeout
     while not (value := fn()):
         if time.monotonic() > deadline:

@@ -1,7 +1,8 @@
 """The tree shows the architecture (docs/architecture.md): small modules, and import boundaries that hold.
 
-The boundaries themselves are import-linter contracts in pyproject.toml (``[tool.importlinter]``); ``make lint``
-and ``make test`` run them, and this test runs them too so a plain ``pytest`` run cannot miss a broken one.
+The boundaries themselves are import-linter contracts in pyproject.toml (``[tool.importlinter]``);
+``make lint`` and ``make test`` run them, and this test runs them too so a plain ``pytest`` run cannot miss a
+broken one.
 """
 
 from __future__ import annotations
