@@ -118,7 +118,7 @@ def test_restarted_runtime_kills_orphans_and_reports_container_status_unknown(
     private_runtime.signal(signal.SIGKILL)  # the runtime dies; its container process lives on
     assert alive(first)
     private_runtime.start()
-    wait_for("orphan killed", lambda: not alive(first), timeout=10)
+    wait_for("orphan killed", lambda: not alive(first), timeout=60)
 
     def restarted() -> Any:
         pod = running()
