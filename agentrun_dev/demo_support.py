@@ -1,4 +1,4 @@
-"""Helpers of the demo (:mod:`agentrun_examples.demo`): printing, commands, the dev cluster's environment, and
+"""Helpers of the demo (:mod:`agentrun_dev.demo`): printing, commands, the dev cluster's environment, and
 the demo's operator process (pid and log under ``$AGENTRUN_DEV_HOME/demo/``).
 """
 

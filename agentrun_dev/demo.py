@@ -27,7 +27,7 @@ from typing import Any, cast
 
 import kubernetes
 
-from agentrun_examples import demo_support as ds
+from agentrun_dev import demo_support as ds
 
 NAMESPACE = "agentrun-demo"
 RUN = "support-ticket"
