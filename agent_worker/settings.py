@@ -6,7 +6,7 @@ import dataclasses
 import os
 from collections.abc import Mapping
 
-from agentrun_core import errors
+from agentrun_core import errors, protocol
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,7 +34,7 @@ class WorkerSettings:
 
     @property
     def effective_lease_name(self) -> str:
-        return self.lease_name or f"agentrun-{self.run_name or self.run_id}"
+        return self.lease_name or protocol.lease_name(self.run_name or self.run_id)
 
 
 def _int(env: Mapping[str, str], name: str, default: int) -> int:
@@ -59,21 +59,21 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
 
 def from_env(env: Mapping[str, str] | None = None) -> WorkerSettings:
     env = os.environ if env is None else env
-    missing = [n for n in ("AGENTRUN_RUN_ID", "AGENTRUN_DSN") if not env.get(n)]
+    missing = [n for n in (protocol.ENV_RUN_ID, protocol.ENV_DSN) if not env.get(n)]
     if missing:
         raise errors.ConfigError(f"missing environment: {', '.join(missing)}")
     mode = env.get("AGENTRUN_LEASE_MODE", "kube") or "kube"
     if mode not in ("kube", "none"):
         raise errors.ConfigError(f"AGENTRUN_LEASE_MODE must be kube or none, not {mode!r}")
     settings = WorkerSettings(
-        run_id=env["AGENTRUN_RUN_ID"],
-        dsn=env["AGENTRUN_DSN"],
-        pod_name=env.get("AGENTRUN_POD_NAME") or f"worker-{os.getpid()}",
-        attempt=_int(env, "AGENTRUN_ATTEMPT", 1),
-        run_name=env.get("AGENTRUN_RUN_NAME", ""),
-        namespace=env.get("AGENTRUN_NAMESPACE") or "default",
-        lease_name=env.get("AGENTRUN_LEASE_NAME", ""),
-        lease_duration_seconds=_int(env, "AGENTRUN_LEASE_DURATION_SECONDS", 15),
+        run_id=env[protocol.ENV_RUN_ID],
+        dsn=env[protocol.ENV_DSN],
+        pod_name=env.get(protocol.ENV_POD_NAME) or f"worker-{os.getpid()}",
+        attempt=_int(env, protocol.ENV_ATTEMPT, 1),
+        run_name=env.get(protocol.ENV_RUN_NAME, ""),
+        namespace=env.get(protocol.ENV_NAMESPACE) or "default",
+        lease_name=env.get(protocol.ENV_LEASE_NAME, ""),
+        lease_duration_seconds=_int(env, protocol.ENV_LEASE_DURATION_SECONDS, 15),
         lease_mode=mode,
         lease_wait_seconds=_float(env, "AGENTRUN_LEASE_WAIT_SECONDS", 60.0),
         drain_seconds=_float(env, "AGENTRUN_DRAIN_SECONDS", 20.0),
