@@ -50,72 +50,15 @@ class Executor:
         self.event = event
 
     def do(self, world: model.World, action: actions.Action, memory: memory_.RunMemory) -> None:
-        run, spec = world.run, world.spec
+        run = world.run
         ns, name = run.namespace, run.name
         match action:
             case actions.AddFinalizer():
                 kube.add_finalizer(self.api, ns, name, run.finalizers, run.resource_version)
-            case actions.Admit(fork_source=source, fork_checkpoint=checkpoint):
-                # What admission records of any run; a fork adds where it starts (copied in one statement).
-                admitted: dict[str, Any] = {
-                    "run_id": run.uid,
-                    "namespace": ns,
-                    "name": name,
-                    "graph": spec.graph,
-                    "input": dict(spec.input),
-                    "spec_hash": spec_hash(spec),
-                    "durability": spec.durability,
-                    "approval_policy": spec.approval.as_json(),
-                    "retry_generation": spec.retry_generation,
-                }
-                if source and checkpoint:
-                    fork = spec.fork_of
-                    assert fork is not None  # decide plans a fork's admission only for a spec with forkOf
-                    record = forks.admission_record(source, fork.run, checkpoint, fork.step, fork.set)
-                    store.admit_fork(self.db, **admitted, fork_of=record)
-                else:
-                    store.admit_run(self.db, **admitted)
-            case actions.CreatePod(attempt=attempt, reason=reason, lost_observed=lost, image=image):
-                body = pods.manifest(run, spec, attempt, reason, self.settings, image=image)
-                pod = str(body["metadata"]["name"])
-                try:  # the namespace's worker role and DSN Secret, before its first Pod
-                    self.tenants.ensure(ns)
-                except tenants.TenantError as exc:
-                    if memory.last_pod_error != str(exc):  # once per distinct cause
-                        memory.last_pod_error = str(exc)
-                        self.event(run, actions.Event("Warning", "TenantProvisioningFailed", str(exc)))
-                    raise
-                self._clear_foreign_lease(run)
-                # The attempt row first: its start reason is on record even if the worker never starts.
-                store.record_attempt_start(
-                    self.db, run_id=run.uid, attempt=attempt, pod=pod, start_reason=reason
-                )
-                try:
-                    created = kube.create_pod(self.api, ns, body)
-                    if not created:
-                        self._check_existing_pod(run, pod)
-                except kube.KubeError as exc:
-                    refused = exc.status is not None and 400 <= exc.status < 500 and exc.status != 409
-                    # Tell the user once per distinct refusal (a missing ServiceAccount, quota, ...).
-                    if refused and memory.last_pod_error != str(exc):
-                        memory.last_pod_error = str(exc)
-                        self.event(run, actions.Event("Warning", "PodCreateFailed", f"{pod}: {exc}"))
-                    if refused and exc.status is not None:
-                        since = memory.pod_refused[3] if memory.pod_refused else time.monotonic()
-                        memory.pod_refused = (attempt, exc.status, str(exc), since)
-                    raise
-                memory.last_pod_error = None
-                memory.pod_refused = None
-                memory.created_pods[pod] = time.monotonic()
-                if created:
-                    metrics.attempt_started(reason, ns)
-                if lost:
-                    memory.waiting_running = pod
-                    if memory.lost_at is None:
-                        memory.lost_at = time.monotonic()
-                    memory.lost_reason = reason
-                    if reason == "lease_expired":
-                        metrics.lease_takeover(ns)
+            case actions.Admit():
+                self._admit(world, action)
+            case actions.CreatePod():
+                self._create_pod(world, action, memory)
             case actions.CleanupPod(name=pod, reason=why):
                 logger.info("%s/%s: deleting finished worker Pod %s (%s)", ns, name, pod, why)
                 kube.delete_pod(self.api, ns, pod)
@@ -127,24 +70,8 @@ class Executor:
                 store.record_attempt_loss(
                     self.db, run_id=run.uid, attempt=attempt, detail=f"{reason}: {message}", control_plane=cp
                 )
-            case actions.Decide() as decide:
-                # Postgres judges decision vs deadline (its clock, its stored deadline) and who was first.
-                outcome = store.decide_approval_detail(
-                    self.db,
-                    approval_id=decide.approval_id,
-                    run_id=run.uid,
-                    decision=decide.decision,
-                    decided_by=decide.decided_by,
-                    comment=decide.comment,
-                    deadline_action=decide.deadline_action,
-                    edits=decide.edits,
-                    response=decide.response,
-                    action=decide.action,
-                )
-                if outcome.won or decide.decision != "expired":
-                    self.event(run, _decision_event(decide, outcome))
-                elif outcome.status == "pending":
-                    logger.debug("%s/%s: %s not due by Postgres's clock", ns, name, decide.approval_id)
+            case actions.Decide():
+                self._decide(run, action)
             case actions.CancelRun(reason=reason):
                 store.cancel_run(self.db, run.uid, reason)
             case actions.SetReadOnly():
@@ -157,52 +84,10 @@ class Executor:
                     kube.remove_annotations(self.api, ns, name, present)
             case actions.PinImage(ref=ref, digest=digest, generation=generation):
                 store.pin_image(self.db, run_id=run.uid, image=ref, digest=digest, generation=generation)
-            case actions.ReopenRun(generation=generation, by=by):
-                reopened = store.reopen_run(
-                    self.db,
-                    run_id=run.uid,
-                    generation=generation,
-                    by=by,
-                    reason=f"retry {generation} by {by}",
-                )
-                if reopened is not None:
-                    text = f"retry generation {generation} by {by}"
-                    self.event(run, actions.Event("Normal", "Retried", text))
-                else:
-                    self.event(
-                        run,
-                        actions.Event(
-                            "Warning",
-                            "RetryNotApplied",
-                            f"retry generation {generation} by {by} not applied: the run succeeded or that "
-                            "generation was applied already",
-                        ),
-                    )
-            case actions.ResolveEffect() as resolve:
-                done = store.resolve_effect(
-                    self.db,
-                    run_id=run.uid,
-                    key=resolve.key,
-                    outcome=resolve.outcome,
-                    by=resolve.by,
-                    result=resolve.result,
-                )
-                shown = resolve.outcome.replace("_", "-")
-                if done.resolved:
-                    text = f"effect {resolve.key} resolved as {shown} by {resolve.by}"
-                    if done.reopened:
-                        text += "; the run continues from its checkpoint"
-                    self.event(run, actions.Event("Normal", "EffectResolved", text))
-                else:
-                    self.event(
-                        run,
-                        actions.Event(
-                            "Warning",
-                            "ResolveRefused",
-                            f"resolving effect {resolve.key} as {shown} by {resolve.by} refused: "
-                            f"{done.refusal}",
-                        ),
-                    )
+            case actions.ReopenRun():
+                self._reopen(run, action)
+            case actions.ResolveEffect():
+                self._resolve(run, action)
             case actions.RemoveResolveAnnotations():
                 memory.handled_rvs.add(run.resource_version)
                 present = tuple(k for k in model.RESOLVE_ANNOTATIONS if k in run.annotations)
@@ -212,6 +97,133 @@ class Executor:
                 # TTL: the run's rows and checkpoints go too (marked first: a crash in between still purges).
                 store.mark_for_purge(self.db, run.uid, after_seconds=0, reason="ttl")
                 kube.delete_run(self.api, ns, name)
+
+    def _admit(self, world: model.World, admit: actions.Admit) -> None:
+        run, spec = world.run, world.spec
+        # What admission records of any run; a fork adds where it starts (copied in one statement).
+        admitted: dict[str, Any] = {
+            "run_id": run.uid,
+            "namespace": run.namespace,
+            "name": run.name,
+            "graph": spec.graph,
+            "input": dict(spec.input),
+            "spec_hash": spec_hash(spec),
+            "durability": spec.durability,
+            "approval_policy": spec.approval.as_json(),
+            "retry_generation": spec.retry_generation,
+        }
+        source, checkpoint = admit.fork_source, admit.fork_checkpoint
+        if source and checkpoint:
+            fork = spec.fork_of
+            assert fork is not None  # decide plans a fork's admission only for a spec with forkOf
+            record = forks.admission_record(source, fork.run, checkpoint, fork.step, fork.set)
+            store.admit_fork(self.db, **admitted, fork_of=record)
+        else:
+            store.admit_run(self.db, **admitted)
+
+    def _create_pod(self, world: model.World, create: actions.CreatePod, memory: memory_.RunMemory) -> None:
+        run, ns = world.run, world.run.namespace
+        attempt, reason = create.attempt, create.reason
+        body = pods.manifest(run, world.spec, attempt, reason, self.settings, image=create.image)
+        pod = str(body["metadata"]["name"])
+        try:  # the namespace's worker role and DSN Secret, before its first Pod
+            self.tenants.ensure(ns)
+        except tenants.TenantError as exc:
+            if memory.last_pod_error != str(exc):  # once per distinct cause
+                memory.last_pod_error = str(exc)
+                self.event(run, actions.Event("Warning", "TenantProvisioningFailed", str(exc)))
+            raise
+        self._clear_foreign_lease(run)
+        # The attempt row first: its start reason is on record even if the worker never starts.
+        store.record_attempt_start(self.db, run_id=run.uid, attempt=attempt, pod=pod, start_reason=reason)
+        try:
+            created = kube.create_pod(self.api, ns, body)
+            if not created:
+                self._check_existing_pod(run, pod)
+        except kube.KubeError as exc:
+            refused = exc.status is not None and 400 <= exc.status < 500 and exc.status != 409
+            # Tell the user once per distinct refusal (a missing ServiceAccount, quota, ...).
+            if refused and memory.last_pod_error != str(exc):
+                memory.last_pod_error = str(exc)
+                self.event(run, actions.Event("Warning", "PodCreateFailed", f"{pod}: {exc}"))
+            if refused and exc.status is not None:
+                since = memory.pod_refused[3] if memory.pod_refused else time.monotonic()
+                memory.pod_refused = (attempt, exc.status, str(exc), since)
+            raise
+        memory.last_pod_error = None
+        memory.pod_refused = None
+        memory.created_pods[pod] = time.monotonic()
+        if created:
+            metrics.attempt_started(reason, ns)
+        if create.lost_observed:
+            memory.waiting_running = pod
+            if memory.lost_at is None:
+                memory.lost_at = time.monotonic()
+            memory.lost_reason = reason
+            if reason == "lease_expired":
+                metrics.lease_takeover(ns)
+
+    def _decide(self, run: model.RunRef, decide: actions.Decide) -> None:
+        # Postgres judges decision vs deadline (its clock, its stored deadline) and who was first.
+        outcome = store.decide_approval_detail(
+            self.db,
+            approval_id=decide.approval_id,
+            run_id=run.uid,
+            decision=decide.decision,
+            decided_by=decide.decided_by,
+            comment=decide.comment,
+            deadline_action=decide.deadline_action,
+            edits=decide.edits,
+            response=decide.response,
+            action=decide.action,
+        )
+        if outcome.won or decide.decision != "expired":
+            self.event(run, _decision_event(decide, outcome))
+        elif outcome.status == "pending":
+            logger.debug("%s/%s: %s not due by Postgres's clock", run.namespace, run.name, decide.approval_id)
+
+    def _reopen(self, run: model.RunRef, reopen: actions.ReopenRun) -> None:
+        generation, by = reopen.generation, reopen.by
+        reopened = store.reopen_run(
+            self.db, run_id=run.uid, generation=generation, by=by, reason=f"retry {generation} by {by}"
+        )
+        if reopened is not None:
+            self.event(run, actions.Event("Normal", "Retried", f"retry generation {generation} by {by}"))
+        else:
+            self.event(
+                run,
+                actions.Event(
+                    "Warning",
+                    "RetryNotApplied",
+                    f"retry generation {generation} by {by} not applied: the run succeeded or that "
+                    "generation was applied already",
+                ),
+            )
+
+    def _resolve(self, run: model.RunRef, resolve: actions.ResolveEffect) -> None:
+        done = store.resolve_effect(
+            self.db,
+            run_id=run.uid,
+            key=resolve.key,
+            outcome=resolve.outcome,
+            by=resolve.by,
+            result=resolve.result,
+        )
+        shown = resolve.outcome.replace("_", "-")
+        if done.resolved:
+            text = f"effect {resolve.key} resolved as {shown} by {resolve.by}"
+            if done.reopened:
+                text += "; the run continues from its checkpoint"
+            self.event(run, actions.Event("Normal", "EffectResolved", text))
+        else:
+            self.event(
+                run,
+                actions.Event(
+                    "Warning",
+                    "ResolveRefused",
+                    f"resolving effect {resolve.key} as {shown} by {resolve.by} refused: {done.refusal}",
+                ),
+            )
 
     def _clear_foreign_lease(self, run: model.RunRef) -> None:
         """Delete the run Lease if it is an earlier run's (same name, other uid) before a worker starts.
