@@ -4,7 +4,7 @@
   interval, backoff, approval deadline, Lease expiry, TTL) or until woken by an event of the run, one of
   its Pods, or its Lease;
 * **indexes** of the runs' Pods and Leases (in-memory, fed by kopf's watches): a reconcile costs no API
-  read, only the few Postgres queries of ``runner.observe``;
+  read, only the few Postgres queries of ``observe.Observer.world``;
 * **on.delete** finishes deletion: the daemon is stopped by kopf first; the handler then stops the worker
   and returns only when its Pod is gone, and kopf removes ``agentrun.dev/finalizer``;
 * **startup** serves /metrics and /healthz, waits for leadership
@@ -217,7 +217,7 @@ async def pod_changed(
 ) -> None:
     if type == "DELETED":
         # The index forgets a deleted Pod; its final state (DisruptionTarget, exit code) says why the attempt
-        # ended (memory_.pod_deleted). Only for runs this replica reconciles: a memory made here for a run
+        # ended (memory.pod_deleted). Only for runs this replica reconciles: a memory made here for a run
         # already deleted would never be dropped.
         memory = STATE.memories.get(labels.get(protocol.LABEL_RUN_UID, ""))
         if memory is not None:

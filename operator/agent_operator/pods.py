@@ -11,7 +11,7 @@ from agent_operator import settings as settings_
 from agentrun_core import faults, protocol
 
 # End reasons caused by the control plane, not by the run: they do not consume spec.retry.maxAttempts
-# (``reconcile._lost``). ``lease_lost``: the worker exited fenced (12) because it could not keep or take its
+# (``attempts._lost``). ``lease_lost``: the worker exited fenced (12) because it could not keep or take its
 # Lease — the API server was unreachable for a lease duration, or a stale holder still held it. ``infra``: the
 # worker lost Postgres (exit 14: a restart, a crash), which is the platform's loss, not the graph's.
 CONTROL_PLANE_REASONS = frozenset({"lease_lost", "infra"})

@@ -3,7 +3,7 @@
 On a real kubelet an evicted worker that drains at once goes Running → DisruptionTarget → Failed → deleted
 within a second: often between two reconciles, which read only the watch-fed index (it drops a Pod on
 DELETED). The reconcile's last view of the Pod is then ``Running``; what says "evicted" is the final object
-of the watch's DELETED event (``memory_.pod_deleted``). Here a real Pod of the dev cluster is evicted through
+of the watch's DELETED event (``memory.pod_deleted``). Here a real Pod of the dev cluster is evicted through
 the Eviction API, its DELETED event is taken from a real watch, and the operator's fresh read
 (``Runner.confirm``: the Pod is NotFound) decides the attempt's end reason.
 """

@@ -1,4 +1,4 @@
-"""The Pod watch handler keeps a run's Pod's final state from its DELETED event (``memory_.pod_deleted``).
+"""The Pod watch handler keeps a run's Pod's final state from its DELETED event (``memory.pod_deleted``).
 
 Called with the keyword arguments kopf gives ``@kopf.on.event`` handlers (``type``, ``body``, ``labels``):
 only DELETED events are kept, only for runs this replica reconciles (a memory is never made here), and what
