@@ -2,8 +2,7 @@
 
 Carried in a ``contextvars.ContextVar``: LangGraph runs each task in a copy of the caller's context (checked
 on langgraph 1.2: a value set before ``invoke``/``stream`` is visible inside sync nodes and their threads), so
-nodes and tools find it without the graph author threading anything through. It also sits in the config's
-``configurable`` under ``CONFIG_KEY`` for code that prefers explicit lookups.
+nodes and tools find it without the graph author threading anything through.
 """
 
 from __future__ import annotations
@@ -21,8 +20,6 @@ from typing import Any
 from agent_worker import positions
 from agentrun_core import errors, keys
 from agentrun_core.store import db
-
-CONFIG_KEY = "agentrun_context"
 
 
 def _always() -> bool:
@@ -101,8 +98,6 @@ _current: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar("ag
 def current() -> RunContext:
     ctx = _current.get()
     if ctx is None:
-        ctx = _from_config()
-    if ctx is None:
         raise RuntimeError(
             "agent_worker: no run context; effects and heartbeats work only inside a graph run by "
             "`agentrun worker` (or agent_worker.context.activate() in tests)"
@@ -111,17 +106,7 @@ def current() -> RunContext:
 
 
 def maybe_current() -> RunContext | None:
-    return _current.get() or _from_config()
-
-
-def _from_config() -> RunContext | None:
-    try:
-        from langgraph.config import get_config
-
-        found = get_config().get("configurable", {}).get(CONFIG_KEY)
-    except RuntimeError:  # not inside a runnable
-        return None
-    return found if isinstance(found, RunContext) else None
+    return _current.get()
 
 
 @contextlib.contextmanager

@@ -16,11 +16,10 @@ import time
 import psycopg
 import psycopg_pool
 
-from agentrun_core import errors, store
+from agentrun_core import errors, protocol, store
 
 logger = logging.getLogger(__name__)
 
-EXIT_INFRA = 14
 RECORD_SECONDS = 10.0  # how long a lost attempt keeps trying to record that before exiting
 
 # OperationalError covers AdminShutdown / CrashShutdown / CannotConnectNow and a dropped connection;
@@ -32,7 +31,7 @@ class InfraLost(errors.ControlSignal):
     """Postgres (or the platform) failed under the attempt: exit 14, retried by the operator. A control signal
     (agentrun_core/errors.py): graph code's ``except Exception`` cannot swallow it."""
 
-    exit_code = EXIT_INFRA
+    exit_code = protocol.EXIT_INFRA
 
 
 def cause(exc: BaseException) -> BaseException | None:

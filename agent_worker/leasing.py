@@ -53,17 +53,12 @@ def make_holder(
 ) -> Holder:
     if settings.lease_mode == "none":
         return NoLease()
-    from agentrun_core import kube, lease
+    from agentrun_core import kube, lease, protocol
 
     api = kube.load_api_client(settings.kubeconfig)
     owner = None
     if settings.lease_owner and settings.run_name:
-        owner = {
-            "apiVersion": "agentrun.dev/v1alpha1",
-            "kind": "AgentRun",
-            "name": settings.run_name,
-            "uid": settings.run_id,
-        }
+        owner = protocol.owner_reference(settings.run_name, settings.run_id)
     config = lease.LeaseConfig(
         namespace=settings.namespace,
         name=settings.effective_lease_name,
@@ -73,7 +68,7 @@ def make_holder(
         # The run's uid as a label too: it survives `kubectl delete --cascade=orphan` (which strips owner
         # references), so the operator can tell a recreated run's Lease from an earlier run's.
         labels=(
-            {"agentrun.dev/run": settings.run_name, "agentrun.dev/run-uid": settings.run_id}
+            protocol.run_labels(settings.run_name, settings.run_id)
             if settings.run_name
             else None
         ),

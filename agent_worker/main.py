@@ -16,7 +16,7 @@ from typing import NoReturn
 
 from agent_worker import runner
 from agent_worker import settings as settings_mod
-from agentrun_core import errors, faults
+from agentrun_core import errors, faults, protocol
 
 USAGE = """usage: agentrun worker
 
@@ -28,10 +28,10 @@ Exit codes: 0 succeeded, 1 failed, 2 usage/config, 10 parked, 11 drained, 12 fen
 def main(argv: list[str]) -> int:
     if argv and argv[0] in ("-h", "--help"):
         print(USAGE)
-        return 0
+        return protocol.EXIT_SUCCEEDED
     if argv:
         print(f"agentrun worker: unexpected arguments {argv}\n\n{USAGE}", file=sys.stderr)
-        return 2
+        return protocol.EXIT_USAGE
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -40,7 +40,7 @@ def main(argv: list[str]) -> int:
         config = settings_mod.from_env()
     except (faults.FaultConfigError, errors.ConfigError) as exc:
         print(f"agentrun worker: {exc}", file=sys.stderr)
-        return 2
+        return protocol.EXIT_USAGE
     try:
         return runner.run(config)
     except (errors.WorkerError, errors.ControlSignal) as exc:

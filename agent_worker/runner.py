@@ -25,16 +25,17 @@ from langchain_core.runnables import RunnableConfig
 from agent_worker import checkpointer as checkpointer_mod
 from agent_worker import context, drive, graphs, heartbeat, infra, leasing, resume, steps
 from agent_worker import settings as settings_mod
-from agentrun_core import errors, faults, keys, store
+from agentrun_core import errors, faults, keys, protocol, store
 
 logger = logging.getLogger(__name__)
 
-EXIT_SUCCEEDED, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-EXIT_PARKED, EXIT_DRAINED, EXIT_FENCED, EXIT_NEEDS_HUMAN = 10, 11, 12, 13
-EXIT_INFRA = infra.EXIT_INFRA  # 14
-
 # Status found at startup → exit code, for a worker started on a run that needs no work.
-_STATUS_EXIT = {"succeeded": 0, "failed": 1, "cancelled": 0, "needs_human": 13}
+_STATUS_EXIT = {
+    "succeeded": protocol.EXIT_SUCCEEDED,
+    "failed": protocol.EXIT_FAILED,
+    "cancelled": protocol.EXIT_SUCCEEDED,
+    "needs_human": protocol.EXIT_NEEDS_HUMAN,
+}
 
 
 def _json(value: Any) -> Any:
@@ -106,15 +107,15 @@ class Attempt:
             self.epoch = self.holder.acquire(self.settings.lease_wait_seconds, min_epoch=run.lease_epoch + 1)
         except lease.LeaseHeld as exc:
             logger.error("lease held by another worker: %s", exc)
-            return EXIT_FENCED
+            return protocol.EXIT_FENCED
         except lease.LeaseError as exc:
             logger.error("could not acquire the lease: %s", exc)
-            return EXIT_FAILED
+            return protocol.EXIT_FAILED
         try:
             store.claim_run(self.pool, run_id=self.run_id, epoch=self.epoch, holder=self.settings.pod_name)
         except errors.Fenced as exc:
             logger.error("%s", exc)
-            return EXIT_FENCED
+            return protocol.EXIT_FENCED
         store.record_attempt_start(
             self.pool,
             run_id=self.run_id,
@@ -140,7 +141,7 @@ class Attempt:
         self._end_attempt("drained", "drain deadline inside a step")
         if self.holder is not None:
             self.holder.release()
-        os._exit(EXIT_DRAINED)
+        os._exit(protocol.EXIT_DRAINED)
 
     def _end_attempt(self, outcome: str, detail: str | None = None) -> None:
         try:
@@ -205,7 +206,7 @@ class Attempt:
             )
             self._release()
             self._end_attempt("drained")
-            return EXIT_DRAINED
+            return protocol.EXIT_DRAINED
         state = compiled.get_state(config)
         if state.interrupts:
             return self._park(run, compiled, config)
@@ -241,7 +242,7 @@ class Attempt:
         self._release()
         self._end_attempt("parked", approval_id)
         logger.info("run %s parked on approval %s", self.run_id, approval_id)
-        return EXIT_PARKED
+        return protocol.EXIT_PARKED
 
     def _succeed(self, values: Any) -> int:
         store.finish_run(
@@ -249,7 +250,7 @@ class Attempt:
         )
         self._release()
         self._end_attempt("succeeded")
-        return EXIT_SUCCEEDED
+        return protocol.EXIT_SUCCEEDED
 
     def _fail(self, error: str, reason: str) -> int:
         store.finish_run(
@@ -258,7 +259,7 @@ class Attempt:
         self._release()
         self._end_attempt("failed", reason)
         logger.error("run %s failed: %s", self.run_id, error.splitlines()[0] if error else "")
-        return EXIT_FAILED
+        return protocol.EXIT_FAILED
 
     def _on_error(self, exc: BaseException) -> int:
         found = _worker_error(exc) or (self.ctx.stop if self.ctx is not None else None)
@@ -269,7 +270,7 @@ class Attempt:
         if isinstance(found, errors.Fenced):
             logger.error("fenced: %s", found)
             self._end_attempt("fenced", str(found))  # attempts are not fenced: history, not decisions
-            return EXIT_FENCED
+            return protocol.EXIT_FENCED
         if isinstance(found, errors.NeedsHuman):
             try:
                 store.finish_run(
@@ -281,17 +282,17 @@ class Attempt:
                     reason="EffectOutcomeUnknown",
                 )
             except errors.Fenced:
-                return EXIT_FENCED
+                return protocol.EXIT_FENCED
             self._release()
             self._end_attempt("needs_human", str(found))
             logger.error("needs a human: %s", found)
-            return EXIT_NEEDS_HUMAN
+            return protocol.EXIT_NEEDS_HUMAN
         if not isinstance(exc, Exception):
             raise exc  # KeyboardInterrupt, SystemExit
         try:
             return self._fail(_error_text(exc), type(exc).__name__)
         except errors.Fenced:
-            return EXIT_FENCED
+            return protocol.EXIT_FENCED
         except Exception as failed:
             if infra.cause(failed) is None:
                 raise
@@ -303,7 +304,7 @@ class Attempt:
         logger.error("attempt lost to infrastructure (the operator retries it): %s", lost)
         self._release()
         infra.record_lost(self.pool, run_id=self.run_id, attempt=self.settings.attempt, lost=lost)
-        return EXIT_INFRA
+        return protocol.EXIT_INFRA
 
 
 def run(settings: settings_mod.WorkerSettings) -> int:
@@ -321,6 +322,6 @@ def run(settings: settings_mod.WorkerSettings) -> int:
         if infra.cause(exc) is None:
             raise
         logger.error("attempt lost to infrastructure before it ran: %s", infra.lost(exc, "startup"))
-        return EXIT_INFRA
+        return protocol.EXIT_INFRA
     finally:
         pool.close()

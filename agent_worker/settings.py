@@ -9,7 +9,7 @@ import dataclasses
 import os
 from collections.abc import Mapping
 
-from agentrun_core import envconf, errors
+from agentrun_core import envconf, errors, protocol
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,12 +37,12 @@ class WorkerSettings:
 
     @property
     def effective_lease_name(self) -> str:
-        return self.lease_name or f"agentrun-{self.run_name or self.run_id}"
+        return self.lease_name or protocol.lease_name(self.run_name or self.run_id)
 
 
 def from_env(env: Mapping[str, str] | None = None) -> WorkerSettings:
     env = os.environ if env is None else env
-    missing = [n for n in ("AGENTRUN_RUN_ID", "AGENTRUN_DSN") if not env.get(n)]
+    missing = [n for n in (protocol.ENV_RUN_ID, protocol.ENV_DSN) if not env.get(n)]
     if missing:
         raise errors.ConfigError(f"missing environment: {', '.join(missing)}")
     mode = env.get("AGENTRUN_LEASE_MODE", "kube") or "kube"
@@ -50,14 +50,14 @@ def from_env(env: Mapping[str, str] | None = None) -> WorkerSettings:
         raise errors.ConfigError(f"AGENTRUN_LEASE_MODE must be kube or none, not {mode!r}")
     bad = errors.ConfigError
     settings = WorkerSettings(
-        run_id=env["AGENTRUN_RUN_ID"],
-        dsn=env["AGENTRUN_DSN"],
-        pod_name=env.get("AGENTRUN_POD_NAME") or f"worker-{os.getpid()}",
-        attempt=envconf.integer(env, "AGENTRUN_ATTEMPT", 1, error=bad),
-        run_name=env.get("AGENTRUN_RUN_NAME", ""),
-        namespace=env.get("AGENTRUN_NAMESPACE") or "default",
-        lease_name=env.get("AGENTRUN_LEASE_NAME", ""),
-        lease_duration_seconds=envconf.integer(env, "AGENTRUN_LEASE_DURATION_SECONDS", 15, error=bad),
+        run_id=env[protocol.ENV_RUN_ID],
+        dsn=env[protocol.ENV_DSN],
+        pod_name=env.get(protocol.ENV_POD_NAME) or f"worker-{os.getpid()}",
+        attempt=envconf.integer(env, protocol.ENV_ATTEMPT, 1, error=bad),
+        run_name=env.get(protocol.ENV_RUN_NAME, ""),
+        namespace=env.get(protocol.ENV_NAMESPACE) or "default",
+        lease_name=env.get(protocol.ENV_LEASE_NAME, ""),
+        lease_duration_seconds=envconf.integer(env, protocol.ENV_LEASE_DURATION_SECONDS, 15, error=bad),
         lease_mode=mode,
         lease_wait_seconds=envconf.number(env, "AGENTRUN_LEASE_WAIT_SECONDS", 60.0, error=bad),
         drain_seconds=envconf.number(env, "AGENTRUN_DRAIN_SECONDS", 20.0, error=bad),

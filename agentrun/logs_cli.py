@@ -14,9 +14,9 @@ import sys
 from typing import Any
 
 from agentrun import cluster
-from agentrun_core import kube
+from agentrun_core import kube, protocol
 
-LABEL_RUN, LABEL_ATTEMPT, CONTAINER = "agentrun.dev/run", "agentrun.dev/attempt", "worker"
+CONTAINER = "worker"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -41,10 +41,10 @@ def attempt_pods(pods: list[dict[str, Any]], run_uid: str) -> dict[int, str]:
         meta = pod.get("metadata") or {}
         labels = meta.get("labels") or {}
         owners = {o.get("uid") for o in meta.get("ownerReferences") or ()}
-        if run_uid not in owners and labels.get("agentrun.dev/run-uid") != run_uid:
+        if run_uid not in owners and labels.get(protocol.LABEL_RUN_UID) != run_uid:
             continue
         try:
-            found[int(labels.get(LABEL_ATTEMPT, ""))] = str(meta["name"])
+            found[int(labels.get(protocol.LABEL_ATTEMPT, ""))] = str(meta["name"])
         except ValueError:
             continue
     return found
@@ -68,7 +68,7 @@ def run(argv: list[str]) -> int:
     run_obj = cluster.get_run(api, namespace, args.name)
     listed = cluster.call(
         f"list the Pods of agentrun {args.name}",
-        lambda: kube.pods.list_(api, namespace, label_selector=f"{LABEL_RUN}={args.name}"),
+        lambda: kube.pods.list_(api, namespace, label_selector=f"{protocol.LABEL_RUN}={args.name}"),
     )
     pod = choose(attempt_pods(listed.get("items") or [], run_obj["metadata"]["uid"]), args.attempt, args.name)
     resp = cluster.call(

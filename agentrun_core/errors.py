@@ -10,41 +10,43 @@ context also keeps the signal sticky (``RunContext.stop``) so every later ledger
 
 from __future__ import annotations
 
+from agentrun_core import protocol
+
 
 class WorkerError(Exception):
     """Base of the worker's own errors."""
 
-    exit_code = 1
+    exit_code = protocol.EXIT_FAILED
 
 
 class ConfigError(WorkerError):
     """Bad environment / usage (exit 2)."""
 
-    exit_code = 2
+    exit_code = protocol.EXIT_USAGE
 
 
 class RunNotFound(WorkerError):
     """No admission row for the run id: nothing may execute (exit 2: the pod was started wrongly)."""
 
-    exit_code = 2
+    exit_code = protocol.EXIT_USAGE
 
 
 class GraphLoadError(WorkerError):
     """The run's graph reference cannot be loaded (exit 1, recorded as the run's error)."""
 
-    exit_code = 1
+    exit_code = protocol.EXIT_FAILED
 
 
 class ControlSignal(BaseException):
     """Stops the run whatever graph code catches: not an ``Exception`` on purpose (see the module doc)."""
 
-    exit_code = 1
+    exit_code = protocol.EXIT_FAILED
 
 
 class Fenced(ControlSignal):
     """A write was refused because a newer epoch holds the run: this worker is deposed (exit 12)."""
 
-    exit_code = 12
+    exit_code = protocol.EXIT_FENCED
 
     def __init__(self, message: str, *, epoch: int | None = None, current_epoch: int | None = None) -> None:
         super().__init__(message)
@@ -55,7 +57,7 @@ class Fenced(ControlSignal):
 class NeedsHuman(ControlSignal):
     """An effect's outcome is unknown and nothing could reconcile it (exit 13): never guess."""
 
-    exit_code = 13
+    exit_code = protocol.EXIT_NEEDS_HUMAN
 
     def __init__(self, message: str, *, key: str | None = None) -> None:
         super().__init__(message)
@@ -65,13 +67,13 @@ class NeedsHuman(ControlSignal):
 class ReadOnlyRun(WorkerError):
     """The run is read-only (approval deadline policy): a new effect was refused. Raised inside the graph."""
 
-    exit_code = 1
+    exit_code = protocol.EXIT_FAILED
 
 
 class EffectFailed(WorkerError):
     """A tool failed for good (non-retryable or attempts exhausted); recorded ``failed`` in the ledger."""
 
-    exit_code = 1
+    exit_code = protocol.EXIT_FAILED
 
 
 class ApprovalReused(WorkerError):

@@ -4,7 +4,7 @@
   interval, backoff, approval deadline, Lease expiry, TTL) or until woken by an event of the run, one of
   its Pods, or its Lease;
 * **indexes** of the runs' Pods and Leases (in-memory, fed by kopf's watches): a reconcile costs no API
-  read, only the few Postgres queries of ``runner.observe``;
+  read, only the few Postgres queries of ``observe.Observer.world``;
 * **on.delete** finishes deletion: the daemon is stopped by kopf first; the handler then stops the worker
   and returns only when its Pod is gone, and kopf removes ``agentrun.dev/finalizer``;
 * **startup** serves /metrics and /healthz, waits for leadership
@@ -30,8 +30,9 @@ import psycopg
 import psycopg_pool
 
 from agent_operator import kube, leader, metrics, model, retention, runner, throttle
+from agent_operator import memory as memory_
 from agent_operator import settings as settings_
-from agentrun_core import lease_math, store
+from agentrun_core import lease_math, protocol, store
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ class _State:
     purger: retention.Purger | None = None
     pool: psycopg_pool.ConnectionPool[Any] | None = None
     wakeups: dict[tuple[str, str], asyncio.Event]
-    memories: dict[str, runner.RunMemory]
+    memories: dict[str, memory_.RunMemory]
     leading: threading.Event  # set once this replica leads (for good: losing the Lease exits the process)
     throttle: throttle.Throttle | None = None
     pod_index: Any = None  # kopf's run_pods index, once the first daemon has seen it (throttle seeding)
@@ -154,14 +155,14 @@ async def cleanup(**_: Any) -> None:
 # --- indexes (in-memory caches fed by kopf's watches) -----------------------------------------------------
 
 
-@kopf.index("pods", labels={model.LABEL_RUN: kopf.PRESENT})
+@kopf.index("pods", labels={protocol.LABEL_RUN: kopf.PRESENT})
 def run_pods(namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_: Any) -> Any:
     # Keyed by the run's uid, not its name: a run recreated under the same name never sees the earlier
     # run's Pods (orphaned by `kubectl delete --cascade=orphan`, or not yet garbage-collected).
-    return {(namespace or "", labels.get(model.LABEL_RUN_UID, "")): model.PodInfo.from_body(body)}
+    return {(namespace or "", labels.get(protocol.LABEL_RUN_UID, "")): model.PodInfo.from_body(body)}
 
 
-@kopf.index("coordination.k8s.io", "v1", "leases", labels={model.LABEL_RUN: kopf.PRESENT})
+@kopf.index("coordination.k8s.io", "v1", "leases", labels={protocol.LABEL_RUN: kopf.PRESENT})
 def run_leases(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> Any:
     return {(namespace or "", name): (_lease_run_uid(body), lease_math.LeaseSummary.from_body(body))}
 
@@ -169,7 +170,7 @@ def run_leases(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> A
 def _lease_run_uid(body: Mapping[str, Any]) -> str:
     """The uid of the run a Lease belongs to, from its label or AgentRun owner ("" when it says nothing)."""
     meta = body.get("metadata") or {}
-    label = (meta.get("labels") or {}).get(model.LABEL_RUN_UID)
+    label = (meta.get("labels") or {}).get(protocol.LABEL_RUN_UID)
     if label:
         return str(label)
     owners = [o.get("uid") for o in meta.get("ownerReferences") or () if o.get("kind") == "AgentRun"]
@@ -210,18 +211,18 @@ def _wake(namespace: str, name: str) -> None:
         event.set()
 
 
-@kopf.on.event("pods", labels={model.LABEL_RUN: kopf.PRESENT})
+@kopf.on.event("pods", labels={protocol.LABEL_RUN: kopf.PRESENT})
 async def pod_changed(
     namespace: str | None, labels: Mapping[str, str], type: str | None, body: kopf.Body, **_: Any
 ) -> None:
     if type == "DELETED":
         # The index forgets a deleted Pod; its final state (DisruptionTarget, exit code) says why the attempt
-        # ended (runner.pod_deleted). Only for runs this replica reconciles: a memory made here for a run
+        # ended (memory.pod_deleted). Only for runs this replica reconciles: a memory made here for a run
         # already deleted would never be dropped.
-        memory = STATE.memories.get(labels.get(model.LABEL_RUN_UID, ""))
+        memory = STATE.memories.get(labels.get(protocol.LABEL_RUN_UID, ""))
         if memory is not None:
-            runner.pod_deleted(memory, body)
-    _wake(namespace or "", labels[model.LABEL_RUN])
+            memory_.pod_deleted(memory, body)
+    _wake(namespace or "", labels[protocol.LABEL_RUN])
 
 
 @kopf.on.event(*RUNS)
@@ -238,7 +239,9 @@ def _inputs(
 ) -> tuple[list[model.PodInfo], lease_math.LeaseSummary | None]:
     found = list(run_pods.get((namespace, uid), ()))
     # An earlier run's Lease of the same name is not this run's: it says nothing about this run's worker.
-    leases = [s for owner, s in run_leases.get((namespace, model.lease_name(name)), ()) if owner in ("", uid)]
+    leases = [
+        s for owner, s in run_leases.get((namespace, protocol.lease_name(name)), ()) if owner in ("", uid)
+    ]
     return found, (leases[0] if leases else None)
 
 
@@ -259,7 +262,7 @@ async def run_loop(
     STATE.pod_index = run_pods  # kopf fills its indexes before it starts any daemon
     key = (namespace, name)
     wake = STATE.wakeups.setdefault(key, asyncio.Event())
-    memory = STATE.memories.setdefault(uid, runner.RunMemory())
+    memory = STATE.memories.setdefault(uid, memory_.RunMemory())
     try:
         while not stopped:
             wake.clear()
@@ -286,7 +289,7 @@ async def run_loop(
             STATE.wakeups.pop(key, None)
 
 
-def _bounded(delay: float, memory: runner.RunMemory) -> float:
+def _bounded(delay: float, memory: memory_.RunMemory) -> float:
     """Never sleep past the moment the run's Lease would expire by our observation."""
     expires = memory.observer.expires_in(time.monotonic())
     if expires is not None:
@@ -316,7 +319,7 @@ async def run_deleted(
     **kwargs: Any,
 ) -> None:
     namespace = namespace or ""
-    memory = STATE.memories.setdefault(uid, runner.RunMemory())
+    memory = STATE.memories.setdefault(uid, memory_.RunMemory())
     pod_list, lease = _inputs(namespace, name, uid, kwargs["run_pods"], kwargs["run_leases"])
     try:
         plan = await asyncio.to_thread(

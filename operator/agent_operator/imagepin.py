@@ -103,11 +103,14 @@ def for_attempt(world: model.World, plan: actions.Plan, current: Mapping[str, An
     return pin
 
 
-def keep(world: model.World, plan: actions.Plan, current: Mapping[str, Any] | None) -> None:
-    """After a reconcile decided: the pin in the status it writes, and a digest just reported recorded once
-    (PinImage, Event ImagePinned; a status write of its own when nothing else changed)."""
+def keep(
+    world: model.World, plan: actions.Plan, current: Mapping[str, Any] | None
+) -> tuple[dict[str, Any] | None, bool]:
+    """After a reconcile decided: the pin its status shows (None: none), and whether a digest was just
+    reported (then recorded once: PinImage, Event ImagePinned; the status is written even when nothing
+    else changed)."""
     if world.db is None or world.run.deleting:
-        return
+        return None, False
     old = world.status.get("image")
     pin = observe(current, _wanted(world), _generation(world), world.pods)
     learned = bool(pin.get("digest")) and not (old or {}).get("digest")
@@ -116,7 +119,4 @@ def keep(world: model.World, plan: actions.Plan, current: Mapping[str, Any] | No
         plan.info(
             "ImagePinned", f"later attempts run {pin['pinned']} (reported by attempt {pin['attempt']}'s Pod)"
         )
-    if plan.status is not None:
-        plan.status["image"] = pin  # the rest of status is built by reconcile._status
-    elif learned:
-        plan.status = {**world.status, "image": pin}
+    return pin, learned

@@ -21,9 +21,6 @@ from agentrun_core import protocol, store
 _DEFAULT = spec_schema.default
 
 FINALIZER = "agentrun.dev/finalizer"
-LABEL_RUN = "agentrun.dev/run"
-LABEL_ATTEMPT = "agentrun.dev/attempt"
-LABEL_RUN_UID = "agentrun.dev/run-uid"
 ANN_APPROVE = "agentrun.dev/approve"
 ANN_REJECT = "agentrun.dev/reject"
 ANN_COMMENT = "agentrun.dev/comment"
@@ -57,14 +54,6 @@ RESOLVE_ANNOTATIONS = (ANN_RESOLVE, ANN_RESOLVE_RESULT, ANN_RESOLVED_BY)
 
 # The final agentrun_runs.status values (defined in agentrun_core.protocol).
 DB_FINAL = frozenset(protocol.FINAL_RUN_STATUSES)
-
-
-def lease_name(run_name: str) -> str:
-    return f"agentrun-{run_name}"
-
-
-def pod_name(run_name: str, attempt: int) -> str:
-    return f"{run_name}-{attempt}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -260,7 +249,7 @@ class PodInfo:
         status = body.get("status") or {}
         labels = meta.get("labels") or {}
         try:
-            attempt = int(labels.get(LABEL_ATTEMPT, "0"))
+            attempt = int(labels.get(protocol.LABEL_ATTEMPT, "0"))
         except ValueError:
             attempt = 0
         terminated_reason = None
@@ -351,11 +340,6 @@ class World:
     # The current attempt's Pod and the run's Lease in this World were read from the API server during this
     # reconcile (a fresh read), not only from the watch-fed indexes, which may lag or stall.
     live: bool = False
-    # How long after creating a Pod its absence from the watch cache is not yet suspicious (seconds).
-    pod_cache_grace: float = 5.0
-    # How long an attempt may stay unable to start (Pod refused, unschedulable, container config error,
-    # worker never took its Lease) before the run is Failed with that reason (seconds).
-    start_timeout: float = 300.0
     # The current attempt has been blocked (its Pod's ``blocked``, or Running without its worker holding
     # the Lease) for this long, by the operator's clock; None when it is not blocked.
     blocked_for: float | None = None

@@ -8,57 +8,47 @@ from typing import Any
 
 from agent_operator import model
 from agent_operator import settings as settings_
-
-# Worker exit codes (docs/design.md, worker pod contract).
-EXIT_SUCCEEDED = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_PARKED = 10
-EXIT_DRAINED = 11
-EXIT_FENCED = 12
-EXIT_NEEDS_HUMAN = 13
-EXIT_INFRA = 14  # the worker lost Postgres (restart, crash): the attempt is lost, the graph did not fail
-EXIT_OOM = 137
+from agentrun_core import faults, protocol
 
 # End reasons caused by the control plane, not by the run: they do not consume spec.retry.maxAttempts
-# (``reconcile._lost``). ``lease_lost``: the worker exited fenced (12) because it could not keep or take its
+# (``attempts._lost``). ``lease_lost``: the worker exited fenced (12) because it could not keep or take its
 # Lease — the API server was unreachable for a lease duration, or a stale holder still held it. ``infra``: the
 # worker lost Postgres (exit 14: a restart, a crash), which is the platform's loss, not the graph's.
 CONTROL_PLANE_REASONS = frozenset({"lease_lost", "infra"})
 # ... but at most this many of them per run, so a cause that never goes away still ends the run.
 CONTROL_PLANE_LOSS_LIMIT = 20
 
-# spec.worker.env entries named AGENTRUN_FAULT_POINTS_ATTEMPT_<n> become AGENTRUN_FAULT_POINTS in attempt n
-# only, so a test can crash the first attempt and let the second one finish.
 # The Secret holding the namespace's worker DSN when the operator provisions it (agent_operator.tenants).
 TENANT_SECRET = "agentrun-worker-db"
 TENANT_SECRET_KEY = "dsn"
 
-_ATTEMPT_FAULTS = re.compile(r"^AGENTRUN_FAULT_POINTS_ATTEMPT_(\d+)$")
+# spec.worker.env entries named AGENTRUN_FAULT_POINTS_ATTEMPT_<n> become AGENTRUN_FAULT_POINTS in attempt n
+# only, so a test can crash the first attempt and let the second one finish.
+_ATTEMPT_FAULTS = re.compile(rf"^{protocol.ENV_FAULT_POINTS_ATTEMPT_PREFIX}(\d+)$")
 
 
 def _worker_env(
     run: model.RunRef, spec: model.RunSpec, attempt: int, settings: settings_.Settings
 ) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [
-        {"name": "AGENTRUN_RUN_ID", "value": run.uid},
-        {"name": "AGENTRUN_RUN_NAME", "value": run.name},
-        {"name": "AGENTRUN_NAMESPACE", "value": run.namespace},
-        {"name": "AGENTRUN_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-        {"name": "AGENTRUN_ATTEMPT", "value": str(attempt)},
-        {"name": "AGENTRUN_LEASE_NAME", "value": model.lease_name(run.name)},
-        {"name": "AGENTRUN_LEASE_DURATION_SECONDS", "value": str(spec.lease_duration_seconds)},
+        {"name": protocol.ENV_RUN_ID, "value": run.uid},
+        {"name": protocol.ENV_RUN_NAME, "value": run.name},
+        {"name": protocol.ENV_NAMESPACE, "value": run.namespace},
+        {"name": protocol.ENV_POD_NAME, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": protocol.ENV_ATTEMPT, "value": str(attempt)},
+        {"name": protocol.ENV_LEASE_NAME, "value": protocol.lease_name(run.name)},
+        {"name": protocol.ENV_LEASE_DURATION_SECONDS, "value": str(spec.lease_duration_seconds)},
     ]
     # Credentials reach a Pod only through a Secret of its namespace: the one an admin made
     # (AGENTRUN_WORKER_DSN_SECRET) or the tenant role's the operator provisions (agent_operator.tenants).
     secret, _, key = (settings.worker.dsn_secret or f"{TENANT_SECRET}/{TENANT_SECRET_KEY}").partition("/")
-    env.append({"name": "AGENTRUN_DSN", "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}})
+    env.append({"name": protocol.ENV_DSN, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}})
     for item in spec.worker.get("env") or ():
         name = str(item.get("name", ""))
         match = _ATTEMPT_FAULTS.match(name)
         if match:
             if int(match.group(1)) == attempt:
-                env.append({"name": "AGENTRUN_FAULT_POINTS", "value": str(item.get("value", ""))})
+                env.append({"name": faults.ENV_VAR, "value": str(item.get("value", ""))})
             continue
         env.append(dict(item))
     return env
@@ -113,22 +103,19 @@ def manifest(
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": model.pod_name(run.name, attempt),
+            "name": protocol.pod_name(run.name, attempt),
             "namespace": run.namespace,
             "labels": {
-                model.LABEL_RUN: run.name,
-                model.LABEL_ATTEMPT: str(attempt),
-                model.LABEL_RUN_UID: run.uid,
+                protocol.LABEL_RUN: run.name,
+                protocol.LABEL_ATTEMPT: str(attempt),
+                protocol.LABEL_RUN_UID: run.uid,
                 "app.kubernetes.io/name": "agentrun-worker",
                 "app.kubernetes.io/managed-by": "agentrun-operator",
             },
-            "annotations": {"agentrun.dev/start-reason": reason},
+            "annotations": {protocol.ANN_START_REASON: reason},
             "ownerReferences": [
                 {
-                    "apiVersion": "agentrun.dev/v1alpha1",
-                    "kind": "AgentRun",
-                    "name": run.name,
-                    "uid": run.uid,
+                    **protocol.owner_reference(run.name, run.uid),
                     "controller": True,
                     "blockOwnerDeletion": True,
                 }
@@ -156,11 +143,11 @@ def end_reason(pod: model.PodInfo | None) -> tuple[str, str]:
         return "preempted", "the worker Pod was preempted"
     if pod.terminated_reason == "OOMKilled":
         return "OOMKilled", f"the worker was OOM-killed (exit code {code})"
-    if code == EXIT_DRAINED:
+    if code == protocol.EXIT_DRAINED:
         return "drained", "the worker drained at a step boundary (SIGTERM)"
-    if code == EXIT_INFRA:
+    if code == protocol.EXIT_INFRA:
         return "infra", "the worker lost its connection to Postgres (exit code 14); the attempt is retried"
-    if code == EXIT_FENCED and not pod.deleting:
+    if code == protocol.EXIT_FENCED and not pod.deleting:
         return "lease_lost", (
             "the worker lost its Lease (exit code 12): it could not renew or take it, e.g. the API server "
             "was unreachable for a lease duration (a control-plane loss: not counted against maxAttempts)"

@@ -20,6 +20,7 @@ from conftest import OperatorHandle, create_run, get_run, pods, wait_for
 
 from agent_operator import actions, model, runner
 from agent_operator import kube as op_kube
+from agent_operator import memory as memory_
 from agent_operator import settings as settings_
 
 RUNS = 10  # more than the event loop's default thread pool (min(32, cpus + 4)) on the CI machines
@@ -102,18 +103,18 @@ def test_a_deposed_leaders_late_status_write_is_refused(
     stale = runner.Runner(cfg, client, db=None)  # type: ignore[arg-type]
     plan = actions.Plan(status={"phase": "Failed", "message": "late write of a deposed leader"})
     with pytest.raises(runner.StaleStatus):
-        stale.execute(_world(old_view, {}), plan, runner.RunMemory())
+        stale.execute(_world(old_view, {}), plan, memory_.RunMemory())
     assert get_run(api, namespace, "fenced")["status"]["phase"] == "Running"
 
     # Past its renew deadline a replica writes nothing, whatever it saw.
     fresh = get_run(api, namespace, "fenced")
     deposed = runner.Runner(cfg, client, db=None, may_write=lambda: False)  # type: ignore[arg-type]
     with pytest.raises(runner.NotLeader):
-        deposed.execute(_world(fresh, dict(fresh["status"])), plan, runner.RunMemory())
+        deposed.execute(_world(fresh, dict(fresh["status"])), plan, memory_.RunMemory())
     assert get_run(api, namespace, "fenced")["status"]["phase"] == "Running"
 
     # The current leader, deciding on the current view, writes.
     current = runner.Runner(cfg, client, db=None)  # type: ignore[arg-type]
     ok = actions.Plan(status={"phase": "Pending", "message": "current"})
-    current.execute(_world(fresh, dict(fresh["status"])), ok, runner.RunMemory())
+    current.execute(_world(fresh, dict(fresh["status"])), ok, memory_.RunMemory())
     assert get_run(api, namespace, "fenced")["status"]["phase"] == "Pending"

@@ -3,7 +3,7 @@
 On a real kubelet an evicted worker that drains at once goes Running → DisruptionTarget → Failed → deleted
 within a second: often between two reconciles, which read only the watch-fed index (it drops a Pod on
 DELETED). The reconcile's last view of the Pod is then ``Running``; what says "evicted" is the final object
-of the watch's DELETED event (``runner.pod_deleted``). Here a real Pod of the dev cluster is evicted through
+of the watch's DELETED event (``memory.pod_deleted``). Here a real Pod of the dev cluster is evicted through
 the Eviction API, its DELETED event is taken from a real watch, and the operator's fresh read
 (``Runner.confirm``: the Pod is NotFound) decides the attempt's end reason.
 """
@@ -20,7 +20,9 @@ from conftest import wait_for
 
 from agent_operator import actions, model, reconcile, runner
 from agent_operator import kube as op_kube
+from agent_operator import memory as memory_
 from agent_operator import settings as settings_
+from agentrun_core import protocol
 from tests.unit import rowmaker
 
 RUN = "gone"
@@ -33,14 +35,16 @@ DRAIN_AT_ONCE = (
     "while True: time.sleep(0.05)\n"
 )
 
+POLLS = settings_.ReconcileSettings(poll_seconds=1.0, idle_poll_seconds=5.0)
+
 
 def _worker_pod() -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": model.pod_name(RUN, 1),
-            "labels": {model.LABEL_RUN: RUN, model.LABEL_ATTEMPT: "1", model.LABEL_RUN_UID: UID},
+            "name": protocol.pod_name(RUN, 1),
+            "labels": {protocol.LABEL_RUN: RUN, protocol.LABEL_ATTEMPT: "1", protocol.LABEL_RUN_UID: UID},
         },
         "spec": {
             "restartPolicy": "Never",
@@ -64,7 +68,7 @@ def _world(namespace: str, last_seen: model.PodInfo) -> model.World:
             deleting=False,
         ),
         spec=model.RunSpec.from_body({"graph": "pkg.mod:graph", "retry": {"backoffSeconds": 0}}),
-        status={"attempts": 1, "workerPod": model.pod_name(RUN, 1)},
+        status={"attempts": 1, "workerPod": protocol.pod_name(RUN, 1)},
         now=datetime.datetime.now(datetime.UTC),
         db=rowmaker.run(status="running"),
         last_seen_pod=last_seen,  # what the last reconcile saw: the Pod Running, before the eviction
@@ -80,7 +84,7 @@ def test_evicted_pod_deleted_between_reconciles_is_recorded_evicted(
 ) -> None:
     core: Any = kubernetes.client.CoreV1Api(kube)  # plain dict bodies, as the operator sends them
     api: Any = kube
-    name = model.pod_name(RUN, 1)
+    name = protocol.pod_name(RUN, 1)
     deleted: list[dict[str, Any]] = []
     watching = threading.Event()
 
@@ -120,14 +124,14 @@ def test_evicted_pod_deleted_between_reconciles_is_recorded_evicted(
     reconciler = runner.Runner(settings_.Settings(dsn="postgresql://unused"), client, db=None)  # type: ignore[arg-type]
 
     # Without the DELETED event's final state, the fresh read (NotFound) leaves only the Running view.
-    memory = runner.RunMemory()
+    memory = memory_.RunMemory()
     memory.seen_pods[name] = sampled
     world = reconciler.confirm(_world(namespace, sampled), memory)
     assert world.live and world.pods == {}
-    assert _start_reasons(reconcile.decide(world, 1.0, 5.0)) == ["deleted"]
+    assert _start_reasons(reconcile.decide(world, POLLS)) == ["deleted"]
 
     # With it (the watch handler keeps it: handlers.pod_changed), the attempt ended "evicted".
-    runner.pod_deleted(memory, deleted[0])
+    memory_.pod_deleted(memory, deleted[0])
     world = reconciler.confirm(_world(namespace, sampled), memory)
     assert world.last_seen_pod is not None and world.last_seen_pod.disruption == "EvictionByEvictionAPI"
-    assert _start_reasons(reconcile.decide(world, 1.0, 5.0)) == ["evicted"]
+    assert _start_reasons(reconcile.decide(world, POLLS)) == ["evicted"]

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from agent_operator import actions, approvals, edits, forks, model, reconcile
+from agent_operator import actions, approvals, edits, endings, forks, model, reconcile
 from agent_worker import forking
 from agentrun import cluster, fork_cli, respond_cli
 from agentrun_core.store import rows
@@ -227,7 +227,7 @@ def test_a_fork_edit_refused_by_the_worker_is_its_own_failure_reason() -> None:
     db = rowmaker.run(
         status="failed", status_reason="ForkEditRefused", error="fork edit refused: draft.body.x: ..."
     )
-    assert reconcile._db_outcome(db) == (
+    assert endings.db_outcome(db) == (
         "Failed",
         forks.FORK_EDIT_REFUSED,
         "fork edit refused: draft.body.x: ...",

@@ -6,7 +6,7 @@ import psycopg
 import psycopg_pool
 
 from agent_worker import infra
-from agentrun_core import errors
+from agentrun_core import errors, protocol
 
 
 def _raised_from(outer: BaseException, inner: BaseException) -> BaseException:
@@ -47,7 +47,7 @@ def test_lost_keeps_the_cause_and_exits_14() -> None:
 def test_the_operator_attributes_exit_14_as_infra_not_failed() -> None:
     from agent_operator import metrics, model, pods
 
-    lost = model.PodInfo("r-1", 1, phase="Failed", terminated_reason="Error", exit_code=infra.EXIT_INFRA)
+    lost = model.PodInfo("r-1", 1, phase="Failed", terminated_reason="Error", exit_code=protocol.EXIT_INFRA)
     reason, message = pods.end_reason(lost)
     assert reason == "infra" and "Postgres" in message
     assert reason in metrics.ATTEMPT_REASONS  # a label of agentrun_attempts_started_total, not "other"

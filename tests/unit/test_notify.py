@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from agent_operator import model, notifier, notify, reconcile
+from agent_operator import model, notifier, notify, run_status
 from agentrun_core import store
 from agentrun_dev.webhook_receiver import Receiver
 from tests.unit import rowmaker
@@ -157,12 +157,12 @@ def test_notification_problem_is_a_condition_that_clears() -> None:
     failing = dataclasses.replace(
         world(approval()), notify_problem=("NotificationSecretMissing", "no Secret")
     )
-    assert reconcile._notify_condition(failing) == {
+    assert run_status.notify_condition(failing) == {
         "NotificationFailed": (True, "NotificationSecretMissing", "no Secret")
     }
     was = dataclasses.replace(world(approval()), status={"conditions": [{"type": "NotificationFailed"}]})
-    assert reconcile._notify_condition(was)["NotificationFailed"][0] is False
-    assert reconcile._notify_condition(world(approval())) == {}
+    assert run_status.notify_condition(was)["NotificationFailed"][0] is False
+    assert run_status.notify_condition(world(approval())) == {}
 
 
 def test_parallel_reconciles_take_one_notifier_epoch(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from agent_operator import model, pods, settings
+from agentrun_core import protocol
 
 RUN = model.RunRef(namespace="ns", name="r", uid="uid-1")
 
@@ -20,7 +21,7 @@ def test_manifest_follows_the_worker_contract() -> None:
     body = pods.manifest(RUN, spec, 2, "evicted", cfg())
     meta = body["metadata"]
     assert meta["name"] == "r-2"
-    assert meta["labels"][model.LABEL_RUN] == "r" and meta["labels"][model.LABEL_ATTEMPT] == "2"
+    assert meta["labels"][protocol.LABEL_RUN] == "r" and meta["labels"][protocol.LABEL_ATTEMPT] == "2"
     owner = meta["ownerReferences"][0]
     assert owner["kind"] == "AgentRun" and owner["uid"] == "uid-1" and owner["controller"] is True
     assert body["spec"]["restartPolicy"] == "Never"
@@ -72,7 +73,7 @@ def test_end_reasons() -> None:
 def test_pod_info_from_body() -> None:
     info = model.PodInfo.from_body(
         {
-            "metadata": {"name": "r-1", "labels": {model.LABEL_ATTEMPT: "1"}, "deletionTimestamp": "x"},
+            "metadata": {"name": "r-1", "labels": {protocol.LABEL_ATTEMPT: "1"}, "deletionTimestamp": "x"},
             "status": {
                 "phase": "Failed",
                 "containerStatuses": [{"state": {"terminated": {"reason": "OOMKilled", "exitCode": 137}}}],

@@ -1,4 +1,4 @@
-"""The Pod watch handler keeps a run's Pod's final state from its DELETED event (``runner.pod_deleted``).
+"""The Pod watch handler keeps a run's Pod's final state from its DELETED event (``memory.pod_deleted``).
 
 Called with the keyword arguments kopf gives ``@kopf.on.event`` handlers (``type``, ``body``, ``labels``):
 only DELETED events are kept, only for runs this replica reconciles (a memory is never made here), and what
@@ -12,7 +12,9 @@ from typing import Any
 
 import kopf
 
-from agent_operator import handlers, model, runner
+from agent_operator import handlers
+from agent_operator import memory as memory_
+from agentrun_core import protocol
 
 
 def _final_body(uid: str) -> dict[str, Any]:
@@ -21,7 +23,7 @@ def _final_body(uid: str) -> dict[str, Any]:
             "name": "r-1",
             "namespace": "ns",
             "deletionTimestamp": "2026-01-01T00:00:00Z",
-            "labels": {model.LABEL_RUN: "r", model.LABEL_ATTEMPT: "1", model.LABEL_RUN_UID: uid},
+            "labels": {protocol.LABEL_RUN: "r", protocol.LABEL_ATTEMPT: "1", protocol.LABEL_RUN_UID: uid},
         },
         "status": {
             "phase": "Failed",
@@ -44,7 +46,7 @@ def _event(event_type: str | None, uid: str) -> None:
 
 
 def test_deleted_event_keeps_the_final_state_for_its_run_only() -> None:
-    memory = runner.RunMemory()
+    memory = memory_.RunMemory()
     handlers.STATE.memories["uid-1"] = memory
     try:
         _event("MODIFIED", "uid-1")

@@ -6,7 +6,7 @@ import dataclasses
 import datetime
 from typing import Any
 
-from agent_operator import actions, model, reconcile
+from agent_operator import actions, model, reconcile, run_status, settings
 from agentrun_core import store
 from tests.unit import rowmaker
 
@@ -129,10 +129,15 @@ def test_pod_missing_from_the_cache_is_confirmed_by_a_fresh_read_first() -> None
     assert plan.actions == [] and plan.confirm is not None and plan.requeue_after == 0
 
 
-def test_pod_cache_grace_comes_from_the_world() -> None:
-    waiting = reconcile.decide(world(status={"attempts": 1}, pod_created_ago=7.0, pod_cache_grace=10.0))
+def tuned(**fields: Any) -> settings.ReconcileSettings:
+    return settings.ReconcileSettings(**fields)
+
+
+def test_pod_cache_grace_comes_from_the_settings() -> None:
+    w = world(status={"attempts": 1}, pod_created_ago=7.0)
+    waiting = reconcile.decide(w, tuned(pod_cache_grace_seconds=10.0))
     assert waiting.actions == [] and waiting.confirm is None
-    confirming = reconcile.decide(world(status={"attempts": 1}, pod_created_ago=7.0, pod_cache_grace=5.0))
+    confirming = reconcile.decide(w, tuned(pod_cache_grace_seconds=5.0))
     assert confirming.confirm is not None
 
 
@@ -242,7 +247,7 @@ def test_unknown_graph_failure_is_invalid_spec() -> None:
     assert plan.status is not None and plan.status["phase"] == "Failed"
     failed = next(c for c in plan.status["conditions"] if c["type"] == "Failed")
     assert failed["reason"] == "InvalidSpec"
-    events = reconcile.transition_events({"phase": "Running"}, plan.status)
+    events = run_status.transition_events({"phase": "Running"}, plan.status)
     assert events and events[0].type == "Warning" and events[0].reason == "InvalidSpec"
 
 
@@ -363,11 +368,13 @@ def test_a_control_plane_loss_does_not_consume_max_attempts() -> None:
 def test_a_pod_that_cannot_start_fails_the_run_after_the_start_timeout() -> None:
     blocked = pod(phase="Pending", blocked=("Unschedulable", "0/1 nodes are available"))
     early = reconcile.decide(
-        world(db="admitted", status={"attempts": 1}, pods=[blocked], blocked_for=5.0, start_timeout=30.0)
+        world(db="admitted", status={"attempts": 1}, pods=[blocked], blocked_for=5.0),
+        tuned(start_timeout_seconds=30.0),
     )
     assert effective(early) == [] and early.status is not None and early.status["phase"] == "Pending"
     late = reconcile.decide(
-        world(db="admitted", status={"attempts": 1}, pods=[blocked], blocked_for=31.0, start_timeout=30.0)
+        world(db="admitted", status={"attempts": 1}, pods=[blocked], blocked_for=31.0),
+        tuned(start_timeout_seconds=30.0),
     )
     assert [type(a) for a in effective(late)] == [actions.DeletePod]
     assert late.status is not None and late.status["phase"] == "Failed"
@@ -379,7 +386,8 @@ def test_a_pod_that_cannot_start_fails_the_run_after_the_start_timeout() -> None
 def test_a_worker_that_never_takes_its_lease_fails_the_run() -> None:
     running = pod(phase="Running")
     plan = reconcile.decide(
-        world(db="admitted", status={"attempts": 1}, pods=[running], unclaimed_for=40.0, start_timeout=30.0)
+        world(db="admitted", status={"attempts": 1}, pods=[running], unclaimed_for=40.0),
+        tuned(start_timeout_seconds=30.0),
     )
     assert plan.status is not None and plan.status["phase"] == "Failed"
     assert next(c for c in plan.status["conditions"] if c["type"] == "Failed")["reason"] == "LeaseNeverTaken"
@@ -392,7 +400,8 @@ def test_an_invalid_pod_fails_at_once_a_forbidden_one_after_the_timeout() -> Non
     retried = reconcile.decide(world(db="admitted", pod_refused=(1, 403, "serviceaccount missing", 1.0)))
     assert any(isinstance(a, actions.CreatePod) for a in retried.actions)
     given_up = reconcile.decide(
-        world(db="admitted", pod_refused=(1, 403, "serviceaccount missing", 400.0), start_timeout=300.0)
+        world(db="admitted", pod_refused=(1, 403, "serviceaccount missing", 400.0)),
+        tuned(start_timeout_seconds=300.0),
     )
     assert given_up.status is not None and given_up.status["phase"] == "Failed"
     assert next(c for c in given_up.status["conditions"] if c["type"] == "Failed")["reason"] == "PodRejected"
@@ -429,7 +438,7 @@ def test_a_lease_that_lapsed_in_an_api_server_outage_is_a_control_plane_loss() -
 
 
 def test_lapsed_in_outage_needs_the_lease_to_stop_changing_around_the_outage() -> None:
-    from agent_operator.runner import _lapsed_in
+    from agent_operator.memory import lapsed_in as _lapsed_in
     from agentrun_core import lease_math as lm
 
     observer = lm.LeaseObserver()

@@ -10,11 +10,12 @@ import datetime
 
 from test_operator_reconcile import NOW, pod, world
 
-from agent_operator import actions, reconcile
+from agent_operator import actions, reconcile, settings
 from agentrun_core import store
 from tests.unit import rowmaker
 
 ACTIVE, IDLE = 2.0, 30.0
+POLLS = settings.ReconcileSettings(poll_seconds=ACTIVE, idle_poll_seconds=IDLE)
 
 
 def pending(seconds: float) -> store.Approval:
@@ -46,7 +47,7 @@ def test_a_parked_run_is_looked_at_after_the_idle_poll() -> None:
         pods=[pod(phase="Failed", exit_code=10)],
         approvals=(pending(86400),),
     )
-    plan = reconcile.decide(w, ACTIVE, IDLE)
+    plan = reconcile.decide(w, POLLS)
     assert plan.status is not None and plan.status["phase"] == "WaitingApproval"
     assert plan.requeue_after == IDLE
 
@@ -58,12 +59,12 @@ def test_a_parked_run_with_a_near_deadline_is_looked_at_at_the_deadline() -> Non
         pods=[pod(phase="Failed", exit_code=10)],
         approvals=(pending(7),),
     )
-    assert reconcile.decide(w, ACTIVE, IDLE).requeue_after == 7.0
+    assert reconcile.decide(w, POLLS).requeue_after == 7.0
 
 
 def test_a_finished_run_is_looked_at_after_the_idle_poll() -> None:
     w = world(db="succeeded", status={"attempts": 1, "phase": "Running"}, pods=[pod(phase="Succeeded")])
-    plan = reconcile.decide(w, ACTIVE, IDLE)
+    plan = reconcile.decide(w, POLLS)
     assert plan.status is not None and plan.status["phase"] == "Succeeded"
     assert plan.requeue_after == IDLE
 
@@ -75,9 +76,9 @@ def test_a_finished_run_with_a_ttl_is_looked_at_when_it_expires() -> None:
         pods=[pod(phase="Succeeded")],
         spec={"ttlSecondsAfterFinished": 10},
     )
-    assert reconcile.decide(w, ACTIVE, IDLE).requeue_after == 5.0
+    assert reconcile.decide(w, POLLS).requeue_after == 5.0
 
 
 def test_a_running_run_keeps_the_active_poll() -> None:
     w = world(db="running", status={"attempts": 1}, pods=[pod(phase="Running")])
-    assert reconcile.decide(w, ACTIVE, IDLE).requeue_after == ACTIVE
+    assert reconcile.decide(w, POLLS).requeue_after == ACTIVE

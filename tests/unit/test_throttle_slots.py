@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from test_operator_reconcile import pod, world
 
-from agent_operator import actions, reconcile, throttle
+from agent_operator import actions, reconcile, settings, throttle
 
 NOW_RETRY = {"retry": {"backoffSeconds": 0}}  # the next attempt is due at once
 
@@ -65,7 +65,8 @@ def test_queued_run_creates_no_pod_and_says_why() -> None:
     assert plan.queued and not any(isinstance(a, actions.CreatePod) for a in plan.actions)
     assert plan.status is not None and plan.status["phase"] == "Pending"
     assert "queued" in plan.status["message"] and plan.status["attempts"] == 0
-    assert plan.requeue_after == reconcile.POLL_IDLE  # woken when a slot frees; the poll is a fallback
+    # Woken when a slot frees; the idle poll is a fallback.
+    assert plan.requeue_after == reconcile.DEFAULTS.idle_poll_seconds
 
 
 def test_a_lost_attempt_is_recorded_once_even_while_its_successor_waits() -> None:
@@ -96,6 +97,6 @@ def test_start_looks_again_soon_not_after_the_previous_pods_age() -> None:
         pod_created_ago=900.0,
         spec=NOW_RETRY,
     )
-    plan = reconcile.decide(w, 2.0, 30.0)
+    plan = reconcile.decide(w, settings.ReconcileSettings(poll_seconds=2.0, idle_poll_seconds=30.0))
     assert any(isinstance(a, actions.CreatePod) for a in plan.actions)
     assert plan.requeue_after <= 1.0

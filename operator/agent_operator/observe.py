@@ -1,0 +1,223 @@
+"""Observe one AgentRun: the ``model.World`` a reconcile decides on, from the watch caches and Postgres.
+
+Rule: what the watch caches show is a view that may lag or stall; ``world`` reads them as they are, and
+``confirm`` replaces the current attempt's Pod and the run's Lease with a fresh read from the API server
+before anything destructive is decided (it raises when it cannot read them: the view is then unknown).
+Postgres is read through ``agentrun_core.store`` only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from agent_operator import kube, metrics, model, throttle
+from agent_operator import memory as memory_
+from agent_operator import settings as settings_
+from agentrun_core import lease_math, protocol, store
+
+logger = logging.getLogger(__name__)
+
+ADMISSION_CHECK_SECONDS = 10.0  # how long a look at the admission policies serves the status condition
+
+
+class Observer:
+    """Reads one run's World (synchronous: the handlers call the runner in a worker thread)."""
+
+    def __init__(
+        self, settings: settings_.Settings, api: kube.ApiClient, db: store.Conn, throttle_: throttle.Throttle
+    ) -> None:
+        self.settings = settings
+        self.api = api
+        self.db = db
+        self.throttle = throttle_
+        self._admission: tuple[float, bool | None] | None = None  # (monotonic time, ok)
+
+    def admission_ok(self, fresh: bool = False) -> bool | None:
+        """Whether the decision-guarding admission policies are installed (None: unknown). ``fresh`` for a
+        decision about to be applied: never from the cache, which only serves the status condition."""
+        now = time.monotonic()
+        cached = self._admission
+        if not fresh and cached is not None and now - cached[0] < ADMISSION_CHECK_SECONDS:
+            return cached[1]
+        ok: bool | None
+        try:
+            missing = kube.missing_admission_objects(self.api)
+            ok = not missing
+            if missing:
+                logger.warning("admission policies missing, decisions refused: %s", ", ".join(missing))
+        except kube.KubeError as exc:
+            logger.warning("could not check the admission policies: %s", exc)
+            ok = None
+        self._admission = (now, ok)
+        return ok
+
+    def world(
+        self,
+        body: Mapping[str, Any],
+        pod_bodies: list[model.PodInfo],
+        lease: lease_math.LeaseSummary | None,
+        memory: memory_.RunMemory,
+        *,
+        deleting: bool | None = None,
+    ) -> model.World:
+        run = model.RunRef.from_body(body)
+        if deleting is not None:
+            run = dataclasses.replace(run, deleting=deleting)
+        spec = model.RunSpec.from_body(body.get("spec") or {})
+        status = memory.last_status if memory.last_status is not None else dict(body.get("status") or {})
+        db_run, db_now = store.get_run_now(self.db, run.uid)
+        db = db_run
+        approvals: tuple[store.Approval, ...] = ()
+        interventions: tuple[store.Intervention, ...] = ()
+        effects: dict[str, int] = {}
+        if db_run is not None:
+            if db_run.status not in model.DB_FINAL:
+                # The policy a future approval is requested under follows spec.approval (never while one is
+                # pending: that one keeps its snapshot).
+                store.sync_approval_policy(self.db, run.uid, spec.approval.as_json())
+            approvals = tuple(store.list_approvals(self.db, run.uid))
+            effects = store.effect_counts(self.db, run.uid)
+            if db_run.interventions:  # most runs never had one: no fourth query for them
+                interventions = tuple(store.list_interventions(self.db, run.uid))
+        by_attempt = {p.attempt: p for p in pod_bodies if p.attempt > 0}
+        now_mono = time.monotonic()
+        state = memory_.feed_lease(memory, lease, now_mono)
+        lease = memory.observer.last
+        holder = lease.holder if lease is not None else None
+        expired_holder = holder if state == lease_math.LeaseState.EXPIRED else None
+        self._renew_failure_metric(memory, lease, now_mono, run.namespace)
+        current = max([int(status.get("attempts") or 0), *by_attempt.keys()])
+        created = memory.created_pods.get(protocol.pod_name(run.name, current)) if current else None
+        for info in by_attempt.values():
+            memory.seen_pods[info.name] = info
+        terminated_for = memory_.terminated_for(memory, by_attempt, now_mono)
+        last_seen = None
+        if current and current not in by_attempt:
+            name = protocol.pod_name(run.name, current)
+            last_seen = memory.final_pods.get(name) or memory.seen_pods.get(name)
+        deciding = any(k in run.annotations for k in (model.ANN_APPROVE, model.ANN_REJECT))
+        guarded = deciding or any(a.status == "pending" for a in approvals)
+        pod = by_attempt.get(current)
+        alive = pod is not None and pod.alive
+        memory.blocked = memory_.since(
+            memory.blocked, pod.name if alive and pod and pod.blocked else None, now_mono
+        )
+        unclaimed = (
+            alive
+            and pod is not None
+            and pod.phase == "Running"
+            and holder != pod.name
+            and (db is None or db.holder != pod.name)
+        )
+        memory.unclaimed = memory_.since(memory.unclaimed, pod.name if unclaimed and pod else None, now_mono)
+        refused = memory.pod_refused
+        fork_source = None
+        if db_run is None and spec.fork_of is not None and not run.deleting:
+            fork = spec.fork_of
+            found = store.find_fork_source(
+                self.db,
+                namespace=run.namespace,  # never another namespace: the tenant boundary
+                name=fork.run,
+                run_uid=fork.run_uid,
+                checkpoint_id=fork.checkpoint,
+                step=fork.step,
+                set_keys=fork.set_keys,
+            )
+            fork_source = model.ForkSource(found.run_id, found.checkpoint_id, fork.problem or found.problem)
+        return model.World(
+            run=run,
+            spec=spec,
+            status=status,
+            now=datetime.datetime.now(datetime.UTC),
+            db=db,
+            approvals=approvals,
+            interventions=interventions,
+            effects=effects,
+            pods=by_attempt,
+            lease_expired_holder=expired_holder,
+            lease_holder=holder,
+            pod_created_ago=(now_mono - created) if created is not None else None,
+            annotations_handled=run.resource_version in memory.handled_rvs,
+            last_seen_pod=last_seen,
+            # None: not looked at (nothing to guard)
+            admission_ok=self.admission_ok(fresh=deciding) if guarded else None,
+            db_now=db_now,
+            blocked_for=now_mono - memory.blocked[1] if memory.blocked else None,
+            unclaimed_for=now_mono - memory.unclaimed[1] if memory.unclaimed else None,
+            pod_refused=(refused[0], refused[1], refused[2], now_mono - refused[3]) if refused else None,
+            start_allowed=self.throttle.allowed(run.namespace, run.uid),
+            pods_terminated_for=terminated_for,
+            default_image=self.settings.worker.image,
+            fork_source=fork_source,
+            notify_problem=memory.notify_problem,
+        )
+
+    def confirm(self, world: model.World, memory: memory_.RunMemory) -> model.World:
+        """The World with the current attempt's Pod and the run's Lease read fresh from the API server.
+
+        Raises ``kube.KubeError`` when either cannot be read: the caller then does nothing destructive.
+        """
+        run = world.run
+        current = max([int(world.status.get("attempts") or 0), *world.pods.keys()])
+        by_attempt = dict(world.pods)
+        last_seen = world.last_seen_pod
+        if current:
+            name = protocol.pod_name(run.name, current)
+            try:
+                body = kube.get_pod(self.api, run.namespace, name)
+            except kube.NotFound:
+                body = None
+            info = (
+                model.PodInfo.from_body(body) if body is not None and memory_.owned(body, run.uid) else None
+            )
+            if info is None:
+                # Gone now: its final state from the watch's DELETED event (read again here: the event may
+                # have been handled since ``observe``), else what the cache last showed of it (an eviction's
+                # DisruptionTarget, an OOM), says why it ended.
+                cached = by_attempt.pop(current, None)
+                last_seen = memory.final_pods.get(name) or last_seen or cached or memory.seen_pods.get(name)
+            else:
+                by_attempt[current] = memory.seen_pods[name] = info
+                last_seen = None
+        try:
+            lease_body: dict[str, Any] | None = kube.get_lease(
+                self.api, run.namespace, protocol.lease_name(run.name), timeout=kube.TIMEOUT
+            )
+        except kube.NotFound:
+            lease_body = None
+        if lease_body is not None and memory_.foreign(lease_body, run.uid):
+            lease_body = None  # an earlier run's Lease of the same name: nothing about this run's worker
+        fresh = lease_math.LeaseSummary.from_body(lease_body) if lease_body is not None else None
+        now = time.monotonic()
+        state = memory_.feed_lease(memory, fresh, now)
+        holder = fresh.holder if fresh is not None else None
+        if memory.unknown_since is not None:
+            memory.outage = (memory.unknown_since, now)
+        memory.unknown_since = None
+        expired = state == lease_math.LeaseState.EXPIRED
+        return dataclasses.replace(
+            world,
+            pods=by_attempt,
+            lease_holder=holder,
+            lease_expired_holder=holder if expired else None,
+            lease_lapsed_in_outage=expired and memory_.lapsed_in(memory.outage, memory.observer, now),
+            last_seen_pod=last_seen,
+            live=True,
+        )
+
+    def _renew_failure_metric(
+        self, memory: memory_.RunMemory, lease: lease_math.LeaseSummary | None, now: float, namespace: str
+    ) -> None:
+        if lease is None or lease.free:
+            return
+        overdue = memory.observer.unchanged_for(now) > lease_math.renew_deadline(memory.observer.duration())
+        if overdue and memory.renew_failure_version != lease.version():
+            memory.renew_failure_version = lease.version()
+            metrics.lease_renew_failure(namespace)
+
+    # --- reconcile ---------------------------------------------------------------------------------------

@@ -1,0 +1,175 @@
+"""The status of an AgentRun, built once per reconcile from the decided ``walk.State``. Pure.
+
+Rule: only ``build`` turns a pass's decision into a status; everything in status the operator does not
+decide itself (Postgres's step, result, error, approvals, effects, interventions) is copied from the World
+here, so every status written shows the same view of Postgres, whichever step of the pass decided it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from agent_operator import actions, approvals, edits, forks, model, phases, steering, walk
+from agentrun_core import protocol
+
+
+def build(
+    world: model.World,
+    st: walk.State,
+    *,
+    admitted_now: bool = False,
+    new_pod: str | None = None,
+    image: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The whole status for ``st`` (``image``: the run's pin, agent_operator.imagepin; None: no pin shown)."""
+    db = world.db
+    pending = world.pending_approval
+    read_only = bool(db and db.read_only)
+    status: dict[str, Any] = {
+        "observedGeneration": world.run.generation,
+        "phase": st.phase,
+        "message": st.message,
+        "attempts": st.attempts,
+        "restarts": st.restarts,
+    }
+    if st.control_plane_losses:
+        status["controlPlaneLosses"] = st.control_plane_losses
+    if st.attempt_reason:
+        status["attemptReason"] = st.attempt_reason
+    if st.last_end:
+        status["lastAttemptEnd"] = st.last_end
+    if st.next_attempt_at:
+        status["nextAttemptAt"] = st.next_attempt_at
+    worker_pod = new_pod or (protocol.pod_name(world.run.name, st.attempts) if st.attempts else None)
+    if worker_pod:
+        status["workerPod"] = worker_pod
+    if db is not None:
+        if db.current_step:
+            status["currentStep"] = db.current_step
+        status["lease"] = {"holder": world.lease_holder or db.holder or "", "epoch": db.lease_epoch}
+        status["readOnly"] = read_only
+        if db.result is not None:
+            status["result"] = phases.summarise_result(db.result)
+        if db.error:
+            status["error"] = db.error[:4000]
+    if pending is not None and st.phase not in phases.FINAL_PHASES:
+        status["pendingApproval"] = phases.jsonable(
+            {
+                "id": pending.approval_id,
+                "prompt": pending.prompt,
+                "deadline": pending.deadline,
+                "escalated": st.escalated,
+            }
+        )
+    decided = [a for a in world.approvals if a.status != "pending"]
+    if decided:
+        status["approvals"] = [
+            {
+                k: v
+                for k, v in phases.jsonable(
+                    {
+                        "id": a.approval_id,
+                        "decision": a.status,
+                        "by": a.decided_by,
+                        "at": a.decided_at,
+                        "comment": a.comment,
+                        "deadlineAction": a.deadline_action,
+                        **edits.status_fields(a.payload),
+                    }
+                ).items()
+                if v is not None
+            }
+            for a in sorted(decided, key=lambda a: (a.decided_at is None, phases.iso(a.decided_at) or ""))
+        ]
+    if world.effects:
+        status["effects"] = {k: int(v) for k, v in world.effects.items()}
+    if db is not None and (db.retry_generation or st.reopened or st.observed_retry_generation):
+        status["retryGeneration"] = db.retry_generation
+        status["observedRetryGeneration"] = max(st.observed_retry_generation, db.retry_generation)
+        status["reopened"] = st.reopened
+    if db is not None and db.fork_of:
+        status["forkOf"] = forks.status_entry(db.fork_of)
+    if world.interventions:
+        status["interventions"] = phases.jsonable(steering.status_entries(world))
+    if st.start_time:
+        status["startTime"] = st.start_time
+    if st.completion_time and st.phase in phases.FINAL_PHASES:
+        status["completionTime"] = st.completion_time
+    desired = dict(
+        phases.desired_conditions(
+            st.phase,
+            st.reason,
+            st.message,
+            admitted=admitted_now or db is not None,
+            escalated=st.escalated,
+            read_only=read_only,
+        )
+    )
+    desired.update(policy_condition(world))
+    desired.update(notify_condition(world))
+    status["conditions"] = phases.conditions(
+        world.status.get("conditions"), desired, world.run.generation, world.now
+    )
+    if image is not None:
+        status["image"] = image
+    return status
+
+
+def policy_condition(world: model.World) -> dict[str, tuple[bool, str, str]]:
+    """ApprovalPolicyMissing: True while decisions are refused for want of the admission policies."""
+    if world.admission_ok is False:
+        return {"ApprovalPolicyMissing": (True, "AdmissionPoliciesAbsent", approvals.POLICY_MISSING)}
+    had = any(c.get("type") == "ApprovalPolicyMissing" for c in world.status.get("conditions") or ())
+    if had and world.admission_ok:
+        return {"ApprovalPolicyMissing": (False, "AdmissionPoliciesInstalled", "policies installed")}
+    return {}
+
+
+def notify_condition(world: model.World) -> dict[str, tuple[bool, str, str]]:
+    """NotificationFailed: True while spec.approval.notify cannot deliver (missing Secret, receiver down,
+    unknown outcome); False again after a later delivery. Never touches the run's phase."""
+    if world.notify_problem is not None:
+        reason, message = world.notify_problem
+        return {"NotificationFailed": (True, reason, message)}
+    had = any(c.get("type") == "NotificationFailed" for c in world.status.get("conditions") or ())
+    if had:
+        return {
+            "NotificationFailed": (False, "NoProblem", "no notification problem since this operator started")
+        }
+    return {}
+
+
+def transition_events(old: Mapping[str, Any], new: Mapping[str, Any] | None) -> list[actions.Event]:
+    """One Event per phase change (Warning for Failed)."""
+    if not new or old.get("phase") == new.get("phase"):
+        return []
+    phase = str(new.get("phase"))
+    reason = phase
+    for cond in new.get("conditions") or ():
+        if cond.get("type") == phase and cond.get("status") == "True" and cond.get("reason"):
+            reason = str(cond["reason"]) if phase == "Failed" else phase
+    message = f"{old.get('phase') or 'New'} -> {phase}: {new.get('message') or ''}".strip()
+    return [actions.Event("Warning" if phase == "Failed" else "Normal", reason, message)]
+
+
+def note_pending_effects(world: model.World, st: walk.State) -> None:
+    """A run that stops with effects of unknown outcome says so in its message, from its first final status
+    on (a reader who sees the final phase must see the pending effects with it)."""
+    # An outcome the operator decided comes back from status with last time's note: replace it, so the
+    # count is today's (a human may have resolved some) and the note is never repeated.
+    st.message = _PENDING_NOTE.sub("", st.message or "")
+    pending_effects = int(world.effects.get("pending") or 0)
+    if pending_effects and st.phase != "Succeeded":
+        # Surfaced, never guessed: the next attempt (after `agentrun retry`) reconciles them, or a human
+        # resolves them (`agentrun resolve NAME KEY --sent|--not-sent`); `agentrun ledger NAME` lists them.
+        st.message = (
+            f"{st.message}; {pending_effects} effect(s) left pending (outcome unknown): "
+            f"see `agentrun ledger {world.run.name}`"
+        )
+
+
+_PENDING_NOTE = re.compile(
+    r"; \d+ effect\(s\) left pending \(outcome unknown\): see `agentrun ledger [^`]*`$"
+)
