@@ -35,15 +35,13 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-import psycopg
-import psycopg_pool
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple
 from langgraph.checkpoint.postgres import PostgresSaver
-from psycopg.rows import DictRow, dict_row
 
 from agent_worker import infra
 from agentrun_core import errors, faults, store
+from agentrun_core.store import connect
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +53,7 @@ def _ns(config: RunnableConfig) -> str:
 class FencedSaver(PostgresSaver):
     def __init__(
         self,
-        pool: psycopg_pool.ConnectionPool[Any],
+        pool: connect.Pool,
         *,
         run_id: str,
         epoch: int,
@@ -135,7 +133,7 @@ class FencedSaver(PostgresSaver):
                         yield
                     finally:
                         self._tx.conn = None
-            except psycopg.Error as exc:
+            except connect.Error as exc:
                 # Fenced / RunNotFound if it was the fence that refused; any other error as it is
                 store.raise_if_refused(
                     exc, run_id=self.run_id, epoch=self.epoch, checkpoint_ns=ns, checkpoint_id=checkpoint_id
@@ -145,7 +143,7 @@ class FencedSaver(PostgresSaver):
             logger.error("%s refused: %s", what, exc)
             self._report(exc)
             raise
-        except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
+        except connect.TRANSIENT_ERRORS as exc:
             lost = infra.lost(exc, what)
             self._report(lost)
             raise lost from exc
@@ -155,13 +153,13 @@ class FencedSaver(PostgresSaver):
             self.on_refused(exc)
 
     @contextlib.contextmanager
-    def _cursor(self, *, pipeline: bool = False) -> Iterator[psycopg.Cursor[DictRow]]:
-        conn: psycopg.Connection[Any] | None = getattr(self._tx, "conn", None)
+    def _cursor(self, *, pipeline: bool = False) -> Iterator[connect.DictCursor]:
+        conn: connect.Connection | None = getattr(self._tx, "conn", None)
         if conn is None:  # reads: PostgresSaver's own way
             with super()._cursor(pipeline=pipeline) as cur:
                 yield cur
             return
         # Inside the fenced transaction, already in pipeline mode: a plain cursor whose statements ride that
         # pipeline. PostgresSaver's own ``conn.pipeline()`` would nest, and a nested pipeline syncs on exit.
-        with conn.cursor(binary=True, row_factory=dict_row) as cur:
+        with connect.dict_cursor(conn) as cur:
             yield cur

@@ -13,10 +13,8 @@ from __future__ import annotations
 import logging
 import time
 
-import psycopg
-import psycopg_pool
-
 from agentrun_core import errors, protocol, store
+from agentrun_core.store import connect
 
 logger = logging.getLogger(__name__)
 
@@ -24,7 +22,7 @@ RECORD_SECONDS = 10.0  # how long a lost attempt keeps trying to record that bef
 
 # OperationalError covers AdminShutdown / CrashShutdown / CannotConnectNow and a dropped connection;
 # PoolTimeout is the pool failing to hand out a working connection while the server is down.
-_INFRA_TYPES: tuple[type[BaseException], ...] = (psycopg.OperationalError, psycopg_pool.PoolTimeout)
+_INFRA_TYPES = connect.TRANSIENT_ERRORS
 
 
 class InfraLost(errors.ControlSignal):

@@ -19,13 +19,13 @@ import os
 import traceback
 from typing import Any
 
-import psycopg_pool
 from langchain_core.runnables import RunnableConfig
 
 from agent_worker import checkpointer as checkpointer_mod
 from agent_worker import context, drive, graphs, heartbeat, infra, leasing, resume, steps
 from agent_worker import settings as settings_mod
 from agentrun_core import errors, faults, keys, protocol, store
+from agentrun_core.store import connect
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ def _worker_error(exc: BaseException) -> errors.ControlSignal | None:
 
 
 class Attempt:
-    def __init__(self, settings: settings_mod.WorkerSettings, pool: psycopg_pool.ConnectionPool[Any]) -> None:
+    def __init__(self, settings: settings_mod.WorkerSettings, pool: connect.Pool) -> None:
         self.settings = settings
         self.pool = pool
         self.run_id = settings.run_id
@@ -308,13 +308,8 @@ class Attempt:
 
 
 def run(settings: settings_mod.WorkerSettings) -> int:
-    pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
-        settings.dsn,
-        min_size=1,
-        max_size=settings.pool_max_size,
-        kwargs={"autocommit": True},
-        open=True,
-        name=f"agentrun-worker-{settings.run_id}",
+    pool = connect.open_pool(
+        settings.dsn, name=f"agentrun-worker-{settings.run_id}", max_size=settings.pool_max_size
     )
     try:
         return Attempt(settings, pool).run()

@@ -13,9 +13,11 @@ from typing import Any
 import psycopg
 import psycopg.conninfo
 import psycopg_pool
+from psycopg.rows import DictRow, dict_row
 
 Connection = psycopg.Connection[Any]
 Pool = psycopg_pool.ConnectionPool[Any]
+DictCursor = psycopg.Cursor[DictRow]
 
 # The driver's error classes, for callers that classify failures without importing the driver.
 Error = psycopg.Error
@@ -44,3 +46,9 @@ def with_credentials(dsn: str, *, user: str, password: str) -> str:
     params: dict[str, Any] = psycopg.conninfo.conninfo_to_dict(dsn)
     params.update(user=user, password=password)
     return psycopg.conninfo.make_conninfo(**params)
+
+
+def dict_cursor(conn: Connection) -> DictCursor:
+    """A binary cursor whose rows are dicts, on ``conn`` as it is (e.g. inside a pipelined transaction, whose
+    statements it then rides)."""
+    return conn.cursor(binary=True, row_factory=dict_row)

@@ -26,13 +26,12 @@ from collections.abc import Mapping
 from typing import Any
 
 import kopf
-import psycopg
-import psycopg_pool
 
 from agent_operator import kube, leader, metrics, model, retention, runner, throttle
 from agent_operator import memory as memory_
 from agent_operator import settings as settings_
 from agentrun_core import lease_math, protocol, store
+from agentrun_core.store import connect
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +53,7 @@ class _State:
     elector: leader.Elector | None = None
     keeper: leader.Keeper | None = None
     purger: retention.Purger | None = None
-    pool: psycopg_pool.ConnectionPool[Any] | None = None
+    pool: connect.Pool | None = None
     wakeups: dict[tuple[str, str], asyncio.Event]
     memories: dict[str, memory_.RunMemory]
     leading: threading.Event  # set once this replica leads (for good: losing the Lease exits the process)
@@ -69,7 +68,7 @@ STATE.leading = threading.Event()
 
 
 def _migrate(dsn: str) -> list[str]:
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with connect.connect(dsn) as conn:
         return store.migrate(conn)
 
 
@@ -121,9 +120,7 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         # Only the leader migrates, and before the first admission row is written.
         applied = await asyncio.to_thread(_migrate, cfg.dsn)
         logger.info("schema migrations applied: %s", ", ".join(applied) or "(none, up to date)")
-    STATE.pool = psycopg_pool.ConnectionPool(
-        cfg.dsn, min_size=1, max_size=4, kwargs={"autocommit": True}, open=True, name="agentrun-operator"
-    )
+    STATE.pool = connect.open_pool(cfg.dsn, name="agentrun-operator", max_size=4)
     may_write = STATE.elector.may_act if STATE.elector is not None else None
     loop = asyncio.get_running_loop()
     STATE.throttle = throttle.Throttle(
