@@ -340,11 +340,12 @@ class LeaseKeeper:
 
     # --- release --------------------------------------------------------------------------------------
 
-    def release(self) -> bool:
+    def release(self, *, timeout: float | None = None) -> bool:
         """Stop renewing and clear ``holderIdentity`` by CAS, only if still ours. True if released.
 
         Best effort: if the API server is unreachable the Lease simply expires. ``leaseTransitions`` is
-        kept, so the next holder's epoch is higher than ours.
+        kept, so the next holder's epoch is higher than ours. ``timeout`` per request (default: the
+        renewal's): a short Lease's renewal timeout can be too short for a loaded API server at shutdown.
         """
         with self._lock:
             self._released = True  # may_act() is False from here on
@@ -352,4 +353,4 @@ class LeaseKeeper:
         self.stop()
         if lost is not None or body is None:
             return False
-        return lease_cas.release(self.config, self.api, body, epoch, self.timeout)
+        return lease_cas.release(self.config, self.api, body, epoch, timeout or self.timeout)

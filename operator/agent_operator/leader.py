@@ -32,6 +32,7 @@ from agentrun_core import kube, lease, lease_math
 logger = logging.getLogger(__name__)
 
 EXIT_LEADERSHIP_LOST = 3
+RELEASE_TIMEOUT = 2.0  # seconds per request of the release at shutdown
 LABELS = {"app.kubernetes.io/name": "agentrun-operator"}
 
 
@@ -72,7 +73,9 @@ class Elector:
 
     def release(self) -> None:
         """Clear ``holderIdentity`` so a standby takes over without waiting for expiry."""
-        if self.keeper.release():
+        # 2 s per request, as before the shared engine: with a short leader Lease (tests use 4 s) the
+        # renewal timeout is under a second, and a release that times out makes the standby wait for expiry.
+        if self.keeper.release(timeout=RELEASE_TIMEOUT):
             logger.info("released leadership Lease %s/%s", self.cfg.namespace, self.cfg.name)
 
 
