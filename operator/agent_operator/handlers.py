@@ -30,7 +30,7 @@ import kopf
 from agent_operator import kube, leader, metrics, model, retention, runner, throttle
 from agent_operator import memory as memory_
 from agent_operator import settings as settings_
-from agentrun_core import lease_math, protocol, store
+from agentrun_core import backoff, lease_math, protocol, store
 from agentrun_core.store import connect
 
 logger = logging.getLogger(__name__)
@@ -270,7 +270,9 @@ async def run_loop(
                 memory.failures = 0
             except Exception as exc:  # the handler boundary: log, look again soon (backing off)
                 memory.failures += 1
-                delay = min(MAX_ERROR_RETRY_SECONDS, ERROR_RETRY_SECONDS * 2 ** min(memory.failures - 1, 5))
+                delay = backoff.capped(
+                    memory.failures, initial=ERROR_RETRY_SECONDS, cap=MAX_ERROR_RETRY_SECONDS
+                )
                 logger.warning(
                     "reconcile of %s/%s failed (%d in a row, next try in %.0fs): %s: %s",
                     namespace,

@@ -11,6 +11,8 @@ import socket
 import uuid
 from collections.abc import Mapping
 
+from agentrun_core import envconf
+
 
 @dataclasses.dataclass(frozen=True)
 class LeaderSettings:
@@ -81,26 +83,9 @@ class SettingsError(ValueError):
     """The environment does not describe a runnable operator."""
 
 
-def _bool(value: str, name: str) -> bool:
-    lowered = value.strip().lower()
-    if lowered in {"1", "true", "yes", "on"}:
-        return True
-    if lowered in {"0", "false", "no", "off"}:
-        return False
-    raise SettingsError(f"{name}={value!r}: expected true or false")
-
-
-def _float(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise SettingsError(f"{name}={raw!r}: expected a number") from None
-    if value < 0:
-        raise SettingsError(f"{name}={raw!r}: must not be negative")
-    return value
+def _number(env: Mapping[str, str], name: str, default: float) -> float:
+    """Every number the operator reads is a non-negative count or duration (agentrun_core.envconf)."""
+    return envconf.number(env, name, default, minimum=0, error=SettingsError)
 
 
 def default_identity() -> str:
@@ -117,10 +102,10 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         namespaces[0] if len(namespaces) == 1 else LeaderSettings.namespace
     )
     leader = LeaderSettings(
-        enabled=_bool(env.get("AGENTRUN_LEADER_ELECTION", "true"), "AGENTRUN_LEADER_ELECTION"),
+        enabled=envconf.flag(env, "AGENTRUN_LEADER_ELECTION", True, error=SettingsError),
         namespace=leader_ns,
         name=env.get("AGENTRUN_LEADER_LEASE", "").strip() or LeaderSettings.name,
-        duration_seconds=_float(env, "AGENTRUN_LEADER_DURATION_SECONDS", LeaderSettings.duration_seconds),
+        duration_seconds=_number(env, "AGENTRUN_LEADER_DURATION_SECONDS", LeaderSettings.duration_seconds),
         identity=env.get("AGENTRUN_LEADER_IDENTITY", "").strip() or default_identity(),
     )
     if leader.duration_seconds < 1:
@@ -134,7 +119,7 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         dsn=env.get("AGENTRUN_WORKER_DSN", "").strip(),
         dsn_secret=env.get("AGENTRUN_WORKER_DSN_SECRET", "").strip(),
         termination_grace_seconds=int(
-            _float(env, "AGENTRUN_WORKER_GRACE_SECONDS", WorkerDefaults.termination_grace_seconds)
+            _number(env, "AGENTRUN_WORKER_GRACE_SECONDS", WorkerDefaults.termination_grace_seconds)
         ),
         image_pull_policy=env.get("AGENTRUN_WORKER_IMAGE_PULL_POLICY", "").strip()
         or WorkerDefaults.image_pull_policy,
@@ -142,33 +127,33 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
     if worker.dsn_secret and "/" not in worker.dsn_secret:
         raise SettingsError("AGENTRUN_WORKER_DSN_SECRET must be secret-name/key")
     reconcile = ReconcileSettings(
-        poll_seconds=_float(env, "AGENTRUN_POLL_SECONDS", ReconcileSettings.poll_seconds),
-        idle_poll_seconds=_float(env, "AGENTRUN_IDLE_POLL_SECONDS", ReconcileSettings.idle_poll_seconds),
-        pod_cache_grace_seconds=_float(
+        poll_seconds=_number(env, "AGENTRUN_POLL_SECONDS", ReconcileSettings.poll_seconds),
+        idle_poll_seconds=_number(env, "AGENTRUN_IDLE_POLL_SECONDS", ReconcileSettings.idle_poll_seconds),
+        pod_cache_grace_seconds=_number(
             env, "AGENTRUN_POD_CACHE_GRACE_SECONDS", ReconcileSettings.pod_cache_grace_seconds
         ),
-        start_timeout_seconds=_float(
+        start_timeout_seconds=_number(
             env, "AGENTRUN_START_TIMEOUT_SECONDS", ReconcileSettings.start_timeout_seconds
         ),
-        retention_seconds=_float(env, "AGENTRUN_RETENTION_SECONDS", ReconcileSettings.retention_seconds),
-        purge_interval_seconds=_float(
+        retention_seconds=_number(env, "AGENTRUN_RETENTION_SECONDS", ReconcileSettings.retention_seconds),
+        purge_interval_seconds=_number(
             env, "AGENTRUN_PURGE_INTERVAL_SECONDS", ReconcileSettings.purge_interval_seconds
         ),
-        purge_batch=max(1, int(_float(env, "AGENTRUN_PURGE_BATCH", ReconcileSettings.purge_batch))),
+        purge_batch=max(1, int(_number(env, "AGENTRUN_PURGE_BATCH", ReconcileSettings.purge_batch))),
         max_workers_per_namespace=int(
-            _float(env, "AGENTRUN_MAX_WORKERS_PER_NAMESPACE", ReconcileSettings.max_workers_per_namespace)
+            _number(env, "AGENTRUN_MAX_WORKERS_PER_NAMESPACE", ReconcileSettings.max_workers_per_namespace)
         ),
-        finished_pod_retention_seconds=_float(
+        finished_pod_retention_seconds=_number(
             env, "AGENTRUN_FINISHED_POD_RETENTION_SECONDS", ReconcileSettings.finished_pod_retention_seconds
         ),
     )
-    metrics_port = int(_float(env, "AGENTRUN_METRICS_PORT", 0))
+    metrics_port = int(_number(env, "AGENTRUN_METRICS_PORT", 0))
     return Settings(
         dsn=dsn,
         namespaces=namespaces,
         metrics_port=metrics_port,
         kubeconfig=env.get("KUBECONFIG", ""),
-        migrate=_bool(env.get("AGENTRUN_MIGRATE", "true"), "AGENTRUN_MIGRATE"),
+        migrate=envconf.flag(env, "AGENTRUN_MIGRATE", True, error=SettingsError),
         leader=leader,
         worker=worker,
         reconcile=reconcile,
