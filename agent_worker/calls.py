@@ -44,7 +44,9 @@ class Call(str):
         return self
 
     def heartbeat(self, details: Any = None) -> None:
-        """Progress of a long call; written (coalesced, ~1/s) to agentrun_heartbeats under this key."""
+        """Progress of a long call; written (coalesced, ~1/s) to agentrun_heartbeats under this key.
+        Raises the attempt's stop (``Fenced``, or a lost Postgres) once the attempt is over: a long call
+        ends early."""
         _beat(
             context.current(),
             self.idempotency_key,
@@ -53,7 +55,8 @@ class Call(str):
 
 
 def heartbeat(details: Any = None) -> None:
-    """Heartbeat from anywhere in a node (outside a tool call: keyed by the step)."""
+    """Heartbeat from anywhere in a node (outside a tool call: keyed by the step). Raises the attempt's stop
+    once the attempt is over (fenced, lease lost, Postgres lost), so a long node ends at its next beat."""
     ctx = context.current()
     md = context.config_metadata()
     try:
@@ -82,6 +85,8 @@ def _next_seq() -> int:
 
 
 def _beat(ctx: context.RunContext, key: str, details: dict[str, Any]) -> None:
+    if ctx.stop is not None:  # the attempt is over (fenced, lease lost, Postgres lost): the node learns it
+        raise ctx.stop
     if not ctx.should_beat(key, time.monotonic()):
         return
     store.heartbeat(ctx.conn, run_id=ctx.run_id, key=key, details={**details, "seq": _next_seq()})

@@ -1,20 +1,27 @@
 """The worker's LangGraph saver: PostgresSaver with every write fenced, a head pointer, and its own timings.
 
-Rule: a checkpoint (``put``) or a task's pending writes (``put_writes``) are written in ONE transaction that
-starts with the same epoch check as the ledger (``store.fence_checkpoint``: the run row locked, its
-``lease_epoch`` compared with ours). A deposed worker's write is refused with ``errors.Fenced`` and rolled
-back whole, so a zombie can never make its state the thread's newest.
+Rule: every row a checkpoint write (``put``) or a task's pending writes (``put_writes``) inserts is fenced in
+its own statement by the same epoch check as the ledger: a trigger on LangGraph's tables (migration 16) locks
+the run row and compares its ``lease_epoch`` with the epoch this saver marked its connection with
+(``agentrun.fence``, set once per connection, inside the first write's pipeline). A deposed worker's write is
+refused (SQLSTATE ``AR409``; ``store.raise_if_refused`` makes it ``errors.Fenced``, ``AR404`` an
+``errors.RunNotFound``) and rolled back whole, so a zombie can never make its state the thread's newest.
 
-The transaction is one psycopg pipeline (``store.pipelined_transaction``): BEGIN, the fence, PostgresSaver's
-statements, COMMIT and a single Sync — one round trip per write, like bare PostgresSaver's own pipeline. The
-fence refuses server-side (migration 15), which aborts everything after it up to the Sync, COMMIT included;
-``store.raise_if_refused`` turns that error back into ``errors.Fenced`` (``errors.RunNotFound`` for a run
-that is not admitted).
+A write is PostgresSaver's own psycopg pipeline — its statements and one Sync, one implicit transaction — with
+nothing of ours around it: no BEGIN, no COMMIT, no fencing statement. The run-row locks taken by the trigger
+are held until that Sync; a refusal aborts every statement of the write (blobs, rows, the head move). A
+client-side failure between two of its statements would let the Sync commit what was sent, so the saver then
+sends ``agentrun_abandon_write()``, which aborts the transaction first. A connection whose write failed is
+marked again on its next write (the mark is a setting, rolled back with the transaction that made it).
+
+Riders: statements of the worker's own (the step events, ``agent_worker/steps.py``) may be sent inside that
+pipeline (``rider``), so they cost no round trip of their own and commit with the write or not at all.
 
 A root ``put`` also moves ``agentrun_runs.head_checkpoint_id`` (a subgraph ``put`` moves its namespace's row
-in ``agentrun_checkpoint_heads``) in that transaction. ``get_tuple`` without a ``checkpoint_id`` — "the
-latest", which LangGraph asks for at every resume — returns the head, never "newest by id": ids are uuid6 made
-from the writer's wall clock, so a worker whose clock is behind writes ids that sort before older ones.
+in ``agentrun_checkpoint_heads``), in the trigger of its checkpoint row. ``get_tuple`` without a
+``checkpoint_id`` — "the latest", which LangGraph asks for at every resume — returns the head, never "newest
+by id": ids are uuid6 made from the writer's wall clock, so a worker whose clock is behind writes ids that
+sort before older ones.
 
 Writes may run on LangGraph's background threads (``durability="async"``, and the final save of ``exit``); a
 refused or failed write there is re-raised by LangGraph only when the loop exits, so the saver also reports it
@@ -32,6 +39,7 @@ import contextlib
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -44,6 +52,8 @@ from agentrun_core import errors, faults, store
 from agentrun_core.store import connect
 
 logger = logging.getLogger(__name__)
+
+Rider = Callable[[connect.Connection], Callable[[bool], None] | None]
 
 
 def _ns(config: RunnableConfig) -> str:
@@ -64,9 +74,13 @@ class FencedSaver(PostgresSaver):
         self.run_id = run_id
         self.epoch = epoch
         self.on_refused = on_refused
-        self._tx = threading.local()  # the connection of the fenced transaction this thread is inside
+        self._marked: weakref.WeakSet[connect.Connection] = weakref.WeakSet()  # carry agentrun.fence
         self._timings: dict[str, float] = {}  # root checkpoint id -> seconds its put took
         self._timings_lock = threading.Lock()
+        # Statements that ride on each write (agent_worker/steps.py: the step events): called inside the
+        # write's pipeline with its connection, it sends what it has and returns the callback told whether
+        # the write committed (None: nothing sent).
+        self.rider: Rider | None = None
 
     # --- reads ---------------------------------------------------------------------------------------
 
@@ -90,7 +104,7 @@ class FencedSaver(PostgresSaver):
     ) -> RunnableConfig:
         ns = _ns(config)
         t0 = time.perf_counter()
-        with self._fenced(ns, checkpoint["id"]):
+        with self._refusals(ns, checkpoint["id"]):
             saved = super().put(config, checkpoint, metadata, new_versions)
         seconds = time.perf_counter() - t0
         if ns == "":
@@ -102,7 +116,7 @@ class FencedSaver(PostgresSaver):
     def put_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> None:
-        with self._fenced(_ns(config), None):
+        with self._refusals(_ns(config), None):
             super().put_writes(config, writes, task_id, task_path)
         # The gap a kill can fall into in every mode but ``exit``: the task is done in Postgres, its step's
         # checkpoint is not (LangGraph saves them on separate threads, the checkpoint after the whole step).
@@ -113,26 +127,47 @@ class FencedSaver(PostgresSaver):
         with self._timings_lock:
             return self._timings.get(checkpoint_id)
 
-    # --- the fenced transaction ----------------------------------------------------------------------
+    # --- the fenced pipeline -------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _fenced(self, ns: str, checkpoint_id: str | None) -> Iterator[None]:
+    def _cursor(self, *, pipeline: bool = False) -> Iterator[connect.DictCursor]:
+        if not pipeline:  # reads: PostgresSaver's own way
+            with super()._cursor(pipeline=False) as cur:
+                yield cur
+            return
+        # A write: PostgresSaver's pipeline, its connection marked with our fence first, riders on it.
+        rode: Callable[[bool], None] | None = None
+        conn: connect.Connection | None = None
+        committed = False
+        try:
+            with super()._cursor(pipeline=True) as cur:
+                conn = cur.connection
+                try:
+                    if conn not in self._marked:
+                        store.mark_fence(cur, run_id=self.run_id, epoch=self.epoch)
+                        self._marked.add(conn)
+                    if self.rider is not None:
+                        rode = self.rider(conn)
+                    yield cur
+                except BaseException:
+                    store.abandon_write(cur)  # what was sent before the failure must not commit at the Sync
+                    raise
+            committed = True
+        except BaseException:
+            if conn is not None:
+                self._marked.discard(conn)  # the mark may have been rolled back with this write
+            raise
+        finally:
+            if rode is not None:
+                rode(committed)
+
+    @contextlib.contextmanager
+    def _refusals(self, ns: str, checkpoint_id: str | None) -> Iterator[None]:
+        """A refused write as ``errors.Fenced`` (reported at once), a lost connection as ``InfraLost``."""
         what = "checkpoint write" if checkpoint_id is not None else "checkpoint pending writes"
         try:
             try:
-                with self.pool.connection() as conn, store.pipelined_transaction(conn):
-                    store.fence_checkpoint(
-                        conn,
-                        run_id=self.run_id,
-                        epoch=self.epoch,
-                        checkpoint_ns=ns,
-                        checkpoint_id=checkpoint_id,
-                    )
-                    self._tx.conn = conn
-                    try:
-                        yield
-                    finally:
-                        self._tx.conn = None
+                yield
             except connect.Error as exc:
                 # Fenced / RunNotFound if it was the fence that refused; any other error as it is
                 store.raise_if_refused(
@@ -151,15 +186,3 @@ class FencedSaver(PostgresSaver):
     def _report(self, exc: errors.ControlSignal) -> None:
         if self.on_refused is not None:
             self.on_refused(exc)
-
-    @contextlib.contextmanager
-    def _cursor(self, *, pipeline: bool = False) -> Iterator[connect.DictCursor]:
-        conn: connect.Connection | None = getattr(self._tx, "conn", None)
-        if conn is None:  # reads: PostgresSaver's own way
-            with super()._cursor(pipeline=pipeline) as cur:
-                yield cur
-            return
-        # Inside the fenced transaction, already in pipeline mode: a plain cursor whose statements ride that
-        # pipeline. PostgresSaver's own ``conn.pipeline()`` would nest, and a nested pipeline syncs on exit.
-        with connect.dict_cursor(conn) as cur:
-            yield cur

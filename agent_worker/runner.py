@@ -182,7 +182,9 @@ class Attempt:
             saver=checkpointer,
             epoch=self.epoch,
             batch_seconds=steps.BATCH_SECONDS.get(run.durability, 0.0),
+            on_lost=self._write_refused,
         )
+        checkpointer.rider = self.steps.ride  # step events ride on the next checkpoint write
         try:
             compiled = graphs.compile_graph(graph_obj, checkpointer, ref=run.graph)
         except errors.GraphLoadError as exc:

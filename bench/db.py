@@ -16,6 +16,8 @@ from typing import Any
 
 import psycopg
 import psycopg_pool
+from langgraph.checkpoint.postgres import PostgresSaver
+from psycopg.rows import dict_row
 
 from agentrun_dev import postgres
 from agentrun_dev import settings as dev_settings
@@ -101,8 +103,9 @@ def counting_round_trips() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def fresh_database(tag: str) -> Iterator[str]:
-    """DSN of a new database with agentrun's schema and PostgresSaver's tables."""
+def fresh_database(tag: str, *, agentrun: bool = True) -> Iterator[str]:
+    """DSN of a new database with agentrun's schema and PostgresSaver's tables; with ``agentrun=False``
+    PostgresSaver's tables alone (a baseline must not pay for our triggers on them, migration 16)."""
     settings = dev_settings.from_env()
     postgres.ensure_running(settings)
     name = f"agentrun_bench_{tag}_{os.getpid()}"
@@ -112,11 +115,15 @@ def fresh_database(tag: str) -> Iterator[str]:
         conn.execute(f'CREATE DATABASE "{name}"')
     dsn = postgres.dsn(settings, name)
     try:
-        from agentrun_core import store
+        if agentrun:
+            from agentrun_core import store
 
-        with psycopg.connect(dsn) as conn:
-            store.migrate(conn)
-            conn.commit()
+            with psycopg.connect(dsn) as conn:
+                store.migrate(conn)
+                conn.commit()
+        else:
+            with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
+                PostgresSaver(conn).setup()
         yield dsn
     finally:
         with psycopg.connect(admin, autocommit=True) as conn:

@@ -26,9 +26,10 @@ from agentrun_core.store.attempts import (
     record_attempt_start,
     record_step_event,
     record_steps,
+    send_steps,
 )
-from agentrun_core.store.checkpoints import fence_checkpoint, get_checkpoint_head, raise_if_refused
-from agentrun_core.store.db import Conn, pipelined_transaction
+from agentrun_core.store.checkpoints import abandon_write, get_checkpoint_head, mark_fence, raise_if_refused
+from agentrun_core.store.db import Conn
 from agentrun_core.store.effects_sql import (
     Reservation,
     confirm_effect,
@@ -76,6 +77,7 @@ __all__ = [
     "Resolution",
     "Run",
     "StepEvent",
+    "abandon_write",
     "admit_fork",
     "admit_run",
     "cancel_run",
@@ -85,7 +87,6 @@ __all__ = [
     "decide_approval_detail",
     "drop_tenant",
     "effect_counts",
-    "fence_checkpoint",
     "find_fork_source",
     "finish_run",
     "fold_runs",
@@ -105,10 +106,10 @@ __all__ = [
     "list_runs",
     "list_step_events",
     "mark_approval_resumed",
+    "mark_fence",
     "mark_for_purge",
     "migrate",
     "pin_image",
-    "pipelined_transaction",
     "provision_tenant",
     "purge_due",
     "raise_if_refused",
@@ -123,6 +124,7 @@ __all__ = [
     "reserve_effect",
     "resolve_effect",
     "schema_version",
+    "send_steps",
     "set_current_step",
     "set_read_only",
     "sync_approval_policy",

@@ -10,9 +10,10 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+import psycopg
 from psycopg.types.json import Jsonb
 
-from agentrun_core.store import db, rows
+from agentrun_core.store import db, queries, rows
 
 
 def record_attempt_start(
@@ -112,6 +113,28 @@ def record_steps(
 ) -> bool:
     """Insert ``events`` (dicts of ``record_step_event``'s fields, in step order) and, fenced by ``epoch``,
     set the run's current step, in one statement. True if the current step moved."""
+    row = db.fetch_one(conn, "record_steps", _steps_params(run_id, attempt, epoch, events, current_step))
+    return row is not None and row["moved"] == 1
+
+
+def send_steps(
+    conn: psycopg.Connection[Any],
+    *,
+    run_id: str,
+    attempt: int,
+    epoch: int | None,
+    events: list[dict[str, Any]],
+    current_step: str | None,
+) -> None:
+    """``record_steps``' statement sent on ``conn`` and not read: inside another write's pipelined transaction
+    (the checkpointer's pipeline), where it costs no round trip and commits or rolls back with that write."""
+    with conn.cursor() as cur:
+        cur.execute(queries.get("record_steps"), _steps_params(run_id, attempt, epoch, events, current_step))
+
+
+def _steps_params(
+    run_id: str, attempt: int, epoch: int | None, events: list[dict[str, Any]], current_step: str | None
+) -> dict[str, Any]:
     payload = [
         {
             **e,
@@ -121,18 +144,13 @@ def record_steps(
         }
         for i, e in enumerate(events)
     ]
-    row = db.fetch_one(
-        conn,
-        "record_steps",
-        {
-            "run_id": run_id,
-            "attempt": attempt,
-            "epoch": epoch,
-            "events": Jsonb(payload),
-            "current_step": current_step,
-        },
-    )
-    return row is not None and row["moved"] == 1
+    return {
+        "run_id": run_id,
+        "attempt": attempt,
+        "epoch": epoch,
+        "events": Jsonb(payload),
+        "current_step": current_step,
+    }
 
 
 def list_step_events(conn: db.Conn, run_id: str) -> list[rows.StepEvent]:

@@ -1,14 +1,15 @@
 """Fencing and the head pointer of LangGraph checkpoint writes (agent_worker/checkpointer.py's statements).
 
-``fence_checkpoint`` must be sent on the connection, and inside the transaction, that then writes the
-checkpoint: the epoch check and the head move commit with the write or not at all. It refuses server-side
-(``agentrun_fence_checkpoint``, migration 15: SQLSTATE ``AR404`` / ``AR409``), so the whole transaction can
-be one pipeline; ``raise_if_refused`` turns those errors back into ``RunNotFound`` / ``Fenced`` — the one
-place that knows them.
+The fence itself is server-side: migration 16's trigger on LangGraph's tables runs
+``agentrun_fence_checkpoint`` (migration 15) for every row written on a connection marked by
+``mark_fence``, in that row's statement. It refuses with SQLSTATE ``AR404`` / ``AR409``, and
+``raise_if_refused`` turns those errors back into ``RunNotFound`` / ``Fenced`` — the one place that knows
+them. ``abandon_write`` aborts a write's implicit transaction when its client fails half-way.
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import psycopg
@@ -19,24 +20,25 @@ NOT_ADMITTED = "AR404"  # no run row (never admitted, or another tenant's)
 NOT_CURRENT = "AR409"  # the run's lease_epoch is not the writer's; DETAIL: the current epoch ('' for NULL)
 
 
-def fence_checkpoint(
-    conn: psycopg.Connection[Any], *, run_id: str, epoch: int, checkpoint_ns: str, checkpoint_id: str | None
-) -> None:
-    """Send the epoch check (refused if a newer epoch holds the run) and the head move; read nothing back.
+def mark_fence(cur: psycopg.Cursor[Any], *, run_id: str, epoch: int) -> None:
+    """Mark ``cur``'s connection: the rows it writes to LangGraph's tables are fenced by ``epoch`` of
+    ``run_id`` from now on (the setting ``agentrun.fence``; sent, not read, so it rides a pipeline). The mark
+    is transactional: a write that fails takes it back with it."""
+    cur.execute(queries.get("mark_fence"), {"fence": f"{epoch}:{run_id}"})
 
-    ``checkpoint_id`` is the checkpoint a ``put`` writes (it becomes the head of ``checkpoint_ns``; the root
-    head lives on the run row); ``None`` for ``put_writes``, which only needs the epoch check. In a pipeline
-    (``db.pipelined_transaction``) a refusal surfaces at the Sync, as the psycopg error that
-    ``raise_if_refused`` maps; outside one, at once."""
-    params = {"run_id": run_id, "epoch": epoch, "checkpoint_ns": checkpoint_ns}
-    with conn.cursor() as cur:
-        cur.execute(queries.get("fence_checkpoint"), {**params, "checkpoint_id": checkpoint_id})
+
+def abandon_write(cur: psycopg.Cursor[Any]) -> None:
+    """Abort the implicit transaction of the pipeline ``cur`` is in: a statement that fails server-side
+    (``agentrun_abandon_write``), so the Sync that follows commits nothing sent before it. Never raises:
+    the caller is already failing."""
+    with contextlib.suppress(psycopg.Error):
+        cur.execute(queries.get("abandon_write"))
 
 
 def raise_if_refused(
     exc: BaseException, *, run_id: str, epoch: int, checkpoint_ns: str, checkpoint_id: str | None
 ) -> None:
-    """If ``exc`` (or an error in its cause/context chain) is ``fence_checkpoint``'s refusal, raise it as
+    """If ``exc`` (or an error in its cause/context chain) is the fence's refusal, raise it as
     ``RunNotFound`` ("run R is not admitted") or ``Fenced`` (the text ``rows.fenced`` gives every fenced
     write); else return."""
     refusal = _refusal(exc)

@@ -3,7 +3,7 @@
 The rule (import-linter, pyproject.toml): only ``agentrun_core`` imports psycopg. A worker, the operator or
 the CLI opens its pool or connection here and catches the errors re-exported here, so the driver is one
 package's concern. Every connection is autocommit: one statement is one transaction and one round trip, and
-``db.pipelined_transaction`` builds multi-statement transactions on top (see ``db``'s docstring).
+a psycopg pipeline is one implicit transaction up to its Sync (the checkpointer's writes).
 """
 
 from __future__ import annotations

@@ -82,15 +82,21 @@ def migrate(conn: psycopg.Connection[Any]) -> list[str]:
                 applied_now.append(migration.name)
             PostgresSaver(conn).setup()  # any row factory works: its cursors set dict_row
             # LangGraph's checkpoint tables exist only now: cover them (and any table a migration left
-            # uncovered) with the tenants' row-level security of migration 5.
-            if _has_function(conn, "agentrun_protect_all"):
-                conn.execute("SELECT agentrun_protect_all()")
+            # uncovered) with the tenants' row-level security of migration 5, and fence their rows
+            # (migration 16).
+            for after_setup in _AFTER_SETUP:
+                if _has_function(conn, after_setup):
+                    conn.execute(f"SELECT {after_setup}()")
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", (_MIGRATE_LOCK_ID,))
     finally:
         if not was_autocommit:
             conn.autocommit = False
     return applied_now
+
+
+# Functions of our migrations that act on LangGraph's tables, run after PostgresSaver.setup() made them.
+_AFTER_SETUP = ("agentrun_protect_all", "agentrun_fence_checkpoint_tables")
 
 
 def _has_function(conn: psycopg.Connection[Any], name: str) -> bool:

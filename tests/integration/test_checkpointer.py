@@ -141,8 +141,8 @@ class _Flights:
 def test_a_fenced_write_is_one_round_trip_refused_or_not(
     pool: psycopg_pool.ConnectionPool[Any], pg_dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The fence, PostgresSaver's statements and the commit go in one pipeline: one Sync per write, like bare
-    PostgresSaver's own pipeline — and a refusal costs no more (its ROLLBACK aside)."""
+    """A write is PostgresSaver's own pipeline, fenced by the trigger inside its statements: one Sync per
+    write, like bare PostgresSaver — and a refusal costs no more and leaves nothing (its blobs included)."""
     _claim(pool, 1)
     one: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
         pg_dsn, min_size=1, max_size=1, kwargs={"autocommit": True}, open=True
@@ -168,14 +168,17 @@ def _one_round_trip(
     assert _count(pool, "checkpoint_writes") == 2
     _claim(pool, 2)
     flights.take()
+    refused = _checkpoint(_uuid6_at(60), "y")
+    refused["channel_values"]["blob"] = {"zombie": "blob"}
+    refused["channel_versions"]["blob"] = 2
     with pytest.raises(errors.Fenced):
-        saver.put(_config(checkpoint_id=cp["id"]), _checkpoint(_uuid6_at(60), "y"), {}, {"value": 2})
-    # The pipeline, then the ROLLBACK of the aborted transaction (and psycopg's DEALLOCATE of the statements
-    # it had prepared in the aborted pipeline, when it had prepared any).
-    assert flights.take() in (2, 3)
+        saver.put(_config(checkpoint_id=cp["id"]), refused, {}, {"value": 2, "blob": 2})
+    # The pipeline alone (psycopg may add a DEALLOCATE of statements it had prepared in the aborted pipeline).
+    assert flights.take() in (1, 2)
     with one.connection() as conn:
         assert conn.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE
     assert _count(pool, "checkpoints") == 1 and store.get_checkpoint_head(pool, run_id=RUN) == cp["id"]
+    assert _count(pool, "checkpoint_blobs") == 1  # the refused write's blob went with it
 
 
 def test_a_run_that_is_not_admitted_gets_no_checkpoint(pool: psycopg_pool.ConnectionPool[Any]) -> None:
@@ -191,18 +194,53 @@ def test_a_run_that_is_not_admitted_gets_no_checkpoint(pool: psycopg_pool.Connec
     assert refused == []  # as before: RunNotFound is the worker's own error, not a control signal
 
 
-def test_a_failing_statement_in_a_pipelined_transaction_is_raised_as_itself(
+def test_a_write_its_client_abandons_half_way_commits_nothing(
+    pool: psycopg_pool.ConnectionPool[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client-side failure between two statements of a write (blobs sent, checkpoint row not): the implicit
+    transaction is aborted before its Sync, so neither the blobs nor the head move commit."""
+    _claim(pool, 1)
+    saver = checkpointer.FencedSaver(pool, run_id=RUN, epoch=1)
+    real_execute = psycopg.Cursor.execute
+
+    def failing_execute(self: psycopg.Cursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+        if query == saver.UPSERT_CHECKPOINTS_SQL:
+            raise RuntimeError("the client failed between two statements")
+        return real_execute(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", failing_execute)
+    cp = _checkpoint(_uuid6_at(80), "x")
+    cp["channel_values"]["blob"] = {"not": "inline"}
+    cp["channel_versions"]["blob"] = 1
+    with pytest.raises(RuntimeError, match="between two statements"):
+        saver.put(_config(), cp, {}, {"value": 1, "blob": 1})
+    monkeypatch.undo()
+    assert _count(pool, "checkpoint_blobs") == 0 and _count(pool, "checkpoints") == 0
+    assert store.get_checkpoint_head(pool, run_id=RUN) is None
+    # That failed write was the saver's first on its connection: the fence mark went with it, and is sent
+    # again by the next write, which is still fenced (a newer epoch now holds the run).
+    _claim(pool, 2)
+    with pytest.raises(errors.Fenced):
+        saver.put(_config(), _checkpoint(_uuid6_at(81), "late"), {}, {"value": 2})
+    assert _count(pool, "checkpoints") == 0
+
+
+def test_rows_on_a_connection_the_saver_did_not_mark_are_not_fenced(
     pool: psycopg_pool.ConnectionPool[Any],
 ) -> None:
-    """Not as the PipelineAborted of the statements the server skipped after it; nothing commits."""
+    """The trigger fences the worker's saver, whose connections carry the mark: a plain PostgresSaver on the
+    same tables (the operator's forks, a baseline) writes as it always did; a marked connection writing
+    another run's thread is refused."""
     _claim(pool, 1)
+    PostgresSaver(pool).put(_config(), _checkpoint(_uuid6_at(90), "plain"), {}, {"value": 1})
+    assert _count(pool, "checkpoints") == 1
+    saver = checkpointer.FencedSaver(pool, run_id=RUN, epoch=1)
+    other = {"configurable": {"thread_id": "another-run", "checkpoint_ns": ""}}
+    with pytest.raises(errors.Fenced):
+        saver.put(other, _checkpoint(_uuid6_at(91), "not mine"), {}, {"value": 1})  # type: ignore[arg-type]
     with pool.connection() as conn:
-        with pytest.raises(psycopg.errors.DivisionByZero), store.pipelined_transaction(conn):
-            store.fence_checkpoint(conn, run_id=RUN, epoch=1, checkpoint_ns="", checkpoint_id="moved")
-            conn.execute("SELECT 1 / 0")
-            conn.execute("SELECT 1")
-        assert conn.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE
-    assert store.get_checkpoint_head(pool, run_id=RUN) is None  # the fence's head move rolled back too
+        row = conn.execute("SELECT count(*) FROM checkpoints WHERE thread_id = 'another-run'").fetchone()
+    assert row is not None and row[0] == 0
 
 
 def test_resume_follows_the_head_not_the_newest_id(pool: psycopg_pool.ConnectionPool[Any]) -> None:

@@ -345,16 +345,17 @@ SELECT (SELECT count(*) FROM events) AS recorded, (SELECT count(*) FROM moved) A
 SELECT * FROM agentrun_step_events WHERE run_id = %(run_id)s ORDER BY id
 
 -- ---------------------------------------------------------------------------------- checkpoint fencing
--- agent_worker/checkpointer.py runs each LangGraph write (put, put_writes) in ONE transaction that starts
--- with this statement, so the write and the fencing check commit together or not at all.
+-- agent_worker/checkpointer.py: the rows of LangGraph's checkpoint tables are fenced by a trigger (migration
+-- 16) for each connection the saver marked; these two statements ride inside its writes' pipelines.
 
--- name: fence_checkpoint
--- The epoch check and head move of a checkpoint write: agentrun_fence_checkpoint (migration 15) locks the run
--- row (FOR UPDATE for a root put, which moves agentrun_runs.head_checkpoint_id; FOR SHARE otherwise, held
--- until commit), raises SQLSTATE AR404 (not admitted) or AR409 (epoch not current, DETAIL the current one)
--- and moves the head of a put's namespace. Raising instead of returning a row to judge lets the saver send
--- it in one pipeline with the write it fences.
-SELECT agentrun_fence_checkpoint(%(run_id)s, %(epoch)s, %(checkpoint_ns)s, %(checkpoint_id)s)
+-- name: mark_fence
+-- The connection's fence, '<epoch>:<run id>' (agentrun_fence_checkpoint_row reads it); session-wide, but
+-- transactional: rolled back with a write that fails.
+SELECT set_config('agentrun.fence', %(fence)s, false)
+
+-- name: abandon_write
+-- Fails at once (SQLSTATE AR400), so the implicit transaction of the pipeline it is sent in commits nothing.
+SELECT agentrun_abandon_write()
 
 -- name: get_checkpoint_head
 -- The head of one namespace ('' = root); NULL when none was written fenced (a run from before migration 2).
