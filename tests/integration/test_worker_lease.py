@@ -49,7 +49,9 @@ def test_frozen_zombie_is_fenced_and_never_calls_the_provider(
         block.unlink()
         proc = worker.run("r", pod="pod-b", attempt=2, AGENTRUN_TEST_NODE_LOG=str(log))  # waits for expiry
         # On failure, also what the provider received (a 4xx here once went unexplained).
-        assert proc.returncode == 0, (proc.stderr[-3000:], http_provider.stats(providers.http_url))
+        # A str message: pytest truncates a tuple's repr, which hid the provider's side of this before.
+        provider = http_provider.stats(providers.http_url)
+        assert proc.returncode == 0, f"{proc.stderr[-4000:]}\nprovider: {provider}"
     finally:
         zombie.send_signal(signal.SIGCONT)
     _, err = zombie.communicate(timeout=60)
