@@ -351,3 +351,17 @@ def test_step_events_wait_for_the_savers_timing_and_keep_their_order(
     ]
     recorder.flush(final=True)  # "c" was never written by this attempt (durability=exit): no figure
     assert [(e.step, e.checkpoint_seconds) for e in store.list_step_events(pool, RUN)][-1] == ("c:2", None)
+
+
+def test_a_saver_on_tables_without_the_fence_fails_instead_of_writing_unfenced(
+    pool: psycopg_pool.ConnectionPool[Any],
+) -> None:
+    """A worker against a schema without migration 16's triggers (or a table recreated by hand) must not
+    write unfenced: marking its connection is refused, and so is the write."""
+    _claim(pool, 1)
+    with pool.connection() as conn:
+        conn.execute("DROP TRIGGER agentrun_fence ON checkpoint_writes")
+    saver = checkpointer.FencedSaver(pool, run_id=RUN, epoch=1)
+    with pytest.raises(psycopg.Error, match="not fenced"):
+        saver.put(_config(), _checkpoint(_uuid6_at(95), "x"), {}, {"value": 1})
+    assert _count(pool, "checkpoints") == 0

@@ -350,8 +350,8 @@ SELECT * FROM agentrun_step_events WHERE run_id = %(run_id)s ORDER BY id
 
 -- name: mark_fence
 -- The connection's fence, '<epoch>:<run id>' (agentrun_fence_checkpoint_row reads it); session-wide, but
--- transactional: rolled back with a write that fails.
-SELECT set_config('agentrun.fence', %(fence)s, false)
+-- transactional: rolled back with a write that fails. Refused (AR500) where the triggers are missing.
+SELECT agentrun_mark_fence(%(fence)s)
 
 -- name: abandon_write
 -- Fails at once (SQLSTATE AR400), so the implicit transaction of the pipeline it is sent in commits nothing.

@@ -65,6 +65,22 @@ BEGIN
 END
 $$;
 
+-- How the saver marks a connection (agentrun_core/store/checkpoints.py mark_fence): refused unless both
+-- tables carry the trigger, so a worker against a schema without it fails its writes instead of writing
+-- unfenced (a new worker before the operator migrated, a table recreated by hand).
+CREATE FUNCTION agentrun_mark_fence(p_fence text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF (SELECT count(*) FROM pg_trigger
+        WHERE tgname = 'agentrun_fence'
+          AND tgrelid IN (to_regclass('checkpoints'), to_regclass('checkpoint_writes'))) < 2 THEN
+        RAISE EXCEPTION 'the checkpoint tables are not fenced: run agentrun''s migrations (migration 16)'
+            USING ERRCODE = 'AR500';
+    END IF;
+    PERFORM set_config('agentrun.fence', p_fence, false);
+END
+$$;
+
 -- A write the saver's client abandons half-way (an exception between two of its statements): sent before the
 -- pipeline's Sync, it aborts the implicit transaction, so nothing of that write commits.
 CREATE FUNCTION agentrun_abandon_write() RETURNS void
