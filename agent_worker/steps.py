@@ -2,14 +2,14 @@
 the run's ``current_step``, written together in ONE statement (``store.record_steps``).
 
 Rule: ``checkpoint_seconds`` is what ``checkpointer.FencedSaver`` measured around its ``put`` of that step's
-checkpoint (connection, fencing statement, blobs, checkpoint row, commit) — never a gap between stream events.
+checkpoint (connection, blobs, the checkpoint row and its fence, commit) — never a gap between stream events.
 An event waits here until its checkpoint's write has been timed: at once under ``durability="sync"``; a
 little later under ``async`` (the write runs on LangGraph's background thread); under ``exit`` only the last
 checkpoint is written, so the others are recorded at the end with ``None``. Events are recorded in order.
 
 Round trips: none of their own on the graph's path, and rarely a statement per step. Events gather here and
-go in ONE statement, which *rides* on a fenced checkpoint write of the saver (``ride``: sent inside that
-write's pipelined transaction, so it costs no round trip and commits with it) once the oldest has waited
+go in ONE statement, which *rides* on a checkpoint write of the saver (``ride``: sent inside that write's
+pipeline, one implicit transaction, so it costs no round trip and commits with it) once the oldest has waited
 half of ``batch_seconds``; what no write carried within ``batch_seconds`` (a slow node runs) is written by the
 recorder's own thread, beside the running node (never in its way). Fast steps so share a statement, a slow
 step rides on its own checkpoint's neighbour. ``current_step`` and the trace lag the graph by at most
@@ -17,8 +17,8 @@ step rides on its own checkpoint's neighbour. ``current_step`` and the trace lag
 checkpoint). The current step is written only when it changes. ``batch_seconds`` 0 writes at every
 ``flush`` instead (tests, and callers with no saver to ride on). The thread's write meeting a lost Postgres
 stops the attempt (``on_lost``) as a write on the graph's path would: it is retried, but the attempt ends as
-lost to infrastructure (exit 14).
-The current step is fenced by the attempt's epoch in the statement: a deposed worker never moves it.
+lost to infrastructure (exit 14). The current step is fenced by the attempt's epoch in the statement: a deposed
+worker never moves it.
 """
 
 from __future__ import annotations
