@@ -17,8 +17,8 @@ step rides on its own checkpoint's neighbour. ``current_step`` and the trace lag
 checkpoint). The current step is written only when it changes. ``batch_seconds`` 0 writes at every
 ``flush`` instead (tests, and callers with no saver to ride on). The thread's write meeting a lost Postgres
 stops the attempt (``on_lost``) as a write on the graph's path would: it is retried, but the attempt ends as
-lost to infrastructure (exit 14). The current step is fenced by the attempt's epoch in the statement: a deposed
-worker never moves it.
+lost to infrastructure (exit 14). The current step is fenced by the attempt's epoch in the statement: a
+deposed worker never moves it.
 """
 
 from __future__ import annotations
