@@ -21,11 +21,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from agentrun_dev import components, controlplane, identities, pki, postgres, procs, state
+from agentrun_dev import components, controlplane, identities, manifests, pki, postgres, procs, state
 from agentrun_dev import settings as settings_mod
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-MANIFEST_DIRS = ("crds", "deploy/admission")
+MANIFEST_DIRS = (("crds",), ("deploy", "admission"))  # read through agentrun_dev.manifests
 KCM_USER = "system:kube-controller-manager"
 
 
@@ -195,7 +195,7 @@ def _ensure_part(
 def _manifests() -> list[Path]:
     files: list[Path] = []
     for d in MANIFEST_DIRS:
-        files += sorted(p for p in (REPO_ROOT / d).glob("*.y*ml") if p.name not in {"kustomization.yaml"})
+        files += sorted(p for p in manifests.path(*d).glob("*.y*ml") if p.name not in {"kustomization.yaml"})
     return files
 
 
@@ -239,7 +239,7 @@ def _apply_manifests(s: settings_mod.Settings, out: TextIO, t0: float) -> None:
         if f.parent.name == "crds":
             kubectl(s, "wait", "--for=condition=Established", "--timeout=60s", "-f", str(f))
     stamp.write_text(digest + "\n")
-    _say(out, t0, f"applied {len(files)} manifest(s) from {', '.join(MANIFEST_DIRS)}")
+    _say(out, t0, f"applied {len(files)} manifest(s) from {', '.join('/'.join(d) for d in MANIFEST_DIRS)}")
 
 
 def up(s: settings_mod.Settings | None = None, out: TextIO = sys.stderr) -> components.Ports:

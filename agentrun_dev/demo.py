@@ -28,11 +28,12 @@ from typing import Any, cast
 import kubernetes
 
 from agentrun_dev import demo_support as ds
+from agentrun_dev import manifests
 
 NAMESPACE = "agentrun-demo"
 RUN = "support-ticket"
 APPROVER, APPROVER_GROUP = "manager", "support-managers"
-EXAMPLE = ds.REPO / "deploy" / "examples" / "support-ticket.yaml"
+EXAMPLE = manifests.path("deploy", "examples", "support-ticket.yaml")
 GROUP, VERSION, PLURAL = "agentrun.dev", "v1alpha1", "agentruns"
 
 
@@ -40,7 +41,7 @@ def _tenant_overlay(env: dict[str, str]) -> pathlib.Path:
     """deploy/tenant, placed in the demo namespace and pointed at the dev cluster's Postgres and SMTP sink."""
     root = ds._state_dir(env) / "tenant"
     root.mkdir(exist_ok=True)
-    base = os.path.relpath(ds.REPO / "deploy" / "tenant", root)
+    base = os.path.relpath(manifests.path("deploy", "tenant"), root)
     (root / "kustomization.yaml").write_text(
         f"""# Written by `agentrun demo`: deploy/tenant for the dev cluster.
 apiVersion: kustomize.config.k8s.io/v1beta1
@@ -135,7 +136,7 @@ def demo() -> int:
     ds.step("1. the demo namespace (deploy/tenant) and an approver")
     overlay = _tenant_overlay(env)
     # The ClusterRole the tenant's RoleBinding refers to (deploy/base installs it on a real cluster).
-    ds.run(["kubectl", "apply", "-f", str(ds.REPO / "deploy" / "base" / "rbac-worker.yaml")], kenv)
+    ds.run(["kubectl", "apply", "-f", str(manifests.path("deploy", "base", "rbac-worker.yaml"))], kenv)
     ds.run(["kubectl", "apply", "-k", str(overlay)], kenv)
     manager = ds.run(["agentrun", "dev", "kubeconfig", APPROVER, APPROVER_GROUP], kenv, show=False).strip()
     ds.say(f"approver identity: user {APPROVER!r} in group {APPROVER_GROUP!r} (kubeconfig {manager})")
@@ -144,7 +145,7 @@ def demo() -> int:
     applied = ds.migrate(env["AGENTRUN_DSN"])
     ds.say(f"Postgres schema at {env['AGENTRUN_DSN']}: {', '.join(applied) if applied else 'up to date'}")
     # The operator runs as its own ServiceAccount with deploy/base's RBAC, not as the cluster admin.
-    base = ds.REPO / "deploy" / "base"
+    base = manifests.path("deploy", "base")
     ds.run(["kubectl", "create", "namespace", "agentrun-system"], kenv, check=False, show=False)
     ds.run(
         ["kubectl", "apply", "-f", str(base / "rbac-operator.yaml"), "-f", str(base / "rbac-leader.yaml")],
