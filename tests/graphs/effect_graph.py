@@ -59,8 +59,15 @@ def _http(method: str, url: str, body: Any = None, headers: dict[str, str] | Non
     req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
     for k, v in (headers or {}).items():
         req.add_header(k, v)
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        return json.loads(resp.read() or b"null")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return json.loads(resp.read() or b"null")
+    except urllib.error.HTTPError as exc:
+        if exc.code >= 400 and exc.code != 404:
+            # Who answered, and what: an unexplained 400 here once reached no provider's /stats.
+            body = exc.read()[:300]
+            exc.msg = f"{exc.msg} [{method} {url}: Server {exc.headers.get('Server')!r}, body {body!r}]"
+        raise
 
 
 def find_charge(key: str, args: dict[str, Any]) -> Any:
