@@ -120,8 +120,6 @@ def _daemon_env(s: settings_mod.Settings) -> dict[str, str]:
     env = dict(os.environ)
     venv_bin = str(Path(sys.executable).parent)
     env["PATH"] = venv_bin + os.pathsep + env.get("PATH", "/usr/bin:/bin")
-    extra = [str(REPO_ROOT), str(REPO_ROOT / "operator")]
-    env["PYTHONPATH"] = os.pathsep.join([*extra, *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
     env["AGENTRUN_DEV_HOME"] = str(s.state_dir)
     env.pop("KUBECONFIG", None)  # each daemon is given its kubeconfig explicitly
     return env

@@ -172,7 +172,6 @@ def start_operator(env: Mapping[str, str], namespace: str, kubeconfig: pathlib.P
             "AGENTRUN_WORKER_SERVICE_ACCOUNT": "agentrun-worker",
             "AGENTRUN_POLL_SECONDS": "1",
             "AGENTRUN_WORKER_GRACE_SECONDS": "20",
-            "PYTHONPATH": os.pathsep.join([str(REPO / "operator"), str(REPO)]),
             "PYTHONUNBUFFERED": "1",
         }
     )

@@ -118,7 +118,6 @@ class Cluster:
                 "AGENTRUN_LEADER_NAMESPACE": self.namespace,
                 "AGENTRUN_LEADER_DURATION_SECONDS": "15",
                 "AGENTRUN_WORKER_SERVICE_ACCOUNT": "agentrun-worker",
-                "PYTHONPATH": os.pathsep.join([str(REPO / "operator"), str(REPO)]),
                 "PYTHONUNBUFFERED": "1",
             }
         )

@@ -195,7 +195,6 @@ def operator_env(dev_cluster: Any, namespace: str, dsn: str) -> dict[str, str]:
             "AGENTRUN_WORKER_SERVICE_ACCOUNT": WORKER_SA,
             "AGENTRUN_POLL_SECONDS": "1",
             "AGENTRUN_WORKER_GRACE_SECONDS": "10",
-            "PYTHONPATH": os.pathsep.join([str(REPO / "operator"), str(REPO)]),
             "PYTHONUNBUFFERED": "1",
         }
     )

@@ -4,7 +4,6 @@ every figure with its baseline, never their numbers (a loaded CI machine makes n
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,8 +19,7 @@ def _bench(tmp_path: Path, *which: str) -> tuple[str, list[dict[str, Any]]]:
     proc = subprocess.run(
         [sys.executable, "-m", "agentrun.cli", "bench", *which, "--quick", "--reps", "1", "--json", str(out)],
         cwd=REPO,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "operator"), str(REPO)])},
-        capture_output=True,
+                capture_output=True,
         text=True,
         timeout=900,
     )
