@@ -284,8 +284,12 @@ def _stop(s: settings_mod.Settings, names: set[str], out: TextIO) -> None:
         if part.name == "postgres":
             postgres.stop(s)
             print(f"stopped {part.name}", file=out)
-        elif procs.stop(s, part.name, part.marker):
-            print(f"stopped {part.name}", file=out)
+        else:
+            if procs.stop(s, part.name, part.marker):
+                print(f"stopped {part.name}", file=out)
+            # Postgres runs as its own user and is found through its data directory's postmaster.pid.
+            for pid in procs.sweep(s, part.marker):
+                print(f"stopped {part.name} (pid {pid}, not in its pid file)", file=out)
 
 
 def stop_parts(s: settings_mod.Settings, names: list[str], out: TextIO = sys.stderr) -> None:

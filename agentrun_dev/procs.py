@@ -106,6 +106,47 @@ def stop(s: settings_mod.Settings, name: str, marker: str, grace_s: float = 10.0
     return pid is not None
 
 
+def _names_dir(arg: str, roots: tuple[str, ...]) -> bool:
+    # "--data-dir=/x/dev/etcd", "/x/dev/pki/ca.crt": the state directory as a whole path prefix.
+    return any(p == r or p.startswith(r + "/") for p in arg.split("=") for r in roots)
+
+
+def strays(s: settings_mod.Settings, marker: str) -> list[int]:
+    """Live processes of this user whose command line holds ``marker`` and names this state directory.
+
+    A daemon whose pid file was lost or overwritten (a second ``up`` racing on the same state, a pid file
+    deleted by hand) is invisible to :func:`stop`; ``down`` sweeps these too, so whatever ``up`` started is
+    gone afterwards. Both conditions must hold, so a user's ``tail -f <state>/logs/...`` or another state
+    directory's daemon is never touched.
+    """
+    roots = tuple({str(s.state_dir), str(s.state_dir.resolve())})
+    me, uid = os.getpid(), os.getuid()
+    found: list[int] = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            if entry.stat().st_uid != uid:
+                continue
+        except OSError:
+            continue
+        argv = _cmdline(int(entry.name))
+        if any(marker in a for a in argv) and any(_names_dir(a, roots) for a in argv):
+            found.append(int(entry.name))
+    return found
+
+
+def sweep(s: settings_mod.Settings, marker: str, grace_s: float = 10.0) -> list[int]:
+    """Stop every :func:`strays` process (its process group if it leads one); returns their pids."""
+    found = strays(s, marker)
+    for pid in found:
+        state.stop_pid(pid, grace_s=grace_s)
+        child = _children.pop(pid, None)
+        if child is not None:
+            child.wait(timeout=5)
+    return found
+
+
 def log_tail(s: settings_mod.Settings, name: str, lines: int = 20) -> str:
     try:
         text = log_path(s, name).read_text(errors="replace")

@@ -21,7 +21,7 @@ from pathlib import Path
 import kubernetes
 import pytest
 
-from agentrun_dev import cluster, postgres, state
+from agentrun_dev import cluster, postgres, procs, state
 from agentrun_dev import settings as dev_settings
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -97,5 +97,16 @@ def test_up_is_idempotent_and_recovers_after_processes_die(private: dev_settings
         == f"customresourcedefinition.apiextensions.k8s.io/{crd}"
     )
 
-    cluster.down(s, out=io.StringIO())
+    # A daemon whose pid file is lost (deleted by hand, overwritten by a racing `up`) is still stopped by
+    # `down`: it is found by its command line (its marker and this state directory).
+    lost = {name: pid for name, pid in _pids(s).items() if name in {"smtp-sink", "kube-controller-manager"}}
+    assert all(lost.values()), lost
+    for name in lost:
+        state.clear_pid(s, name)
+    said = io.StringIO()
+    cluster.down(s, out=said)
     assert not any(p.healthy or p.pid for p in cluster.status(s))
+    for name, pid in lost.items():
+        assert pid is not None and not state.pid_alive(pid), (name, said.getvalue())
+        assert f"stopped {name} (pid {pid}, not in its pid file)" in said.getvalue()
+    assert not [pid for part in cluster.parts(s) for pid in procs.strays(s, part.marker)]
