@@ -28,7 +28,6 @@ import dataclasses
 import http.client
 import json
 import logging
-import os
 import socket
 import threading
 import urllib.error
@@ -37,8 +36,8 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from agent_operator import actions, kube, model, notify
-from agentrun_core import backoff, envconf, errors, faults
+from agent_operator import actions, kube, model, notify, settings
+from agentrun_core import backoff, errors, faults
 from agentrun_core.store import db as store_db
 from agentrun_core.store import notifications as ledger
 
@@ -49,30 +48,11 @@ USER_AGENT = "agentrun-operator"
 LASTING = ("NotificationFailed", "NotificationOutcomeUnknown")
 
 
-@dataclasses.dataclass(frozen=True)
-class Limits:
-    """Call timeout, retry budget and backoff (env: AGENTRUN_NOTIFY_TIMEOUT_SECONDS, ..._MAX_ATTEMPTS,
-    ..._BACKOFF_SECONDS, ..._MAX_BACKOFF_SECONDS)."""
-
-    timeout: float = 5.0
-    max_attempts: int = 8
-    backoff: float = 1.0
-    max_backoff: float = 60.0
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> Limits:
-        env = os.environ if env is None else env
-        return cls(
-            timeout=envconf.number(env, "AGENTRUN_NOTIFY_TIMEOUT_SECONDS", 5.0),
-            max_attempts=envconf.integer(env, "AGENTRUN_NOTIFY_MAX_ATTEMPTS", 8),
-            backoff=envconf.number(env, "AGENTRUN_NOTIFY_BACKOFF_SECONDS", 1.0),
-            max_backoff=envconf.number(env, "AGENTRUN_NOTIFY_MAX_BACKOFF_SECONDS", 60.0),
-        )
-
-    def delay(self, attempt: int, retry_after: float | None = None) -> float:
-        """Seconds before call ``attempt + 1`` (attempt counts from 1)."""
-        base = backoff.capped(attempt, initial=self.backoff, cap=self.max_backoff)
-        return min(self.max_backoff, max(base, retry_after or 0.0))
+def retry_delay(limits: settings.NotifySettings, attempt: int, retry_after: float | None = None) -> float:
+    """Seconds before call ``attempt + 1`` (attempt counts from 1): capped backoff, or the provider's
+    Retry-After if longer (never past the cap)."""
+    base = backoff.capped(attempt, initial=limits.backoff_seconds, cap=limits.max_backoff_seconds)
+    return min(limits.max_backoff_seconds, max(base, retry_after or 0.0))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,13 +118,13 @@ class Notifier:
         db: store_db.Conn,
         identity: str,
         post_event: Callable[[model.RunRef, actions.Event], None],
-        limits: Limits | None = None,
+        limits: settings.NotifySettings,
     ) -> None:
         self.api = api
         self.db = db
         self.identity = identity
         self.post_event = post_event
-        self.limits = limits or Limits.from_env()
+        self.limits = limits
         self._epoch: int | None = None
         self._epoch_lock = threading.Lock()
         self._deposed = False
@@ -277,7 +257,7 @@ class Notifier:
         # Marked issued first: from here until the outcome is recorded, a crash leaves an unknown outcome.
         ledger.record(self.db, key=item.key, epoch=epoch, status="pending", issued=True)
         outcome = post(
-            spec.url, notify.body(item.content, spec.format, item.key), headers, self.limits.timeout
+            spec.url, notify.body(item.content, spec.format, item.key), headers, self.limits.timeout_seconds
         )
         faults.hit("notify_after_call")
         attempt = row.attempts + 1
@@ -299,7 +279,7 @@ class Notifier:
             return None
         retryable = outcome.kind == "retry" or (outcome.kind == "unknown" and spec.dedupes)
         if retryable and attempt < self.limits.max_attempts:
-            delay = self.limits.delay(attempt, outcome.retry_after)
+            delay = retry_delay(self.limits, attempt, outcome.retry_after)
             ledger.record(
                 self.db,
                 key=item.key,

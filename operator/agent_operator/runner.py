@@ -65,7 +65,7 @@ class Runner:
         self.tenants = tenants.Tenants(settings, api, db)
         # The leader's renew-deadline check (``leader.Elector.may_act``); always True without election.
         self.may_write = may_write or (lambda: True)
-        self.notifier = notifier.Notifier(api, db, settings.leader.identity, self.event)
+        self.notifier = notifier.Notifier(api, db, settings.leader.identity, self.event, settings.notify)
         self.observer = observe.Observer(settings, api, db, self.throttle)
         self.executor = execute.Executor(settings, api, db, self.tenants, self.event)
 

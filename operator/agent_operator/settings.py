@@ -62,6 +62,16 @@ class ReconcileSettings:
 
 
 @dataclasses.dataclass(frozen=True)
+class NotifySettings:
+    """Run notifications (``spec.notify``): one delivery call's timeout, the retry budget and its backoff."""
+
+    timeout_seconds: float = 5.0  # AGENTRUN_NOTIFY_TIMEOUT_SECONDS: one delivery call
+    max_attempts: int = 8  # AGENTRUN_NOTIFY_MAX_ATTEMPTS: calls of one notification before it fails
+    backoff_seconds: float = 1.0  # AGENTRUN_NOTIFY_BACKOFF_SECONDS: delay before the first retry (doubles)
+    max_backoff_seconds: float = 60.0  # AGENTRUN_NOTIFY_MAX_BACKOFF_SECONDS: the delay's cap
+
+
+@dataclasses.dataclass(frozen=True)
 class Settings:
     dsn: str  # AGENTRUN_DSN: Postgres DSN (required)
     namespaces: tuple[str, ...] = ()  # AGENTRUN_WATCH_NAMESPACES: comma list; empty = cluster-wide
@@ -73,6 +83,7 @@ class Settings:
     leader: LeaderSettings = dataclasses.field(default_factory=LeaderSettings)
     worker: WorkerDefaults = dataclasses.field(default_factory=WorkerDefaults)
     reconcile: ReconcileSettings = dataclasses.field(default_factory=ReconcileSettings)
+    notify: NotifySettings = dataclasses.field(default_factory=NotifySettings)
 
     @property
     def worker_dsn(self) -> str:
@@ -147,6 +158,16 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
             env, "AGENTRUN_FINISHED_POD_RETENTION_SECONDS", ReconcileSettings.finished_pod_retention_seconds
         ),
     )
+    notify = NotifySettings(
+        timeout_seconds=_number(env, "AGENTRUN_NOTIFY_TIMEOUT_SECONDS", NotifySettings.timeout_seconds),
+        max_attempts=envconf.integer(
+            env, "AGENTRUN_NOTIFY_MAX_ATTEMPTS", NotifySettings.max_attempts, minimum=1, error=SettingsError
+        ),
+        backoff_seconds=_number(env, "AGENTRUN_NOTIFY_BACKOFF_SECONDS", NotifySettings.backoff_seconds),
+        max_backoff_seconds=_number(
+            env, "AGENTRUN_NOTIFY_MAX_BACKOFF_SECONDS", NotifySettings.max_backoff_seconds
+        ),
+    )
     metrics_port = int(_number(env, "AGENTRUN_METRICS_PORT", 0))
     return Settings(
         dsn=dsn,
@@ -157,4 +178,5 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         leader=leader,
         worker=worker,
         reconcile=reconcile,
+        notify=notify,
     )

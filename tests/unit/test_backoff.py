@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from agent_operator import model, notifier
+from agent_operator import model, notifier, settings
 from agent_operator import retry as operator_retry
 from agent_worker import retry as worker_retry
 from agentrun_core import backoff
@@ -33,8 +33,8 @@ def test_long_streaks_do_not_overflow() -> None:
 def test_callers_use_the_formula(n: int) -> None:
     policy = model.RetryPolicy(max_attempts=5, backoff_seconds=2.0, max_backoff_seconds=60.0)
     assert operator_retry.backoff_seconds(policy, n) == backoff.capped(n, initial=2.0, cap=60.0)
-    limits = notifier.Limits(backoff=1.0, max_backoff=60.0)
-    assert limits.delay(n) == backoff.capped(n, initial=1.0, cap=60.0)
+    limits = settings.NotifySettings(backoff_seconds=1.0, max_backoff_seconds=60.0)
+    assert notifier.retry_delay(limits, n) == backoff.capped(n, initial=1.0, cap=60.0)
     assert restarts.delay(n, restarts.Backoff(initial_s=1.0, max_s=10.0)) == backoff.capped(
         n, initial=1.0, cap=10.0
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent_operator import notifier
+from agent_operator import settings as operator_settings
 from agent_worker import settings as worker_settings
 from agentrun_core import envconf, errors
 
@@ -52,6 +52,15 @@ def test_worker_and_notifier_settings_use_it() -> None:
         worker_settings.from_env({**base, "AGENTRUN_DRAIN_SECONDS": "soon"})
     assert worker_settings.from_env({**base, "AGENTRUN_LEASE_OWNER": "false"}).lease_owner is False
     assert worker_settings.from_env(base).lease_owner is True
-    with pytest.raises(envconf.EnvError, match="AGENTRUN_NOTIFY_MAX_ATTEMPTS='many' is not an integer"):
-        notifier.Limits.from_env({"AGENTRUN_NOTIFY_MAX_ATTEMPTS": "many"})
-    assert notifier.Limits.from_env({}) == notifier.Limits()
+    op = {"AGENTRUN_DSN": "d"}
+    with pytest.raises(
+        operator_settings.SettingsError, match="AGENTRUN_NOTIFY_MAX_ATTEMPTS='many' is not an integer"
+    ):
+        operator_settings.from_env({**op, "AGENTRUN_NOTIFY_MAX_ATTEMPTS": "many"})
+    with pytest.raises(operator_settings.SettingsError, match="AGENTRUN_NOTIFY_MAX_ATTEMPTS"):
+        operator_settings.from_env({**op, "AGENTRUN_NOTIFY_MAX_ATTEMPTS": "0"})
+    assert operator_settings.from_env(op).notify == operator_settings.NotifySettings()
+    assert (
+        operator_settings.from_env({**op, "AGENTRUN_NOTIFY_TIMEOUT_SECONDS": "2.5"}).notify.timeout_seconds
+        == 2.5
+    )

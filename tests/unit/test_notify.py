@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from agent_operator import model, notifier, notify, run_status
+from agent_operator import model, notifier, notify, run_status, settings
 from agentrun_core import store
 from agentrun_dev.webhook_receiver import Receiver
 from tests.unit import rowmaker
@@ -109,9 +109,10 @@ def test_spec_defaults() -> None:
 
 
 def test_backoff_grows_is_capped_and_honours_retry_after() -> None:
-    limits = notifier.Limits(backoff=1.0, max_backoff=10.0)
-    assert [limits.delay(n) for n in (1, 2, 3, 4, 5)] == [1.0, 2.0, 4.0, 8.0, 10.0]
-    assert limits.delay(1, retry_after=5) == 5.0 and limits.delay(1, retry_after=99) == 10.0
+    limits = settings.NotifySettings(backoff_seconds=1.0, max_backoff_seconds=10.0)
+    assert [notifier.retry_delay(limits, n) for n in (1, 2, 3, 4, 5)] == [1.0, 2.0, 4.0, 8.0, 10.0]
+    assert notifier.retry_delay(limits, 1, retry_after=5) == 5.0
+    assert notifier.retry_delay(limits, 1, retry_after=99) == 10.0
 
 
 @pytest.fixture
@@ -176,7 +177,8 @@ def test_parallel_reconciles_take_one_notifier_epoch(monkeypatch: pytest.MonkeyP
         return taken[-1]
 
     monkeypatch.setattr(notifier.ledger, "take_epoch", take_epoch)
-    sender = notifier.Notifier(api=None, db=None, identity="op", post_event=lambda *a: None)  # type: ignore[arg-type]
+    no_api: Any = None  # the epoch is taken through the monkeypatched ledger only
+    sender = notifier.Notifier(no_api, no_api, "op", lambda *a: None, settings.NotifySettings())
     got: list[int] = []
 
     def one() -> None:
