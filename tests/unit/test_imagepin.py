@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from agent_operator import actions, imagepin, model, reconcile
-from tests.unit.test_operator_reconcile import world
+from tests.unit.reconcile_world import world
 
 DIGEST = "sha256:" + "ab" * 32
 OTHER = "sha256:" + "cd" * 32

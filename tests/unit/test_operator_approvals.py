@@ -5,10 +5,9 @@ from __future__ import annotations
 import dataclasses
 import datetime
 
-from test_operator_reconcile import NOW, pod, world
-
 from agent_operator import actions, model, reconcile
 from tests.unit import rowmaker
+from tests.unit.reconcile_world import NOW, pod, world
 
 PENDING = rowmaker.approval(
     approval_id="a-111111111111",

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from test_operator_reconcile import pod, world
-
 from agent_operator import actions, cleanup
+from tests.unit.reconcile_world import pod, world
 
 
 def cleaned(plan: actions.Plan) -> list[str]:

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import datetime
 
-from test_operator_reconcile import NOW, pod, world
-
 from agent_operator import actions, reconcile, settings
 from agentrun_core import store
 from tests.unit import rowmaker
+from tests.unit.reconcile_world import NOW, pod, world
 
 ACTIVE, IDLE = 2.0, 30.0
 POLLS = settings.ReconcileSettings(poll_seconds=ACTIVE, idle_poll_seconds=IDLE)

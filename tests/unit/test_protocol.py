@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from test_operator_reconcile import pod, world
-
 from agent_operator import model, pods, reconcile, settings
 from agent_worker import settings as worker_settings
 from agentrun_core import protocol
+from tests.unit.reconcile_world import pod, world
 
 RUN = model.RunRef(namespace="ns", name="r", uid="uid-1")
 

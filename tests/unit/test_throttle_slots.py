@@ -3,9 +3,8 @@ the queued run's status, and the runner's re-decision when the last slot went to
 
 from __future__ import annotations
 
-from test_operator_reconcile import pod, world
-
 from agent_operator import actions, reconcile, settings, throttle
+from tests.unit.reconcile_world import pod, world
 
 NOW_RETRY = {"retry": {"backoffSeconds": 0}}  # the next attempt is due at once
 

@@ -1,0 +1,62 @@
+"""The reconciler's world for the pure ``decide`` tests: a run, its Postgres row, its Pods, at a fixed now."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from agent_operator import actions, model, settings
+from agentrun_core import store
+from tests.unit import rowmaker
+
+NOW = datetime.datetime(2026, 1, 1, 12, 0, 0, tzinfo=datetime.UTC)
+
+
+def world(
+    *,
+    db: str | None = "admitted",
+    status: dict[str, Any] | None = None,
+    pods: list[model.PodInfo] | None = None,
+    spec: dict[str, Any] | None = None,
+    finalizers: tuple[str, ...] = (model.FINALIZER,),
+    deleting: bool = False,
+    annotations: dict[str, str] | None = None,
+    approvals: tuple[store.Approval, ...] = (),
+    **extra: Any,
+) -> model.World:
+    return model.World(
+        run=model.RunRef(
+            namespace="ns",
+            name="r",
+            uid="uid-1",
+            resource_version="7",
+            annotations=annotations or {},
+            finalizers=finalizers,
+            deleting=deleting,
+        ),
+        spec=model.RunSpec.from_body({"graph": "pkg.mod:graph", **(spec or {})}),
+        status=status or {},
+        now=NOW,
+        db=rowmaker.run(status=db) if db else None,
+        pods={p.attempt: p for p in pods or ()},
+        approvals=approvals,
+        **extra,
+    )
+
+
+def pod(attempt: int = 1, **kw: Any) -> model.PodInfo:
+    return model.PodInfo(name=f"r-{attempt}", attempt=attempt, **kw)
+
+
+def effective(plan: actions.Plan) -> list[actions.Action]:
+    """The actions that change the world (RecordLoss only closes an attempt row; PinImage records the image
+    pin, tests/unit/test_imagepin.py)."""
+    return [a for a in plan.actions if not isinstance(a, actions.RecordLoss | actions.PinImage)]
+
+
+def kinds(plan: actions.Plan) -> list[type]:
+    return [type(a) for a in plan.actions if not isinstance(a, actions.PinImage)]
+
+
+def tuned(**fields: Any) -> settings.ReconcileSettings:
+    return settings.ReconcileSettings(**fields)
