@@ -5,7 +5,10 @@ port; TLS passes through untouched, the API server's certificate covers 127.0.0.
 moving bytes on every connection open at that moment — kopf's long-lived watch streams and any pooled
 request connection — while connections opened afterwards are forwarded normally (``stall(new=True)``
 holds those too). ``resume()`` delivers what was held back, in order: the stall looks like a watch that
-lagged, never like one that lost events. Loopback only, one thread with its own event loop.
+lagged, never like one that lost events. ``blackhole()`` is the other failure, a partition: every byte is
+swallowed, both ways, and new connections are accepted but never reach the upstream, so requests hang until
+their client gives up; ``heal()`` forwards again and closes the connections open until then (dead to their
+clients). Loopback only, one thread with its own event loop.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ class Proxy:
         self._server: asyncio.Server | None = None
         self._conns: list[_Conn] = []
         self._hold_new = False
+        self._blackholed = False
         self.connections = 0  # accepted so far (tests check the client really goes through the proxy)
 
     # --- control (any thread) ------------------------------------------------------------------------------
@@ -51,6 +55,14 @@ class Proxy:
 
     def resume(self) -> None:
         self._call(self._resume)
+
+    def blackhole(self) -> None:
+        """Swallow everything from now on, on open and new connections (a partition)."""
+        self._call(self._set_blackholed, True)
+
+    def heal(self) -> None:
+        """Forward again; the connections open until now are closed, so clients make new ones."""
+        self._call(self._heal)
 
     def close(self) -> None:
         if not self._thread.is_alive():
@@ -91,6 +103,16 @@ class Proxy:
         for conn in self._conns:
             conn.gate.set()
 
+    def _set_blackholed(self, on: bool) -> None:
+        self._blackholed = on
+
+    def _heal(self) -> None:
+        self._blackholed = False
+        for conn in list(self._conns):
+            conn.gate.set()
+            for writer in conn.writers:
+                writer.close()
+
     async def _shutdown(self) -> None:
         if self._server is not None:
             self._server.close()
@@ -101,6 +123,17 @@ class Proxy:
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
+        if self._blackholed:  # accepted, then silence until healed or closed
+            conn = _Conn(asyncio.Event(), [writer])
+            self._conns.append(conn)
+            try:
+                with contextlib.suppress(OSError, ConnectionError):
+                    while await reader.read(CHUNK):
+                        pass
+            finally:
+                self._conns.remove(conn)
+                writer.close()
+            return
         try:
             up_reader, up_writer = await asyncio.open_connection(*self.upstream)
         except OSError:
@@ -117,8 +150,7 @@ class Proxy:
             for w in conn.writers:
                 w.close()
 
-    @staticmethod
-    async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, conn: _Conn) -> None:
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, conn: _Conn) -> None:
         with contextlib.suppress(OSError, ConnectionError):
             while True:
                 await conn.gate.wait()
@@ -126,6 +158,8 @@ class Proxy:
                 if not data:
                     break
                 await conn.gate.wait()  # stalled while reading: hold what was read
+                if self._blackholed:
+                    continue  # swallowed
                 writer.write(data)
                 await writer.drain()
         with contextlib.suppress(OSError, RuntimeError):

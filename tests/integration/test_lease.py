@@ -9,7 +9,6 @@ loaded 2-core machine.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
 import os
 import signal
@@ -27,73 +26,9 @@ import pytest
 
 from agentrun_core import kube as wkube
 from agentrun_core import lease, lease_math
+from agentrun_dev import tcpproxy
 
 pytestmark = pytest.mark.cluster
-
-
-# --- a loopback TCP proxy that can black-hole traffic -----------------------------------------------------
-
-
-class Proxy:
-    def __init__(self, upstream: tuple[str, int]) -> None:
-        self.upstream = upstream
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.blackholed = threading.Event()
-        self._conns: list[socket.socket] = []
-        self._lock = threading.Lock()
-        self._closed = False
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while not self._closed:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            if self.blackholed.is_set():
-                self._track(client)  # accepted, then silence: the request hangs until its timeout
-                continue
-            try:
-                upstream = socket.create_connection(self.upstream)
-            except OSError:
-                client.close()
-                continue
-            self._track(client)
-            self._track(upstream)
-            threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, client), daemon=True).start()
-
-    def _track(self, s: socket.socket) -> None:
-        with self._lock:
-            self._conns.append(s)
-
-    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
-        with contextlib.suppress(OSError):
-            while data := src.recv(65536):
-                if self.blackholed.is_set():
-                    continue  # swallowed
-                dst.sendall(data)
-        for s in (src, dst):
-            with contextlib.suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
-
-    def blackhole(self) -> None:
-        self.blackholed.set()
-
-    def heal(self) -> None:
-        # Connections that were black-holed are dead to their clients; close them so new ones are made.
-        self.blackholed.clear()
-        with self._lock:
-            conns, self._conns = self._conns, []
-        for s in conns:
-            with contextlib.suppress(OSError):
-                s.close()
-
-    def close(self) -> None:
-        self._closed = True
-        self.listener.close()
-        self.heal()
 
 
 def _upstream(api: kubernetes.client.ApiClient) -> tuple[str, int]:
@@ -103,13 +38,14 @@ def _upstream(api: kubernetes.client.ApiClient) -> tuple[str, int]:
 
 
 @pytest.fixture
-def proxy(kube: kubernetes.client.ApiClient) -> Iterator[Proxy]:
-    p = Proxy(_upstream(kube))
-    yield p
-    p.close()
+def proxy(kube: kubernetes.client.ApiClient) -> Iterator[tcpproxy.Proxy]:
+    """A loopback proxy to the API server that can black-hole traffic (a partition)."""
+    host, port = _upstream(kube)
+    with tcpproxy.Proxy(port, host) as p:
+        yield p
 
 
-def via(api: kubernetes.client.ApiClient, p: Proxy) -> kubernetes.client.ApiClient:
+def via(api: kubernetes.client.ApiClient, p: tcpproxy.Proxy) -> kubernetes.client.ApiClient:
     """An ApiClient with the same credentials that reaches the API server through the proxy."""
     cfg = copy.copy(api.configuration)
     host, _ = _upstream(api)
@@ -303,7 +239,7 @@ def test_renewals_continue_while_the_main_thread_and_event_loop_are_blocked(
 
 
 def test_may_act_turns_false_past_the_renew_deadline_when_partitioned(
-    kube: kubernetes.client.ApiClient, namespace: str, proxy: Proxy
+    kube: kubernetes.client.ApiClient, namespace: str, proxy: tcpproxy.Proxy
 ) -> None:
     lost: list[str] = []
     a = keeper(via(kube, proxy), namespace, "pod-a", duration=3, on_lost=lost.append)
@@ -333,7 +269,7 @@ def test_may_act_turns_false_past_the_renew_deadline_when_partitioned(
 
 
 def test_split_brain_the_deposed_holder_stopped_acting_first(
-    kube: kubernetes.client.ApiClient, namespace: str, proxy: Proxy
+    kube: kubernetes.client.ApiClient, namespace: str, proxy: tcpproxy.Proxy
 ) -> None:
     """A partitioned holder is replaced: it stopped acting before the new holder started, and it reports
     the loss instead of carrying on after the partition heals."""

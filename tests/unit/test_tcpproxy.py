@@ -1,5 +1,6 @@
 """The stall proxy (agentrun_dev/tcpproxy.py) over real loopback sockets: it forwards, holds bytes while
-stalled and delivers them on resume, and closing it closes the connections it carried."""
+stalled and delivers them on resume, swallows them while black-holed, and closing it (or healing a
+blackhole) closes the connections it carried."""
 
 from __future__ import annotations
 
@@ -59,3 +60,24 @@ def test_close_closes_the_connections_it_carried(echo_port: int) -> None:
     sock.settimeout(30)
     assert sock.recv(16) == b""  # EOF: the proxy shut its side down instead of leaving it open
     sock.close()
+
+
+def test_a_blackhole_swallows_open_and_new_connections_and_heal_closes_them(echo_port: int) -> None:
+    with tcpproxy.Proxy(echo_port) as proxy, _client(proxy.port) as before:
+        before.sendall(b"a")
+        assert before.recv(16) == b"a"
+        proxy.blackhole()
+        with _client(proxy.port) as during:  # accepted: a partition, not a refusal
+            for sock in (before, during):
+                sock.sendall(b"lost")
+                sock.settimeout(0.5)
+                with pytest.raises(TimeoutError):
+                    sock.recv(16)  # swallowed, not held: nothing arrives after heal either
+            proxy.heal()
+            for sock in (before, during):
+                sock.settimeout(30)
+                assert sock.recv(16) == b""  # dead to its client: closed, so the client reconnects
+        with _client(proxy.port) as after:
+            after.sendall(b"b")
+            after.settimeout(30)
+            assert after.recv(16) == b"b"
