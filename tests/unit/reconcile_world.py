@@ -14,7 +14,7 @@ NOW = datetime.datetime(2026, 1, 1, 12, 0, 0, tzinfo=datetime.UTC)
 
 def world(
     *,
-    db: str | None = "admitted",
+    db: str | store.Run | None = "admitted",
     status: dict[str, Any] | None = None,
     pods: list[model.PodInfo] | None = None,
     spec: dict[str, Any] | None = None,
@@ -22,14 +22,17 @@ def world(
     deleting: bool = False,
     annotations: dict[str, str] | None = None,
     approvals: tuple[store.Approval, ...] = (),
+    generation: int = 1,
     **extra: Any,
 ) -> model.World:
+    """``db``: the run row's status (a row is made) or the row itself; ``extra``: other World fields."""
     return model.World(
         run=model.RunRef(
             namespace="ns",
             name="r",
             uid="uid-1",
             resource_version="7",
+            generation=generation,
             annotations=annotations or {},
             finalizers=finalizers,
             deleting=deleting,
@@ -37,7 +40,7 @@ def world(
         spec=model.RunSpec.from_body({"graph": "pkg.mod:graph", **(spec or {})}),
         status=status or {},
         now=NOW,
-        db=rowmaker.run(status=db) if db else None,
+        db=rowmaker.run(status=db) if isinstance(db, str) else db,
         pods={p.attempt: p for p in pods or ()},
         approvals=approvals,
         **extra,

@@ -12,38 +12,13 @@ import pytest
 from agent_operator import actions, model, phases, reconcile, steering
 from agentrun import cluster, steer_cli
 from agentrun_core import store
-from tests.unit import rowmaker
+from tests.unit import reconcile_world, rowmaker
+from tests.unit.reconcile_world import NOW
 
-NOW = datetime.datetime(2026, 1, 1, 12, 0, 0, tzinfo=datetime.UTC)
 
-
-def world(
-    *,
-    db: store.Run | None,
-    status: dict[str, Any] | None = None,
-    spec: dict[str, Any] | None = None,
-    annotations: dict[str, str] | None = None,
-    pods: list[model.PodInfo] = (),  # type: ignore[assignment]
-    interventions: tuple[store.Intervention, ...] = (),
-    effects: dict[str, int] | None = None,
-) -> model.World:
-    return model.World(
-        run=model.RunRef(
-            namespace="ns",
-            name="r",
-            uid="u",
-            generation=3,
-            annotations=annotations or {},
-            finalizers=(model.FINALIZER,),
-        ),
-        spec=model.RunSpec.from_body({"graph": "pkg.mod:graph", **(spec or {})}),
-        status=status or {},
-        now=NOW,
-        db=db,
-        pods={p.attempt: p for p in pods},
-        interventions=interventions,
-        effects=effects or {},
-    )
+def world(*, db: store.Run | None, effects: dict[str, int] | None = None, **kw: Any) -> model.World:
+    """The reconcile tests' world at the spec's third generation, with the run row as given."""
+    return reconcile_world.world(db=db, generation=3, effects=effects or {}, **kw)
 
 
 def conds(status: dict[str, Any] | None) -> dict[str, tuple[str, str]]:
