@@ -58,7 +58,7 @@ class Proxy:
 
     def blackhole(self) -> None:
         """Swallow everything from now on, on open and new connections (a partition)."""
-        self._call(self._set_blackholed, True)
+        self._call(self._blackhole)
 
     def heal(self) -> None:
         """Forward again; the connections open until now are closed, so clients make new ones."""
@@ -103,8 +103,8 @@ class Proxy:
         for conn in self._conns:
             conn.gate.set()
 
-    def _set_blackholed(self, on: bool) -> None:
-        self._blackholed = on
+    def _blackhole(self) -> None:
+        self._blackholed = True
 
     def _heal(self) -> None:
         self._blackholed = False

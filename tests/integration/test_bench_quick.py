@@ -19,7 +19,7 @@ def _bench(tmp_path: Path, *which: str) -> tuple[str, list[dict[str, Any]]]:
     proc = subprocess.run(
         [sys.executable, "-m", "agentrun.cli", "bench", *which, "--quick", "--reps", "1", "--json", str(out)],
         cwd=REPO,
-                capture_output=True,
+        capture_output=True,
         text=True,
         timeout=900,
     )
