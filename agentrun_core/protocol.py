@@ -62,6 +62,12 @@ LABEL_ATTEMPT = "agentrun.dev/attempt"  # on a worker Pod: its attempt number
 # recreated under the same name never takes an earlier run's Pods or Lease for its own.
 LABEL_RUN_UID = "agentrun.dev/run-uid"
 ANN_START_REASON = "agentrun.dev/start-reason"  # on a worker Pod: why its attempt started
+# On every worker Pod: the API server keeps a deleted Pod, with its final status (exit code, OOMKilled,
+# DisruptionTarget), until the operator has recorded why its attempt ended, so an operator that restarts
+# (or a new leader) in between reads the Pod's last state instead of finding it gone. The operator's
+# agent_operator.cleanup decides when to release it; Kubernetes' Job controller holds its Pods the same way
+# (batch.kubernetes.io/job-tracking).
+POD_FINALIZER = "agentrun.dev/attempt-record"
 
 
 def owner_reference(run_name: str, run_uid: str) -> dict[str, str]:

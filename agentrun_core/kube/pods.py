@@ -49,6 +49,24 @@ def delete(
     api_.request(api, "DELETE", POD, {"namespace": namespace, "name": name}, options, timeout=timeout)
 
 
+def remove_finalizer(
+    api: api_.ApiClient, namespace: str, name: str, finalizer: str, *, timeout: float | None = None
+) -> Body:
+    """Remove ``finalizer`` from the Pod, leaving any other finalizer in place: a strategic merge patch's
+    ``$deleteFromPrimitiveList`` names the value, not its index, so no read-modify-write race. A no-op
+    when the Pod does not carry it. ``NotFound`` when the Pod is gone."""
+    body = {"metadata": {"$deleteFromPrimitiveList/finalizers": [finalizer]}}
+    return api_.request(
+        api,
+        "PATCH",
+        POD,
+        {"namespace": namespace, "name": name},
+        body,
+        content_type=api_.STRATEGIC_MERGE_PATCH,
+        timeout=timeout,
+    )
+
+
 def list_(
     api: api_.ApiClient, namespace: str | None, *, label_selector: str = "", timeout: float | None = None
 ) -> Body:

@@ -13,11 +13,37 @@ Rule (pure; the runner adds these actions to a reconcile's plan):
 Never touched: a Pod still running or already being deleted, the Pod of a run that is parked or between
 attempts (the reconcile still reads its last state), and anything while the AgentRun itself is being
 deleted (its finalizer waits for the worker; garbage collection removes the rest).
+
+Rule for the Pod finalizer (``protocol.POD_FINALIZER``; ``releasable``): a deleted worker Pod stays in the
+API, with its final status, until a reconcile that saw that status has carried out its whole plan (the
+attempt's end recorded in Postgres and in the run's status); only then is the finalizer removed. So why an
+attempt ended (evicted, OOMKilled, an exit code) is read from the Pod itself, even by an operator that was
+restarted, or became leader, after the kubelet finished with it. A deleted Pod is released when
+* it has terminated (the kubelet wrote its final status), or
+* it was deleted with grace period 0 (a force delete: no final status is coming, as before the finalizer),
+  or
+* a later attempt exists (this attempt's end was recorded before the later one started), or
+* the AgentRun is being deleted and its worker is gone (``plan.done``): then every Pod of the run, deleted
+  or not, is released, so garbage collection can remove them once the run is gone.
+A held Pod whose AgentRun is gone already (its finalizer removed by hand, ``--cascade=orphan``) is released
+by the Pod watch (``handlers.pod_changed``) after a fresh read shows no run of that uid.
 """
 
 from __future__ import annotations
 
 from agent_operator import actions, model, phases
+
+
+def releasable(world: model.World, plan: actions.Plan) -> list[str]:
+    """Names of the run's deleted Pods whose finalizer may go once ``plan`` is carried out (rule above)."""
+    current = max([int((plan.status or world.status).get("attempts") or 0), *world.pods])
+    released = world.run.deleting and plan.done
+    return [
+        pod.name
+        for attempt, pod in sorted(world.pods.items())
+        if pod.held
+        and (released or (pod.deleting and (pod.terminated or pod.force_deleted or attempt < current)))
+    ]
 
 
 def finished_pods(world: model.World, plan: actions.Plan, retention_seconds: float) -> None:

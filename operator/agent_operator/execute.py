@@ -62,6 +62,7 @@ class Executor:
             case actions.CleanupPod(name=pod, reason=why):
                 logger.info("%s/%s: deleting finished worker Pod %s (%s)", ns, name, pod, why)
                 kube.delete_pod(self.api, ns, pod)
+                kube.release_pod(self.api, ns, pod)  # terminated, its outcome on record: nothing to hold
             case actions.DeletePod(name=pod, force=force):
                 kube.delete_pod(self.api, ns, pod, force=force)
                 if memory.lost_at is None:
@@ -267,6 +268,10 @@ class Executor:
         )
         if not meta.get("deletionTimestamp"):
             kube.delete_exact(self.api, run.namespace, "pod", pod, str(meta.get("uid") or ""))
+        if protocol.POD_FINALIZER in (meta.get("finalizers") or ()):
+            # The earlier run is gone (its name is this run's now): nobody records its attempt, so its Pod
+            # is not held; it goes once its kubelet has stopped it.
+            kube.release_pod(self.api, run.namespace, pod)
         raise StaleObject(f"waiting for Pod {pod} of an earlier run with this name to be deleted")
 
 

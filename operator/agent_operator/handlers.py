@@ -131,7 +131,9 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     )
     STATE.reconciler = runner.Runner(cfg, api, STATE.pool, may_write=may_write, throttle_=STATE.throttle)
     STATE.purger = retention.Purger(
-        STATE.pool, interval_seconds=cfg.reconcile.purge_interval_seconds, batch=cfg.reconcile.purge_batch,
+        STATE.pool,
+        interval_seconds=cfg.reconcile.purge_interval_seconds,
+        batch=cfg.reconcile.purge_batch,
         after_purge=_drop_gone_tenants,
     ).start()
     logger.info("operator ready: namespaces=%s", ",".join(cfg.namespaces) or "(cluster-wide)")
@@ -182,8 +184,9 @@ def _drop_gone_tenants() -> None:
     try:
         dropped = reconciler.tenants.drop_gone()
     except Exception as exc:  # Postgres or the API server away: the next pass retries
-        logger.warning("tenants: dropping the roles of gone namespaces failed: %s: %s",
-                       type(exc).__name__, exc)
+        logger.warning(
+            "tenants: dropping the roles of gone namespaces failed: %s: %s", type(exc).__name__, exc
+        )
         return
     if dropped:
         logger.info("tenants: dropped the worker roles of gone namespaces: %s", ", ".join(dropped))
@@ -219,7 +222,42 @@ async def pod_changed(
         memory = STATE.memories.get(labels.get(protocol.LABEL_RUN_UID, ""))
         if memory is not None:
             memory_.pod_deleted(memory, body)
+    elif _orphan_held(body, labels):
+        await asyncio.to_thread(_release_orphan, namespace or "", labels, body)
     _wake(namespace or "", labels[protocol.LABEL_RUN])
+
+
+def _orphan_held(body: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """A deleted Pod that still carries the worker Pod finalizer, of a run this replica has no loop for."""
+    meta = body.get("metadata") or {}
+    return (
+        STATE.leading.is_set()
+        and bool(meta.get("deletionTimestamp"))
+        and protocol.POD_FINALIZER in (meta.get("finalizers") or ())
+        and labels.get(protocol.LABEL_RUN_UID, "") not in STATE.memories
+    )
+
+
+def _release_orphan(namespace: str, labels: Mapping[str, str], body: Mapping[str, Any]) -> None:
+    """Release a held Pod whose AgentRun is gone (cleanup's rule): only on a fresh read that finds no run of
+    its name, or one with another uid (a run's loop may simply not have started yet)."""
+    run, uid = labels[protocol.LABEL_RUN], labels.get(protocol.LABEL_RUN_UID, "")
+    pod = str((body.get("metadata") or {}).get("name") or "")
+    api = STATE.reconciler.api
+    try:
+        found = kube.get_run(api, namespace, run)
+    except kube.NotFound:
+        found = None
+    except kube.KubeError as exc:  # unknown is never "gone": the next event of the Pod asks again
+        logger.info("pod %s/%s: cannot tell whether its run exists (%s); keeping it", namespace, pod, exc)
+        return
+    if found is not None and str((found.get("metadata") or {}).get("uid") or "") == uid:
+        return
+    logger.info("pod %s/%s: its AgentRun (uid %s) is gone; releasing it", namespace, pod, uid or "?")
+    try:
+        kube.release_pod(api, namespace, pod)
+    except kube.KubeError as exc:
+        logger.warning("pod %s/%s: could not release it: %s", namespace, pod, exc)
 
 
 @kopf.on.event(*RUNS)

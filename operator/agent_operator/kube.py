@@ -16,6 +16,7 @@ import uuid
 
 from agent_operator import admission, model
 from agentrun_core import kube as core
+from agentrun_core import protocol
 
 Body = core.Body
 ApiClient = core.ApiClient
@@ -110,6 +111,12 @@ def delete_pod(api: ApiClient, namespace: str, name: str, *, force: bool = False
     """Delete (SIGTERM, grace period from the Pod) or, with ``force``, remove at once (grace 0)."""
     with contextlib.suppress(NotFound):
         core.pods.delete(api, namespace, name, grace_seconds=0 if force else None, timeout=TIMEOUT)
+
+
+def release_pod(api: ApiClient, namespace: str, name: str) -> None:
+    """Remove the worker Pod finalizer (``protocol.POD_FINALIZER``): a deleted Pod may go now."""
+    with contextlib.suppress(NotFound):
+        core.pods.remove_finalizer(api, namespace, name, protocol.POD_FINALIZER, timeout=TIMEOUT)
 
 
 def get_pod(api: ApiClient, namespace: str, name: str) -> Body:

@@ -234,6 +234,8 @@ class PodInfo:
     image: str | None = None  # the worker container's image as the Pod spec names it
     image_id: str | None = None  # what the node says it runs (containerStatuses[].imageID; "" on some)
     started: bool = False  # the worker container was running or has run (its imageID is meaningful)
+    held: bool = False  # carries protocol.POD_FINALIZER: a delete keeps it until the operator releases it
+    force_deleted: bool = False  # deleted with grace period 0 (by someone, or by the kubelet at its end)
 
     @property
     def terminated(self) -> bool:
@@ -302,6 +304,8 @@ class PodInfo:
             image=image,
             image_id=image_id,
             started=started,
+            held=protocol.POD_FINALIZER in (meta.get("finalizers") or ()),
+            force_deleted=bool(meta.get("deletionTimestamp")) and meta.get("deletionGracePeriodSeconds") == 0,
         )
 
 

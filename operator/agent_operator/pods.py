@@ -113,6 +113,7 @@ def manifest(
                 "app.kubernetes.io/managed-by": "agentrun-operator",
             },
             "annotations": {protocol.ANN_START_REASON: reason},
+            "finalizers": [protocol.POD_FINALIZER],
             "ownerReferences": [
                 {
                     **protocol.owner_reference(run.name, run.uid),

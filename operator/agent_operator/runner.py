@@ -111,6 +111,7 @@ class Runner:
         cleanup.finished_pods(world, plan, self.settings.reconcile.finished_pod_retention_seconds)
         self._resume_latency(world, memory)
         self.execute(world, plan, memory)
+        self._release(world, plan)
         self._account(world, plan, memory)
         self._notify(world, plan, memory)
         return plan
@@ -197,6 +198,14 @@ class Runner:
                 except kube.NotFound:
                     return
             memory.last_status = plan.status
+
+    def _release(self, world: model.World, plan: actions.Plan) -> None:
+        """After the whole plan (the attempt's end on record), deleted Pods may go: ``cleanup.releasable``."""
+        run = world.run
+        for name in cleanup.releasable(world, plan):
+            self._fence(run)
+            logger.debug("%s/%s: releasing deleted worker Pod %s", run.namespace, run.name, name)
+            kube.release_pod(self.api, run.namespace, name)
 
     def _write_status(self, world: model.World, patch: dict[str, Any], memory: memory_.RunMemory) -> None:
         """The status patch, with a resourceVersion precondition: refused when the status changed since

@@ -18,7 +18,7 @@ from typing import Any
 import kubernetes
 from conftest import wait_for
 
-from agent_operator import actions, model, reconcile, runner
+from agent_operator import actions, cleanup, model, reconcile, runner
 from agent_operator import kube as op_kube
 from agent_operator import memory as memory_
 from agent_operator import settings as settings_
@@ -38,13 +38,15 @@ DRAIN_AT_ONCE = (
 POLLS = settings_.ReconcileSettings(poll_seconds=1.0, idle_poll_seconds=5.0)
 
 
-def _worker_pod() -> dict[str, Any]:
+def _worker_pod(*, held: bool = False) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
             "name": protocol.pod_name(RUN, 1),
             "labels": {protocol.LABEL_RUN: RUN, protocol.LABEL_ATTEMPT: "1", protocol.LABEL_RUN_UID: UID},
+            # As the operator makes them (agent_operator.pods.manifest); the older test below goes without.
+            "finalizers": [protocol.POD_FINALIZER] if held else [],
         },
         "spec": {
             "restartPolicy": "Never",
@@ -135,3 +137,57 @@ def test_evicted_pod_deleted_between_reconciles_is_recorded_evicted(
     world = reconciler.confirm(_world(namespace, sampled), memory)
     assert world.last_seen_pod is not None and world.last_seen_pod.disruption == "EvictionByEvictionAPI"
     assert _start_reasons(reconcile.decide(world, POLLS)) == ["evicted"]
+
+
+def test_a_restarted_operator_reads_why_a_held_pod_ended_then_releases_it(
+    dev_cluster: Any, kube: kubernetes.client.ApiClient, namespace: str
+) -> None:
+    core: Any = kubernetes.client.CoreV1Api(kube)
+    api: Any = kube
+    name = protocol.pod_name(RUN, 1)
+    core.create_namespaced_pod(namespace, _worker_pod(held=True))
+    running = wait_for(
+        lambda: (p := core.read_namespaced_pod(name, namespace)).status.phase == "Running" and p,
+        60,
+        "the worker Running",
+    )
+    sampled = model.PodInfo.from_body(api.sanitize_for_serialization(running))
+    eviction = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": name, "namespace": namespace},
+    }
+    core.create_namespaced_pod_eviction(name, namespace, eviction)
+
+    def finished() -> dict[str, Any] | None:
+        # The kubelet's last word: the final status written, then its own delete with grace period 0. Without
+        # the finalizer the Pod would be gone from here on.
+        body: dict[str, Any] = api.sanitize_for_serialization(core.read_namespaced_pod(name, namespace))
+        meta = body["metadata"]
+        done = body["status"].get("phase") == "Failed" and meta.get("deletionGracePeriodSeconds") == 0
+        return body if done else None
+
+    final = wait_for(finished, 60, "the evicted Pod terminated and deleted by its kubelet")
+    assert model.PodInfo.from_body(final).held
+
+    # A new operator: no memory of the Pod at all (no watch event, no earlier sample).
+    client = op_kube.client(str(dev_cluster.kubeconfig))
+    reconciler = runner.Runner(settings_.Settings(dsn="postgresql://unused"), client, db=None)  # type: ignore[arg-type]
+    world = reconciler.confirm(_world(namespace, sampled), memory_.RunMemory())
+    assert world.pods[1].disruption == "EvictionByEvictionAPI" and world.pods[1].terminated
+    plan = reconcile.decide(world, POLLS)
+    assert _start_reasons(plan) == ["evicted"]
+    assert [a.reason for a in plan.actions if isinstance(a, actions.RecordLoss)] == ["evicted"]
+
+    # Once the plan is carried out, the Pod is released, and the API server removes it.
+    assert cleanup.releasable(world, plan) == [name]
+    op_kube.release_pod(client, namespace, name)
+
+    def gone() -> bool:
+        try:
+            core.read_namespaced_pod(name, namespace)
+        except kubernetes.client.ApiException as exc:
+            return exc.status == 404
+        return False
+
+    wait_for(gone, 30, "the released Pod to be removed")

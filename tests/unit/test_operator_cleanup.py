@@ -1,8 +1,9 @@
-"""Finished attempts' Pods: earlier attempts' go at once, the last one after the retention, no live one."""
+"""Finished attempts' Pods: earlier attempts' go at once, the last one after the retention, no live one;
+and when a deleted Pod's finalizer (``protocol.POD_FINALIZER``) is released."""
 
 from __future__ import annotations
 
-from agent_operator import actions, cleanup
+from agent_operator import actions, cleanup, model
 from tests.unit.reconcile_world import pod, world
 
 
@@ -50,3 +51,47 @@ def test_a_parked_runs_pod_and_a_deleting_run_are_left_alone() -> None:
     plan = actions.Plan()
     cleanup.finished_pods(deleting, plan, 0)
     assert cleaned(plan) == []
+
+
+def released(w: model.World, plan: actions.Plan | None = None) -> list[str]:
+    return cleanup.releasable(w, plan or actions.Plan())
+
+
+def test_a_deleted_pod_is_held_until_it_has_terminated() -> None:
+    """The kubelet has not written the final status yet: releasing now would let its final delete take the
+    Pod, and an operator restarted in between would only find it gone (recorded ``deleted``)."""
+    stopping = pod(1, phase="Running", deleting=True, held=True)
+    w = world(db="running", status={"attempts": 1, "phase": "Running"}, pods=[stopping])
+    assert released(w) == []
+    ended = pod(1, phase="Failed", deleting=True, held=True, disruption="EvictionByEvictionAPI")
+    w = world(db="running", status={"attempts": 1, "phase": "Running"}, pods=[ended])
+    assert released(w) == ["r-1"]
+
+
+def test_force_deleted_and_earlier_attempts_pods_are_released() -> None:
+    forced = pod(1, phase="Running", deleting=True, held=True, force_deleted=True)
+    w = world(db="running", status={"attempts": 1, "phase": "Running"}, pods=[forced])
+    assert released(w) == ["r-1"]  # no final status is coming: as before the finalizer existed
+    earlier = pod(1, phase="Running", deleting=True, held=True)
+    w = world(db="running", status={"attempts": 2, "phase": "Running"}, pods=[earlier, pod(2, held=True)])
+    assert released(w) == ["r-1"]  # its end was recorded before attempt 2 started; r-2 is not deleted
+    # The plan that starts attempt 2 is the one that recorded attempt 1's end: release after it.
+    w = world(db="running", status={"attempts": 1, "phase": "Running"}, pods=[earlier])
+    assert released(w, actions.Plan(status={"attempts": 2})) == ["r-1"]
+
+
+def test_pods_not_held_or_not_deleted_are_never_released() -> None:
+    w = world(
+        db="running",
+        status={"attempts": 2, "phase": "Running"},
+        pods=[pod(1, phase="Failed", deleting=True), pod(2, phase="Failed", held=True)],
+    )
+    assert released(w) == []  # r-1 carries no finalizer (an older operator made it); r-2 is not deleted
+
+
+def test_a_deleted_run_releases_every_pod_once_its_worker_is_gone() -> None:
+    pods = [pod(1, phase="Failed", held=True), pod(2, phase="Succeeded", held=True)]
+    w = world(db="succeeded", status={"attempts": 2, "phase": "Succeeded"}, pods=pods, deleting=True)
+    assert released(w, actions.Plan(done=False)) == []
+    # Garbage collection deletes them once the run is gone; nobody would release them after that.
+    assert released(w, actions.Plan(done=True)) == ["r-1", "r-2"]

@@ -24,6 +24,7 @@ def test_manifest_follows_the_worker_contract() -> None:
     assert meta["labels"][protocol.LABEL_RUN] == "r" and meta["labels"][protocol.LABEL_ATTEMPT] == "2"
     owner = meta["ownerReferences"][0]
     assert owner["kind"] == "AgentRun" and owner["uid"] == "uid-1" and owner["controller"] is True
+    assert meta["finalizers"] == [protocol.POD_FINALIZER]  # a deleted Pod waits until its end is recorded
     assert body["spec"]["restartPolicy"] == "Never"
     assert body["spec"]["serviceAccountName"] == "agentrun-worker"
     env = env_of(body)
@@ -82,6 +83,20 @@ def test_pod_info_from_body() -> None:
     )
     assert info.attempt == 1 and info.deleting and info.terminated
     assert info.terminated_reason == "OOMKilled" and info.exit_code == 137
+    assert not info.held and not info.force_deleted
+
+
+def test_pod_info_held_and_force_deleted() -> None:
+    def info(**meta: object) -> model.PodInfo:
+        return model.PodInfo.from_body({"metadata": {"name": "r-1", **meta}})
+
+    held = info(finalizers=["other.example/x", protocol.POD_FINALIZER])
+    assert held.held and not held.deleting and not held.force_deleted
+    assert not info(finalizers=["other.example/x"]).held
+    graceful = info(deletionTimestamp="t", deletionGracePeriodSeconds=30)
+    assert graceful.deleting and not graceful.force_deleted
+    assert info(deletionTimestamp="t", deletionGracePeriodSeconds=0).force_deleted
+    assert not info(deletionGracePeriodSeconds=0).force_deleted  # no deletionTimestamp: not deleted at all
 
 
 def test_settings_from_env() -> None:
