@@ -7,9 +7,10 @@ Rule:
   digest (``status.containerStatuses[].imageID`` containing ``sha256:<64 hex>``), the digest is recorded
   (``status.image.digest``, and the ``agentrun_runs`` row) and every later attempt runs ``<repo>@<digest>``
   (``status.image.pinned``): a tag pushed again meanwhile does not change the code a run resumes with.
-* A node that reports no digest (the dev cluster's local pod runtime reports ``imageID: ""``) leaves the
-  digest unknown: later attempts run the reference as admitted, and ``status.image.digest`` stays absent
-  with a note saying so. Nothing is guessed.
+* A node that reports no registry digest (the dev cluster's local pod runtime reports ``imageID: ""``; a
+  containerd node running an image loaded from a tarball reports only its local id ``sha256:…``, which no
+  ``repo@…`` reference can name) leaves the digest unknown: later attempts run the reference as admitted,
+  and ``status.image.digest`` stays absent with a note saying so. Nothing is guessed.
 * ``spec.worker.image`` cannot change on an existing run except together with a retry (the CRD's CEL rule);
   even if it did, attempts of the same retry generation keep the pinned image, because the pin is read from
   status, never from the spec, once recorded.
@@ -23,15 +24,18 @@ from typing import Any
 
 from agent_operator import actions, model
 
-_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
-NO_DIGEST = "the node reports no image digest: attempts run the image reference as admitted"
+# Only a *registry* digest, ``repo@sha256:…``: a bare ``sha256:…`` imageID is the image's local id (its config
+# digest), which containerd's CRI reports for an image loaded from a tarball (no registry digest); pinned as
+# ``repo@<id>`` it cannot be pulled or found, and the next attempt would hang in ImagePullBackOff.
+_DIGEST = re.compile(r"@(sha256:[0-9a-f]{64})")
+NO_DIGEST = "the node reports no registry digest of the image: attempts run the image reference as admitted"
 
 
 def digest_of(image_id: str | None) -> str | None:
-    """The ``sha256:…`` digest in a container status's imageID (``docker-pullable://repo@sha256:…``,
-    ``repo@sha256:…`` or a bare ``sha256:…`` image id), or None."""
+    """The registry digest in a container status's imageID (``docker-pullable://repo@sha256:…`` or
+    ``repo@sha256:…``), or None (empty, or a bare local image id)."""
     match = _DIGEST.search(image_id or "")
-    return match.group(0) if match else None
+    return match.group(1) if match else None
 
 
 def by_digest(ref: str, digest: str) -> str:

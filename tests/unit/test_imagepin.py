@@ -25,7 +25,8 @@ def pod(attempt: int, image: str, image_id: str | None, **kw: Any) -> model.PodI
     [
         (f"docker-pullable://registry:5000/team/worker@{DIGEST}", DIGEST),
         (f"registry.example/worker@{DIGEST}", DIGEST),
-        (DIGEST, DIGEST),
+        (DIGEST, None),  # a local image id (an image loaded from a tarball): `repo@<id>` cannot be pulled
+        (f"docker.io/library/agentrun:0.1.0@{DIGEST}", DIGEST),
         ("", None),
         (None, None),
         ("sha256:abc", None),  # not a digest
