@@ -6,7 +6,10 @@ another policy, protects nothing, and the operator must then refuse decisions ex
 missing. Each object is compared with what ``deploy/admission`` ships:
 
 * a policy: ``failurePolicy: Fail`` and a fingerprint of its CEL — every variable, match condition,
-  validation and mutation, by name and expression text, in order (messages may be reworded freely);
+  validation and mutation, by name and expression text, in order (messages may be reworded freely). The
+  text is compared with whitespace outside string literals collapsed (``cel_text``): CEL does not read it,
+  and YAML tools do not keep it — ``kubectl apply -k`` (kustomize) re-folds the manifests' ``>`` block
+  scalars with an extra blank line, which must not lock decisions out;
 * a binding: the expected ``policyName``, ``Deny`` among its ``validationActions`` (validating bindings),
   and no ``matchResources`` that selects less than everything.
 
@@ -24,8 +27,8 @@ from typing import Any
 
 # plural -> name -> fingerprint (policies) or expected policyName (bindings).
 POLICY_FINGERPRINTS = {
-    ("validatingadmissionpolicies", "agentrun-approvals"): "4f50079849974311",
-    ("mutatingadmissionpolicies", "agentrun-stamp-decided-by"): "a9a5a0b4a504c603",
+    ("validatingadmissionpolicies", "agentrun-approvals"): "baef81f580b7ae7e",
+    ("mutatingadmissionpolicies", "agentrun-stamp-decided-by"): "c8d6278719394d77",
 }
 BINDING_POLICIES = {
     ("validatingadmissionpolicybindings", "agentrun-approvals"): "agentrun-approvals",
@@ -41,10 +44,40 @@ def _expression(item: Mapping[str, Any]) -> str:
     return ""
 
 
+def cel_text(expression: str) -> str:
+    """``expression`` with each run of whitespace outside string literals made one space, and none at
+    either end. Inside a literal (``'…'`` or ``"…"``, backslash escapes kept) every character counts: there
+    whitespace is meaning (an annotation name, a message), and a changed literal is a changed policy."""
+    out: list[str] = []
+    quote: str | None = None
+    escaped = pending_space = False
+    for ch in expression:
+        if quote is not None:
+            out.append(ch)
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == quote:
+                quote = None
+            continue
+        if ch.isspace():
+            pending_space = bool(out)
+            continue
+        if pending_space:
+            out.append(" ")
+            pending_space = False
+        out.append(ch)
+        if ch in "'\"":
+            quote = ch
+    return "".join(out)
+
+
 def fingerprint(spec: Mapping[str, Any]) -> str:
-    """What a policy's CEL says, as a short digest: names and expressions of its CEL lists, in order."""
+    """What a policy's CEL says, as a short digest: names and expressions (``cel_text``) of its CEL lists,
+    in order."""
     parts = [
-        [key, str(item.get("name") or ""), _expression(item)]
+        [key, str(item.get("name") or ""), cel_text(_expression(item))]
         for key in _CEL_LISTS
         for item in spec.get(key) or []
     ]

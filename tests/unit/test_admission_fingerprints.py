@@ -4,6 +4,8 @@ edited, weakened or narrowed object is reported (then decisions are refused, as 
 from __future__ import annotations
 
 import copy
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -69,3 +71,34 @@ def test_weakened_objects_are_reported() -> None:
     other = copy.deepcopy(shipped[mbinding])
     other["spec"]["policyName"] = "agentrun-stamp-created-by"
     assert "binds 'agentrun-stamp-created-by'" in (admission.problem(*mbinding, other) or "")
+
+
+def test_cel_text_ignores_layout_but_not_literals() -> None:
+    assert admission.cel_text("a ||\n\n  b.c( 'x' )\n") == "a || b.c( 'x' )"
+    assert admission.cel_text("  a\n  .name(x)") == "a .name(x)"
+    # Inside a literal every character counts, escapes included.
+    assert admission.cel_text("f('a  b')") != admission.cel_text("f('a b')")
+    assert admission.cel_text(r"f('it\'s  x',   y)") == r"f('it\'s  x', y)"
+    assert admission.cel_text('f("a\\"  b")  ||  z') == 'f("a\\"  b") || z'
+
+
+def test_policies_applied_with_kustomize_are_the_shipped_ones() -> None:
+    """What ``kubectl apply -k deploy/base`` sends (the README's way to install): kustomize re-folds the
+    ``>`` block scalars of the CEL (an extra blank line), and the operator must still know the policies;
+    otherwise it refuses every decision on a cluster installed as documented."""
+    rendered = subprocess.run(
+        [shutil.which("kubectl") or "kubectl", "kustomize", str(ADMISSION_DIR.parent / "base")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    found = {
+        (PLURAL[doc["kind"]], doc["metadata"]["name"]): doc
+        for doc in yaml.safe_load_all(rendered)
+        if doc and doc.get("kind") in PLURAL
+    }
+    shipped = _shipped()
+    vap = ("validatingadmissionpolicies", "agentrun-approvals")
+    assert found[vap]["spec"]["validations"] != shipped[vap]["spec"]["validations"]  # the premise: re-folded
+    for key in kube.ADMISSION_OBJECTS:
+        assert admission.problem(*key, found[key]) is None, key
