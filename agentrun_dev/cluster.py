@@ -13,6 +13,7 @@ import hashlib
 import importlib.util
 import os
 import shutil
+import socket
 import ssl
 import subprocess
 import sys
@@ -74,6 +75,16 @@ def _apiserver_ready(s: settings_mod.Settings, port: int) -> bool:
     return procs.http_ok(f"https://127.0.0.1:{port}/readyz", ssl.create_default_context(cafile=str(ca)))
 
 
+def _socket_accepts(path: Path) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(2)
+        try:
+            sock.connect(str(path))
+        except OSError:
+            return False
+    return True
+
+
 def parts(s: settings_mod.Settings) -> list[Part]:
     p = ports(s)
     out = [
@@ -83,6 +94,12 @@ def parts(s: settings_mod.Settings) -> list[Part]:
             "--name=" + components.ETCD_NAME,
             p.etcd,
             lambda: procs.http_ok(f"http://127.0.0.1:{p.etcd_metrics}/health"),
+        ),
+        Part(
+            "egress-proxy",
+            "agentrun_dev.egress",
+            None,
+            lambda: _socket_accepts(components.egress_socket(s)),
         ),
         Part(
             "kube-apiserver",
@@ -129,7 +146,12 @@ def _argv(s: settings_mod.Settings, name: str, bins: controlplane.Binaries, cert
     p = ports(s)
     if name == "etcd":
         return components.etcd(bins.etcd, s, p, certs)
+    if name == "egress-proxy":
+        return components.egress_proxy(s)
     if name == "kube-apiserver":
+        selector = components.egress_selector_file(s)
+        if not selector.exists() or selector.read_text() != components.egress_selector(s):
+            selector.write_text(components.egress_selector(s))
         return components.apiserver(bins.kube_apiserver, s, p, certs)
     if name == "kube-controller-manager":
         kcm = s.identities_dir / "kube-controller-manager.kubeconfig"

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from agentrun_dev import pki
 from agentrun_dev import settings as settings_mod
+from agentrun_dev.node import config as node_config
 
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
 ETCD_NAME = "agentrun-dev"
@@ -86,6 +87,9 @@ def apiserver(binary: Path, s: settings_mod.Settings, p: Ports, certs: pki.PKI) 
         # pods/log (kubectl logs, agentrun logs) reaches the node's log endpoint at its InternalIP with this
         # client certificate (the pod runtime's endpoint, agentrun_dev.podruntime.logserver, requires it).
         "--kubelet-preferred-address-types=InternalIP,Hostname",
+        # ... through the egress proxy (agentrun_dev.egress): loopback, or the real node's IP inside its own
+        # network namespace; nothing else, so no kubelet connection leaves the machine.
+        f"--egress-selector-config-file={egress_selector_file(s)}",
         *(
             [
                 f"--kubelet-client-certificate={certs.kubelet_client.cert}",
@@ -145,6 +149,39 @@ def python() -> str:
     ``up`` restarts a daemon whose command line changed."""
     candidate = Path(sys.executable).parent / "python"
     return str(candidate) if candidate.exists() else sys.executable
+
+
+def egress_socket(s: settings_mod.Settings) -> Path:
+    return s.state_dir / "egress.sock"
+
+
+def egress_selector_file(s: settings_mod.Settings) -> Path:
+    return s.state_dir / "egress-selector.yaml"
+
+
+def egress_selector(s: settings_mod.Settings) -> str:
+    """The API server's EgressSelectorConfiguration: its ``cluster`` traffic (kubelets: logs, exec, port
+    forwarding, node proxy) by HTTP CONNECT over the egress proxy's unix socket."""
+    return (
+        "apiVersion: apiserver.k8s.io/v1beta1\n"
+        "kind: EgressSelectorConfiguration\n"
+        "egressSelections:\n"
+        "  - name: cluster\n"
+        "    connection:\n"
+        "      proxyProtocol: HTTPConnect\n"
+        "      transport:\n"
+        "        uds:\n"
+        f"          udsName: {egress_socket(s)}\n"
+    )
+
+
+def egress_proxy(s: settings_mod.Settings) -> list[str]:
+    return [
+        python(), "-m", "agentrun_dev.egress",
+        "--socket", str(egress_socket(s)),
+        "--state-dir", str(s.state_dir),
+        "--node-ip", node_config.NODE_IP,
+    ]  # fmt: skip
 
 
 def pod_runtime(s: settings_mod.Settings, admin_kubeconfig: Path) -> list[str]:

@@ -201,6 +201,8 @@ def up(s: settings_mod.Settings | None = None, out: TextIO = sys.stderr) -> None
         # Set up once bash has exec'd the named sleep (argv[0] is the marker), not while holder.sh runs.
         _wait(s, HOLDER, lambda: procs._cmdline(holder)[:1] == [_marker(s, HOLDER)], 30, pid=holder)
         (p.root / "holder.mntns").write_text(os.readlink(f"/proc/{holder}/ns/mnt"))
+        # The egress proxy (agentrun_dev.egress) dials kubelets from inside this holder's network namespace.
+        (p.root / "holder.pid").write_text(f"{holder}\n")
         ports = cluster.ports(s)
         maps = [
             f"{config.SERVICE_IP}:443=127.0.0.1:{ports.apiserver}",
@@ -289,6 +291,7 @@ def down(s: settings_mod.Settings | None = None, out: TextIO = sys.stderr) -> No
         if left:
             print(f"warning: cgroups not removed: {', '.join(left)}", file=out)
         ns_file.unlink(missing_ok=True)
+        (p.root / "holder.pid").unlink(missing_ok=True)
         (p.root / "cgroup-root").unlink(missing_ok=True)
     if s.ports_file.exists() and state.port_is_listening(state.port(s, "apiserver")):
         cluster.kubectl(s, "delete", "node", config.NODE_NAME, "--ignore-not-found", "--wait=false",

@@ -187,4 +187,10 @@ def test_support_ticket_on_the_real_node(tmp_path: Path) -> None:
     mailbox = rs.http_json(rs.smtp_api(s) + "/messages")
     print(f"[e2e] mailbox: {json.dumps(mailbox, indent=1)[:2000]}")
     assert int(mailbox.get("count", 0)) == 1, mailbox
+
+    phase("kubectl logs of the last worker (through the dev cluster's egress proxy)")
+    last = _run_status(s)["workerPod"]
+    log = rs.kubectl(s, "logs", last, "-n", rs.RUNS_NS, "--tail=20")
+    print(log)
+    assert "released by " + last in log, log  # the worker's last words: its Lease released at the end
     phase.report()
