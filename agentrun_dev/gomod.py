@@ -111,3 +111,19 @@ func main() {
 
 def pause_gomod(go: str) -> str:
     return f"module agentrun.dev/pause\n\ngo {go}\n"
+
+
+# The real node's container runtime: containerd 2 from its Go module (Debian bookworm's 1.6 is outside
+# Kubernetes' support range since 1.36). Static (CGO_ENABLED=0: no btrfs/devmapper/zfs snapshotters, which the
+# node disables anyway), built like pause in a wrapper module of its own.
+CONTAINERD_MODULE = "github.com/containerd/containerd/v2"
+CONTAINERD_VERSION = "v2.4.2"
+CONTAINERD_TARGETS = {
+    "containerd": "cmd/containerd",
+    "containerd-shim-runc-v2": "cmd/containerd-shim-runc-v2",
+    "ctr": "cmd/ctr",
+}
+
+
+def containerd_gomod(go: str) -> str:
+    return f"module agentrun.dev/containerd-build\n\ngo {go}\n"

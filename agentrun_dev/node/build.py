@@ -1,5 +1,5 @@
-"""The real node's binaries: kubelet, kube-scheduler and a static ``pause``, built and cached like the control
-plane.
+"""The real node's binaries: kubelet, kube-scheduler, a static ``pause`` and containerd 2 (with its runc shim
+and ``ctr``), built and cached like the control plane.
 
 Same recipe as :mod:`agentrun_dev.controlplane` (a wrapper Go module over ``k8s.io/kubernetes`` at the dev
 cluster's version, ``go build -trimpath``), into ``<cache>/node/<k8s version>/``: a binary is built in a
@@ -27,7 +27,7 @@ from typing import TextIO
 from agentrun_dev import controlplane, gomod
 from agentrun_dev import settings as settings_mod
 
-NAMES = ("kubelet", "kube-scheduler", "pause")
+NAMES = ("kubelet", "kube-scheduler", "pause", *gomod.CONTAINERD_TARGETS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,6 +35,13 @@ class Binaries:
     kubelet: Path
     kube_scheduler: Path
     pause: Path
+    containerd: Path
+    ctr: Path
+
+    @property
+    def directory(self) -> Path:
+        """Where containerd finds its shim (``containerd-shim-runc-v2``): first on its ``PATH``."""
+        return self.containerd.parent
 
 
 def bin_dir(s: settings_mod.Settings) -> Path:
@@ -45,7 +52,7 @@ def locate(s: settings_mod.Settings) -> Binaries | None:
     d = bin_dir(s)
     if not all((d / n).is_file() and os.access(d / n, os.X_OK) for n in NAMES):
         return None
-    return Binaries(d / "kubelet", d / "kube-scheduler", d / "pause")
+    return Binaries(d / "kubelet", d / "kube-scheduler", d / "pause", d / "containerd", d / "ctr")
 
 
 @contextlib.contextmanager
@@ -76,6 +83,20 @@ def _build_pause(p: controlplane._Progress, work: Path, env: dict[str, str], out
     p.run("compile pause", cmd, src, work / "pause-build.log", env)
 
 
+def _build_containerd(
+    p: controlplane._Progress, work: Path, env: dict[str, str], out: Path, go: str, names: list[str]
+) -> None:
+    src = work / "containerd"
+    src.mkdir()
+    (src / "go.mod").write_text(gomod.containerd_gomod(go))
+    module = f"{gomod.CONTAINERD_MODULE}@{gomod.CONTAINERD_VERSION}"
+    p.run("download containerd", ["go", "get", module], src, work / "containerd-get.log", env)
+    pkgs = [f"{gomod.CONTAINERD_MODULE}/{gomod.CONTAINERD_TARGETS[n]}" for n in names]
+    # -mod=mod: the wrapper has no source importing these, so go.sum is completed by the build itself.
+    cmd = ["nice", "go", "build", "-mod=mod", "-trimpath", "-ldflags", "-s -w", "-o", str(out) + "/", *pkgs]
+    p.run(f"compile {', '.join(names)}", cmd, src, work / "containerd-build.log", env)
+
+
 def ensure(s: settings_mod.Settings, out: TextIO = sys.stderr) -> Binaries:
     """The node binaries, building what is missing. Raises controlplane.BuildError (with a hint)."""
     found = locate(s)
@@ -103,6 +124,9 @@ def ensure(s: settings_mod.Settings, out: TextIO = sys.stderr) -> Binaries:
             controlplane._build_k8s(s, k8s, p, work, env, out_dir, nice=True)
         if "pause" in missing:
             _build_pause(p, work, env, out_dir, go_version.removeprefix("go"))
+        runtime = [n for n in missing if n in gomod.CONTAINERD_TARGETS]
+        if runtime:
+            _build_containerd(p, work, env, out_dir, go_version.removeprefix("go"), runtime)
         for name in missing:
             os.replace(out_dir / name, dest / name)
         (dest / "build.json").write_text(

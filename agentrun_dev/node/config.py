@@ -5,7 +5,10 @@ Each quirk of the machines this runs on is one explicit, commented setting here:
 * a negative ``oom_score_adj`` is refused -> containerd ``restrict_oom_score_adj = true``, kubelet
   ``oomScoreAdj: 0``, containerd ``oom_score = 0``;
 * crun 1.8 refuses hybrid cgroup v1 -> containerd's runtime is runc (``BinaryName``);
-* kubelet 1.37 refuses cgroup v1 by default -> ``failCgroupV1: false``;
+* kubelet 1.37 refuses cgroup v1 by default -> ``failCgroupV1: false`` (containerd 2 still runs on v1:
+  deprecated, maintained until at least May 2029);
+* containerd 2 (built from its Go module, ``agentrun_dev.node.build``) reads this version-2 config and
+  migrates it in memory; NRI, on by default there, is disabled (host paths);
 * the node IP cannot be loopback -> the node has its own network namespace with a bridge address
   (:data:`NODE_IP`), and the API server, Postgres and the SMTP sink are forwarded into it (``forward``);
 * no host-wide sysctl may change -> the ``/proc/sys`` entries kubelet would write are masked, in the node's
@@ -105,6 +108,9 @@ disabled_plugins = [
   "io.containerd.snapshotter.v1.devmapper",
   "io.containerd.snapshotter.v1.aufs",
   "io.containerd.tracing.processor.v1.otlp",
+  # containerd 2 enables NRI by default: its socket and plugin directories (/var/run/nri, /opt/nri) are host
+  # paths, and nothing here uses it.
+  "io.containerd.nri.v1.nri",
 ]
 
 [grpc]
@@ -124,7 +130,6 @@ disabled_plugins = [
   netns_mounts_under_state_dir = true
   disable_apparmor = true
   enable_selinux = false
-  max_concurrent_downloads = 1
 
 [{cri}.containerd]
   snapshotter = "overlayfs"

@@ -19,11 +19,10 @@ from pathlib import Path
 
 CGROUP_FS = Path("/sys/fs/cgroup")
 CNI_BIN_DIRS = (Path("/usr/lib/cni"), Path("/opt/cni/bin"))
-PACKAGES = "containerd runc containernetworking-plugins"
+# containerd itself is built from its Go module (agentrun_dev.node.build): Debian bookworm's 1.6 is outside
+# Kubernetes' support range since 1.36.
+PACKAGES = "runc containernetworking-plugins"
 TOOLS = {
-    "containerd": "containerd",
-    "containerd-shim-runc-v2": "containerd",
-    "ctr": "containerd",
     "runc": "runc",
     "nsenter": "util-linux",
     "unshare": "util-linux",
@@ -37,9 +36,7 @@ class HostError(RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class Tools:
-    containerd: str
     runc: str
-    ctr: str
     cni_bin: Path
 
 
@@ -194,9 +191,4 @@ def preflight() -> Tools:
     cni = next((d for d in CNI_BIN_DIRS if (d / "bridge").is_file() and (d / "host-local").is_file()), None)
     if cni is None:
         raise HostError("no CNI plugins (bridge, host-local): apt-get install -y containernetworking-plugins")
-    return Tools(
-        containerd=shutil.which("containerd") or "containerd",
-        runc=shutil.which("runc") or "runc",
-        ctr=shutil.which("ctr") or "ctr",
-        cni_bin=cni,
-    )
+    return Tools(runc=shutil.which("runc") or "runc", cni_bin=cni)

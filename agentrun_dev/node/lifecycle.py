@@ -92,15 +92,25 @@ def _pid(s: settings_mod.Settings, name: str) -> int | None:
     return procs.running_pid(s, name, _marker(s, name))
 
 
-def _start(s: settings_mod.Settings, name: str, argv: list[str], out: TextIO, t0: float) -> int:
+def _start(
+    s: settings_mod.Settings,
+    name: str,
+    argv: list[str],
+    out: TextIO,
+    t0: float,
+    path_first: Path | None = None,
+) -> int:
     pid = _pid(s, name)
     if pid is not None and procs.recorded_argv(s, name) == argv:
         return pid
     if pid is not None:
         procs.stop(s, name, _marker(s, name))
     env = dict(os.environ)
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "/usr/bin:/bin")])
-    env["PYTHONPATH"] = str(cluster.REPO_ROOT)
+    # The venv's bin (the forwarder's interpreter); ``path_first`` before it: containerd looks its runc shim
+    # up on PATH, and it must find the one built with it, not a system package's.
+    first = [str(path_first)] if path_first is not None else []
+    venv_bin = str(Path(sys.executable).parent)
+    env["PATH"] = os.pathsep.join([*first, venv_bin, env.get("PATH", "/usr/bin:/bin")])
     new = procs.start(s, name, argv, env=env)
     _say(out, t0, f"started {name} (pid {new})")
     return new
@@ -151,17 +161,17 @@ def _write_files(s: settings_mod.Settings, tools: host.Tools, cgroup_root: str) 
         _kubeconfig(s, p.root / "scheduler.kubeconfig", identities.server_url(s), "system:kube-scheduler", [])
 
 
-def _ctr(s: settings_mod.Settings, tools: host.Tools, *args: str) -> subprocess.CompletedProcess[str]:
+def _ctr(s: settings_mod.Settings, bins: build.Binaries, *args: str) -> subprocess.CompletedProcess[str]:
     sock = str(paths(s).containerd_sock)
     return subprocess.run(
-        [tools.ctr, "--address", sock, "--namespace", "k8s.io", *args],
+        [str(bins.ctr), "--address", sock, "--namespace", "k8s.io", *args],
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
 
 
 def import_image(s: settings_mod.Settings, archive: Path) -> None:
     """Import an image archive (docker-archive or OCI) into the node's containerd."""
-    res = _ctr(s, host.preflight(), "images", "import", "--snapshotter", "overlayfs", str(archive))
+    res = _ctr(s, build.ensure(s), "images", "import", "--snapshotter", "overlayfs", str(archive))
     if res.returncode != 0:
         raise RuntimeError(f"ctr images import {archive} failed:\n{res.stderr or res.stdout}")
 
@@ -214,10 +224,10 @@ def up(s: settings_mod.Settings | None = None, out: TextIO = sys.stderr) -> None
                     f"/proc/{holder}/ns/net", *maps]  # fmt: skip
         _start(s, FORWARD, fwd_argv, out, t0)
         enter = ["nsenter", "-t", str(holder), "-m", "-n", "--"]
-        containerd_argv = config.containerd_argv(tools.containerd, p.root / "containerd.toml")
-        containerd = _start(s, CONTAINERD, [*enter, *containerd_argv], out, t0)
-        _wait(s, CONTAINERD, lambda: _ctr(s, tools, "version").returncode == 0, 60, pid=containerd)
-        if config.PAUSE_IMAGE not in _ctr(s, tools, "images", "ls", "-q").stdout.split():
+        containerd_argv = config.containerd_argv(str(bins.containerd), p.root / "containerd.toml")
+        containerd = _start(s, CONTAINERD, [*enter, *containerd_argv], out, t0, path_first=bins.directory)
+        _wait(s, CONTAINERD, lambda: _ctr(s, bins, "version").returncode == 0, 60, pid=containerd)
+        if config.PAUSE_IMAGE not in _ctr(s, bins, "images", "ls", "-q").stdout.split():
             archive = ociimage.write_pause(bins.pause, p.root / "pause.tar", config.PAUSE_IMAGE)
             import_image(s, archive)
             _say(out, t0, f"imported {config.PAUSE_IMAGE}")
