@@ -2,7 +2,8 @@
 and ``ctr``), built and cached like the control plane.
 
 Same recipe as :mod:`agentrun_dev.controlplane` (a wrapper Go module over ``k8s.io/kubernetes`` at the dev
-cluster's version, ``go build -trimpath``), into ``<cache>/node/<k8s version>/``: a binary is built in a
+cluster's version, ``go build -trimpath``), into ``<cache>/node/<k8s version>/`` (containerd's into
+``<cache>/node/containerd-<its version>/``): a binary is built in a
 temporary directory and renamed into place, so it is whole or absent; a lock file serialises builds.
 ``pause`` (the pod sandbox's process) is a 20-line static Go program (``gomod.PAUSE_GO``): it only waits for
 SIGTERM and reaps orphans, which is all the sandbox needs, and needs no C toolchain. The build runs under
@@ -48,11 +49,17 @@ def bin_dir(s: settings_mod.Settings) -> Path:
     return s.cache_dir / "node" / s.k8s_version
 
 
+def _path(s: settings_mod.Settings, name: str) -> Path:
+    """Where binary ``name`` is cached: containerd's by its own version, the rest by Kubernetes'."""
+    if name in gomod.CONTAINERD_TARGETS:
+        return s.cache_dir / "node" / f"containerd-{gomod.CONTAINERD_VERSION}" / name
+    return bin_dir(s) / name
+
+
 def locate(s: settings_mod.Settings) -> Binaries | None:
-    d = bin_dir(s)
-    if not all((d / n).is_file() and os.access(d / n, os.X_OK) for n in NAMES):
+    if not all(_path(s, n).is_file() and os.access(_path(s, n), os.X_OK) for n in NAMES):
         return None
-    return Binaries(d / "kubelet", d / "kube-scheduler", d / "pause", d / "containerd", d / "ctr")
+    return Binaries(*(_path(s, n) for n in ("kubelet", "kube-scheduler", "pause", "containerd", "ctr")))
 
 
 @contextlib.contextmanager
@@ -104,13 +111,13 @@ def ensure(s: settings_mod.Settings, out: TextIO = sys.stderr) -> Binaries:
         return found
     with _lock(s):
         dest = bin_dir(s)
-        missing = [n for n in NAMES if not (dest / n).is_file()]
+        missing = [n for n in NAMES if not _path(s, n).is_file()]
         if not missing:
             result = locate(s)
             assert result is not None
             return result
         p = controlplane._Progress(out)
-        p.say(f"building {', '.join(missing)} (k8s {s.k8s_version}) into {dest}")
+        p.say(f"building {', '.join(missing)} (k8s {s.k8s_version}) into {dest.parent}")
         dest.mkdir(parents=True, exist_ok=True)
         for old in dest.parent.glob(".build-*"):
             shutil.rmtree(old, ignore_errors=True)
@@ -127,14 +134,12 @@ def ensure(s: settings_mod.Settings, out: TextIO = sys.stderr) -> Binaries:
         runtime = [n for n in missing if n in gomod.CONTAINERD_TARGETS]
         if runtime:
             _build_containerd(p, work, env, out_dir, go_version.removeprefix("go"), runtime)
+        built = {"go": go_version, "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         for name in missing:
-            os.replace(out_dir / name, dest / name)
-        (dest / "build.json").write_text(
-            json.dumps(
-                {"go": go_version, "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=2
-            )
-            + "\n"
-        )
+            target = _path(s, name)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(out_dir / name, target)
+            (target.parent / "build.json").write_text(json.dumps(built, indent=2) + "\n")
         shutil.rmtree(work, ignore_errors=True)
         p.say(f"done: {dest}")
     result = locate(s)

@@ -55,3 +55,10 @@ def test_tools_go_has_build_tag_and_imports() -> None:
     text = gomod.tools_go(["k8s.io/kubernetes/cmd/kube-apiserver"])
     assert text.startswith("//go:build tools\n")
     assert '_ "k8s.io/kubernetes/cmd/kube-apiserver"' in text
+
+
+def test_containerd_is_pinned_and_builds_what_the_node_runs() -> None:
+    # A full version (the build is cached by it via the node's bin dir), the daemon, its runc shim, ctr.
+    assert gomod.version_tuple(gomod.CONTAINERD_VERSION) >= (2, 0, 0)
+    assert set(gomod.CONTAINERD_TARGETS) == {"containerd", "containerd-shim-runc-v2", "ctr"}
+    assert gomod.containerd_gomod("1.26.8") == "module agentrun.dev/containerd-build\n\ngo 1.26.8\n"
