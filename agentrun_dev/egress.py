@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import selectors
 import signal
 import socket
 import sys
@@ -68,21 +67,6 @@ def node_netns(state_dir: Path) -> str | None:
     return f"/proc/{pid}/ns/net" if HOLDER_MARK in cmdline else None
 
 
-def _socket_in(netns: str) -> socket.socket:
-    own = os.open("/proc/self/ns/net", os.O_RDONLY)
-    target = os.open(netns, os.O_RDONLY)
-    try:
-        # setns moves only the calling thread (this connection's), and back at once.
-        forward.setns(target)
-        try:
-            return socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        finally:
-            forward.setns(own)
-    finally:
-        os.close(own)
-        os.close(target)
-
-
 def dial(host: str, port: int, state_dir: Path, node_ip: str) -> socket.socket:
     """A connected socket to ``host:port`` by ``route``; PermissionError when refused, OSError when down."""
     where = route(host, node_ip)
@@ -93,7 +77,8 @@ def dial(host: str, port: int, state_dir: Path, node_ip: str) -> socket.socket:
     netns = node_netns(state_dir)
     if netns is None:
         raise ConnectionRefusedError(f"no real node is up for {host}:{port}")
-    sock = _socket_in(netns)
+    with forward.in_netns(netns):  # the socket keeps the node's namespace and connects from there
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
         sock.settimeout(TIMEOUT)
         sock.connect((host, port))
@@ -115,26 +100,6 @@ def _read_head(conn: socket.socket) -> tuple[bytes, bytes]:
             raise ValueError("request head too large")
     head, _, rest = data.partition(b"\r\n\r\n")
     return head, rest
-
-
-def _pipe(a: socket.socket, b: socket.socket) -> None:
-    a.settimeout(None)
-    b.settimeout(None)
-    sel = selectors.DefaultSelector()
-    sel.register(a, selectors.EVENT_READ, b)
-    sel.register(b, selectors.EVENT_READ, a)
-    try:
-        while True:
-            for key, _ in sel.select():
-                src: socket.socket = key.fileobj  # type: ignore[assignment]
-                data = src.recv(65536)
-                if not data:
-                    return
-                key.data.sendall(data)
-    except OSError:
-        return
-    finally:
-        sel.close()
 
 
 def serve_one(conn: socket.socket, state_dir: Path, node_ip: str) -> None:
@@ -162,7 +127,9 @@ def serve_one(conn: socket.socket, state_dir: Path, node_ip: str) -> None:
         conn.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
         if rest:
             upstream.sendall(rest)
-        _pipe(conn, upstream)
+        conn.settimeout(None)
+        upstream.settimeout(None)
+        forward.pump(conn, upstream)
 
 
 def listen(path: Path) -> socket.socket:

@@ -40,7 +40,7 @@ class Binaries:
     ctr: Path
 
     @property
-    def directory(self) -> Path:
+    def containerd_dir(self) -> Path:
         """Where containerd finds its shim (``containerd-shim-runc-v2``): first on its ``PATH``."""
         return self.containerd.parent
 
@@ -136,10 +136,10 @@ def ensure(s: settings_mod.Settings, out: TextIO = sys.stderr) -> Binaries:
             _build_containerd(p, work, env, out_dir, go_version.removeprefix("go"), runtime)
         built = {"go": go_version, "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         for name in missing:
-            target = _path(s, name)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(out_dir / name, target)
-            (target.parent / "build.json").write_text(json.dumps(built, indent=2) + "\n")
+            _path(s, name).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(out_dir / name, _path(s, name))
+        for directory in {_path(s, name).parent for name in missing}:
+            (directory / "build.json").write_text(json.dumps(built, indent=2) + "\n")
         shutil.rmtree(work, ignore_errors=True)
         p.say(f"done: {dest}")
     result = locate(s)

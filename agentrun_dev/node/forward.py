@@ -12,6 +12,7 @@ IP) while every outgoing connection is made from the host's namespace to ``127.0
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import os
 import selectors
@@ -19,6 +20,7 @@ import signal
 import socket
 import sys
 import threading
+from collections.abc import Iterator
 
 CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -41,21 +43,16 @@ def parse_map(spec: str) -> tuple[tuple[str, int], tuple[str, int]]:
         raise argparse.ArgumentTypeError(f"expected LISTEN_IP:PORT=TARGET_IP:PORT, got {spec!r}") from exc
 
 
-def listen_in(netns: str, addrs: list[tuple[str, int]]) -> list[socket.socket]:
-    """Listening sockets created inside ``netns``; the calling thread returns to its own namespace."""
+@contextlib.contextmanager
+def in_netns(netns: str) -> Iterator[None]:
+    """The calling thread inside ``netns`` for the block, then back in its own namespace. Sockets created in
+    the block keep ``netns`` (listen or connect from there); ``setns`` moves only this thread."""
     own = os.open("/proc/self/ns/net", os.O_RDONLY)
     target = os.open(netns, os.O_RDONLY)
     try:
         setns(target)
         try:
-            socks = []
-            for addr in addrs:
-                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                sock.bind(addr)
-                sock.listen(64)
-                socks.append(sock)
-            return socks
+            yield
         finally:
             setns(own)
     finally:
@@ -63,7 +60,21 @@ def listen_in(netns: str, addrs: list[tuple[str, int]]) -> list[socket.socket]:
         os.close(target)
 
 
-def _pump(a: socket.socket, b: socket.socket) -> None:
+def listen_in(netns: str, addrs: list[tuple[str, int]]) -> list[socket.socket]:
+    """Listening sockets created inside ``netns``; the calling thread returns to its own namespace."""
+    socks = []
+    with in_netns(netns):
+        for addr in addrs:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(addr)
+            sock.listen(64)
+            socks.append(sock)
+    return socks
+
+
+def pump(a: socket.socket, b: socket.socket) -> None:
+    """Copy bytes both ways until both sides are done (a half-close is passed on), then close both."""
     sel = selectors.DefaultSelector()
     sel.register(a, selectors.EVENT_READ, b)
     sel.register(b, selectors.EVENT_READ, a)
@@ -102,7 +113,7 @@ def _connect_and_pump(conn: socket.socket, target: tuple[str, int]) -> None:
     except OSError:
         conn.close()
         return
-    _pump(conn, upstream)
+    pump(conn, upstream)
 
 
 def _serve(listener: socket.socket, target: tuple[str, int]) -> None:

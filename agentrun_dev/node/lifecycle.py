@@ -225,7 +225,9 @@ def up(s: settings_mod.Settings | None = None, out: TextIO = sys.stderr) -> None
         _start(s, FORWARD, fwd_argv, out, t0)
         enter = ["nsenter", "-t", str(holder), "-m", "-n", "--"]
         containerd_argv = config.containerd_argv(str(bins.containerd), p.root / "containerd.toml")
-        containerd = _start(s, CONTAINERD, [*enter, *containerd_argv], out, t0, path_first=bins.directory)
+        containerd = _start(
+            s, CONTAINERD, [*enter, *containerd_argv], out, t0, path_first=bins.containerd_dir
+        )
         _wait(s, CONTAINERD, lambda: _ctr(s, bins, "version").returncode == 0, 60, pid=containerd)
         if config.PAUSE_IMAGE not in _ctr(s, bins, "images", "ls", "-q").stdout.split():
             archive = ociimage.write_pause(bins.pause, p.root / "pause.tar", config.PAUSE_IMAGE)
