@@ -88,10 +88,12 @@ class FencedSaver(PostgresSaver):
         conf = config.get("configurable", {})
         if conf.get("checkpoint_id") or conf.get("thread_id") != self.run_id:
             return super().get_tuple(config)
-        head = store.get_checkpoint_head(self.pool, run_id=self.run_id, checkpoint_ns=_ns(config))
-        if head is None:  # nothing written fenced yet (or a run from before migration 2): LangGraph's rule
-            return super().get_tuple(config)
-        return super().get_tuple({**config, "configurable": {**conf, "checkpoint_id": head}})
+        head = store.checkpoint_head(self.pool, run_id=self.run_id, checkpoint_ns=_ns(config))
+        if head.checkpoint_id is None:
+            if not head.any_written:  # nothing there at all (a new run, a subgraph's first entry): one trip
+                return None
+            return super().get_tuple(config)  # unfenced writes (a run from before migration 2): LangGraph's
+        return super().get_tuple({**config, "configurable": {**conf, "checkpoint_id": head.checkpoint_id}})
 
     # --- writes --------------------------------------------------------------------------------------
 

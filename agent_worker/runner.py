@@ -111,18 +111,17 @@ class Attempt:
         except lease.LeaseError as exc:
             logger.error("could not acquire the lease: %s", exc)
             return protocol.EXIT_FAILED
-        try:
-            store.claim_run(self.pool, run_id=self.run_id, epoch=self.epoch, holder=self.settings.pod_name)
+        try:  # the claim and this attempt's row (its pod, its epoch): one statement
+            store.claim_attempt(
+                self.pool,
+                run_id=self.run_id,
+                epoch=self.epoch,
+                holder=self.settings.pod_name,
+                attempt=self.settings.attempt,
+            )
         except errors.Fenced as exc:
             logger.error("%s", exc)
             return protocol.EXIT_FENCED
-        store.record_attempt_start(
-            self.pool,
-            run_id=self.run_id,
-            attempt=self.settings.attempt,
-            pod=self.settings.pod_name,
-            epoch=self.epoch,
-        )
         self.holder.start()
         faults.hit("after_lease_acquired")
         return None
@@ -247,19 +246,31 @@ class Attempt:
         return protocol.EXIT_PARKED
 
     def _succeed(self, values: Any) -> int:
-        store.finish_run(
-            self.pool, run_id=self.run_id, epoch=self.epoch, status="succeeded", result=_json(values)
+        store.finish_attempt(  # the outcome and this attempt's end: one statement
+            self.pool,
+            run_id=self.run_id,
+            epoch=self.epoch,
+            attempt=self.settings.attempt,
+            status="succeeded",
+            outcome="succeeded",
+            result=_json(values),
         )
         self._release()
-        self._end_attempt("succeeded")
         return protocol.EXIT_SUCCEEDED
 
     def _fail(self, error: str, reason: str) -> int:
-        store.finish_run(
-            self.pool, run_id=self.run_id, epoch=self.epoch, status="failed", error=error, reason=reason
+        store.finish_attempt(
+            self.pool,
+            run_id=self.run_id,
+            epoch=self.epoch,
+            attempt=self.settings.attempt,
+            status="failed",
+            outcome="failed",
+            detail=reason,
+            error=error,
+            reason=reason,
         )
         self._release()
-        self._end_attempt("failed", reason)
         logger.error("run %s failed: %s", self.run_id, error.splitlines()[0] if error else "")
         return protocol.EXIT_FAILED
 

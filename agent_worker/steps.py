@@ -69,6 +69,10 @@ class StepRecorder:
         self._since: float | None = None  # monotonic: when the oldest unwritten item was added
         self._busy = False  # a batch is being written (ridden or by the thread): one at a time, in order
         self._thread: threading.Thread | None = None
+        # The thread waits with no deadline (nothing was pending): only then does a new item need to wake it.
+        # Otherwise it wakes by itself at the deadline it computed, never later than the oldest item's, so a
+        # step costs no thread switch of its own.
+        self._idle = False
         self._closed = False
 
     def add(
@@ -200,7 +204,8 @@ class StepRecorder:
             if self._thread is None and not self._closed:
                 self._thread = threading.Thread(target=self._loop, name="step-events", daemon=True)
                 self._thread.start()
-            self._cond.notify_all()
+            elif self._idle and self._since is not None:
+                self._cond.notify_all()
 
     def _loop(self) -> None:
         """Write what has waited ``batch_seconds`` for a ride; history only, so a failure is retried at the
@@ -212,7 +217,9 @@ class StepRecorder:
                 due = None if self._since is None else self._since + self.batch_seconds
                 now = self._clock()
                 if due is None or due > now:
+                    self._idle = due is None
                     self._cond.wait(None if due is None else due - now)
+                    self._idle = False
                     continue
             try:
                 wrote = self._write(final=False)

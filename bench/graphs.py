@@ -8,7 +8,8 @@
 * ``park``: interrupts at once (a run parked on approval).
 
 Nodes append ``time.perf_counter()`` at their start and end to ``MARKS`` (same process only), so a benchmark
-can split an attempt into before-the-first-step, steps and after-the-last-step.
+can split an attempt into before-the-first-step, steps and after-the-last-step (and, with ``trip_count`` set,
+its round trips the same way, in ``TRIP_MARKS``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Annotated, Any, TypedDict
 
 from langgraph.graph import END, START, StateGraph
@@ -25,12 +27,17 @@ from langgraph.types import interrupt
 from agent_worker import effects
 
 MARKS: list[float] = []  # perf_counter at each node's start and end, in order
+# While a benchmark counts round trips (bench/p1_steps.py), the count at each mark, beside MARKS.
+TRIP_MARKS: list[int] = []
+trip_count: Callable[[], int] | None = None
 # Set in a worker subprocess's environment: nodes print "BENCH_MARK start|end <unix time>" to stderr.
 _PRINT_MARKS = bool(os.environ.get("AGENTRUN_BENCH_MARKS"))
 
 
 def _mark(label: str) -> None:
     MARKS.append(time.perf_counter())
+    if trip_count is not None:
+        TRIP_MARKS.append(trip_count())
     if _PRINT_MARKS:
         print(f"BENCH_MARK {label} {time.time():.6f}", file=sys.stderr, flush=True)
 

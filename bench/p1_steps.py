@@ -48,7 +48,11 @@ def _split(t0: float, t1: float, n: int) -> Timing:
     )
 
 
-def worker_attempt(dsn: str, graph: str, durability: Durability) -> Timing:
+def worker_attempt(
+    dsn: str, graph: str, durability: Durability, *, uncounted_admission: bool = False
+) -> Timing:
+    """One attempt through the worker path; ``uncounted_admission``: the bench's own admission statement is
+    taken off the statement / round-trip counters (what the operator does is not the worker's cost)."""
     run_id = str(uuid.uuid4())
     with psycopg_pool.ConnectionPool(dsn, min_size=1, max_size=1, kwargs={"autocommit": True}) as p:
         store.admit_run(
@@ -61,6 +65,9 @@ def worker_attempt(dsn: str, graph: str, durability: Durability) -> Timing:
             spec_hash="bench",
             durability=durability,
         )
+    if uncounted_admission:
+        db.Counter.reset()
+        db.RoundTrips.reset()
     config = settings_mod.WorkerSettings(
         run_id=run_id, dsn=dsn, pod_name=f"bench-{run_id[:8]}", lease_mode="none"
     )
@@ -109,18 +116,38 @@ def counting_worker_pools() -> Iterator[None]:
 Pair = tuple[float, float]
 
 
-def statements(dsn: str, bare_dsn: str, graph: str, durability: Durability) -> tuple[Pair, Pair]:
-    """(statements, round trips) per step of (worker, bare), counted client-side over one attempt each."""
+class Counts(dict[str, float]):
+    """statements, trips (per step); trips_before (start → first node), trips_after (last node → return)."""
+
+
+def statements(dsn: str, bare_dsn: str, graph: str, durability: Durability) -> tuple[Counts, Counts]:
+    """Statements and round trips of (worker, bare), counted client-side over one attempt each."""
     n = _steps(graph)
     db.Counter.reset()
     db.RoundTrips.reset()
-    with db.counting_round_trips():
-        with counting_worker_pools():
-            worker_attempt(dsn, graph, durability)
-        ours = db.Counter.reset(), db.RoundTrips.reset()
-        bare_attempt(bare_dsn, graph, durability, counting=True)
-        base = db.Counter.reset(), db.RoundTrips.reset()
-    return (ours[0] / n, base[0] / n), (ours[1] / n, base[1] / n)
+    graphs.trip_count = lambda: db.RoundTrips.value
+    try:
+        with db.counting_round_trips():
+            graphs.TRIP_MARKS.clear()
+            with counting_worker_pools():
+                worker_attempt(dsn, graph, durability, uncounted_admission=True)
+            ours = _counts(n, db.Counter.reset(), db.RoundTrips.reset())
+            graphs.TRIP_MARKS.clear()
+            bare_attempt(bare_dsn, graph, durability, counting=True)
+            base = _counts(n, db.Counter.reset(), db.RoundTrips.reset())
+    finally:
+        graphs.trip_count = None
+    return ours, base
+
+
+def _counts(n: int, statements_: int, trips: int) -> Counts:
+    marks = graphs.TRIP_MARKS
+    return Counts(
+        statements=statements_ / n,
+        trips=trips / n,
+        trips_before=float(marks[0]) if marks else 0.0,
+        trips_after=float(trips - marks[-1]) if marks else 0.0,
+    )
 
 
 def run(report: stats.Report, *, quick: bool, reps: int) -> None:
@@ -176,12 +203,11 @@ def run(report: stats.Report, *, quick: bool, reps: int) -> None:
                         [1000 * t["after"] for t in b],
                     ),
                 )
-                (ours, base), (ours_trips, base_trips) = statements(dsn, bare_dsn, graph, mode)
-                report.add(
-                    section,
-                    stats.Row(f"{label}: statements per step", [ours], [base], unit="stmts"),
-                )
-                report.add(
-                    section,
-                    stats.Row(f"{label}: round trips per step", [ours_trips], [base_trips], unit="trips"),
-                )
+                ours, base = statements(dsn, bare_dsn, graph, mode)
+                for key, figure, unit in (
+                    ("statements", "statements per step", "stmts"),
+                    ("trips", "round trips per step", "trips"),
+                    ("trips_before", "round trips before the first step", "trips"),
+                    ("trips_after", "round trips after the last step", "trips"),
+                ):
+                    report.add(section, stats.Row(f"{label}: {figure}", [ours[key]], [base[key]], unit=unit))

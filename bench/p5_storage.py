@@ -3,8 +3,11 @@
 A ``chat_<n>`` graph (``add_messages``, two messages per turn) runs once through the worker path and once
 bare, per durability mode. Bytes are ``pg_column_size`` of the rows each run left, per table (TOAST-compressed
 sizes, as stored). Byte counts are deterministic, so they are measured once, not repeated. "Rows left" is
-what stays in Postgres for a finished run: everything below stays until something deletes it (retention after
-``ttlSecondsAfterFinished`` is the operator's; this figure shows what it has to remove).
+what stays in Postgres for a finished run: everything below stays until something deletes it. "Rows left after
+retention" is what is left of those runs once retention has purged them: the run marked due as the operator
+marks it when the AgentRun is gone (``ttlSecondsAfterFinished``, a delete), then purged by the operator's own
+statement (``store.purge_due``), counted in every table of the schema with a ``run_id`` or ``thread_id``
+column (so a table added later is counted too). It must be 0.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import uuid
 import psycopg
 from langgraph.checkpoint.postgres import PostgresSaver
 
+from agentrun_core import store
 from bench import db, graphs, p1_steps, stats
 
 CHECKPOINT_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
@@ -42,6 +46,33 @@ def _bytes(dsn: str, thread: str) -> dict[str, tuple[int, int]]:
     return out
 
 
+def _rows_referencing(dsn: str, run_ids: list[str]) -> dict[str, int]:
+    """table -> rows whose run_id / thread_id is one of ``run_ids``, for every such table of the schema."""
+    out: dict[str, int] = {}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        columns = conn.execute(
+            "SELECT table_name, column_name FROM information_schema.columns"
+            " WHERE table_schema = current_schema() AND column_name IN ('run_id', 'thread_id')"
+            " ORDER BY table_name"
+        ).fetchall()
+        for table, column in columns:
+            row = conn.execute(
+                f'SELECT count(*) FROM "{table}" WHERE "{column}" = ANY(%s)', (run_ids,)
+            ).fetchone()
+            assert row is not None
+            out[str(table)] = int(row[0])
+    return out
+
+
+def _purge(dsn: str, run_ids: list[str]) -> None:
+    """Retention as the operator does it: the runs marked due now, then purged in batches."""
+    with db.pool(dsn, size=1) as p:
+        for run_id in run_ids:
+            store.mark_for_purge(p, run_id, after_seconds=0, reason="bench: ttlSecondsAfterFinished")
+        while len(store.purge_due(p, batch=100)) == 100:
+            pass
+
+
 def _worker_run(dsn: str, graph: str, mode: p1_steps.Durability) -> str:
     p1_steps.worker_attempt(dsn, graph, mode)
     return p1_steps.LAST_RUN_ID[0]
@@ -65,10 +96,12 @@ def run(report: stats.Report, *, quick: bool, reps: int) -> None:
     turns = 20 if quick else 200
     n_effects = 5 if quick else 20
     with db.fresh_database("p5") as dsn:
+        finished: list[str] = []
         modes: list[p1_steps.Durability] = ["sync"] if quick else ["sync", "exit"]
         for mode in modes:
             graph = f"chat_{turns}"
-            ours = _bytes(dsn, _worker_run(dsn, graph, mode))
+            finished.append(_worker_run(dsn, graph, mode))
+            ours = _bytes(dsn, finished[-1])
             base = _bytes(dsn, _bare_run(dsn, graph, mode))
             ck_ours, ck_base = _sum(ours, CHECKPOINT_TABLES)[1], _sum(base, CHECKPOINT_TABLES)[1]
             ar_rows, ar_bytes = _sum(ours, AGENTRUN_TABLES)
@@ -104,6 +137,7 @@ def run(report: stats.Report, *, quick: bool, reps: int) -> None:
                 ),
             )
         run_id = _worker_run(dsn, f"effect_{n_effects}", "sync")
+        finished.append(run_id)
         sizes = _bytes(dsn, run_id)
         report.add(
             section,
@@ -119,5 +153,18 @@ def run(report: stats.Report, *, quick: bool, reps: int) -> None:
                 f"{n_effects} steps with an effect: step-event bytes per step",
                 [sizes["agentrun_step_events"][1] / n_effects],
                 unit="B",
+            ),
+        )
+        before = sum(_rows_referencing(dsn, finished).values())
+        _purge(dsn, finished)
+        remaining = {t: n for t, n in _rows_referencing(dsn, finished).items() if n}
+        report.add(
+            section,
+            stats.Row(
+                f"{len(finished)} finished runs: rows left after retention purged them",
+                [float(sum(remaining.values()))],
+                unit="rows",
+                note=(", ".join(f"{t} {n}" for t, n in remaining.items()) or "none")
+                + f"; {before:,} rows before",
             ),
         )

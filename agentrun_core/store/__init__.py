@@ -28,7 +28,14 @@ from agentrun_core.store.attempts import (
     record_steps,
     send_steps,
 )
-from agentrun_core.store.checkpoints import abandon_write, get_checkpoint_head, mark_fence, raise_if_refused
+from agentrun_core.store.checkpoints import (
+    Head,
+    abandon_write,
+    checkpoint_head,
+    get_checkpoint_head,
+    mark_fence,
+    raise_if_refused,
+)
 from agentrun_core.store.db import Conn
 from agentrun_core.store.effects_sql import (
     Reservation,
@@ -45,7 +52,9 @@ from agentrun_core.store.rows import Approval, Attempt, Decision, Effect, Heartb
 from agentrun_core.store.runs import (
     admit_run,
     cancel_run,
+    claim_attempt,
     claim_run,
+    finish_attempt,
     finish_run,
     get_run,
     get_run_now,
@@ -71,6 +80,7 @@ __all__ = [
     "Decision",
     "Effect",
     "ForkSource",
+    "Head",
     "Heartbeat",
     "Intervention",
     "Reservation",
@@ -81,6 +91,8 @@ __all__ = [
     "admit_fork",
     "admit_run",
     "cancel_run",
+    "checkpoint_head",
+    "claim_attempt",
     "claim_run",
     "confirm_effect",
     "decide_approval",
@@ -88,6 +100,7 @@ __all__ = [
     "drop_tenant",
     "effect_counts",
     "find_fork_source",
+    "finish_attempt",
     "finish_run",
     "fold_runs",
     "get_approval",

@@ -10,6 +10,7 @@ them. ``abandon_write`` aborts a write's implicit transaction when its client fa
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from typing import Any
 
 import psycopg
@@ -63,7 +64,22 @@ def _refusal(exc: BaseException) -> psycopg.Error | None:
     return None
 
 
+@dataclasses.dataclass(frozen=True)
+class Head:
+    """A namespace's head (``None``: no fenced write named one) and whether it has any checkpoint at all."""
+
+    checkpoint_id: str | None
+    any_written: bool
+
+
+def checkpoint_head(conn: db.Conn, *, run_id: str, checkpoint_ns: str = "") -> Head:
+    """The checkpoint a resume of ``checkpoint_ns`` starts from, and whether anything was written there."""
+    row = db.fetch_one(conn, "get_checkpoint_head", {"run_id": run_id, "checkpoint_ns": checkpoint_ns})
+    if row is None:
+        return Head(None, False)
+    return Head(row["checkpoint_id"], bool(row["any_written"]))
+
+
 def get_checkpoint_head(conn: db.Conn, *, run_id: str, checkpoint_ns: str = "") -> str | None:
     """The checkpoint a resume of ``checkpoint_ns`` starts from; ``None`` when no fenced write named one."""
-    row = db.fetch_one(conn, "get_checkpoint_head", {"run_id": run_id, "checkpoint_ns": checkpoint_ns})
-    return None if row is None else row["checkpoint_id"]
+    return checkpoint_head(conn, run_id=run_id, checkpoint_ns=checkpoint_ns).checkpoint_id

@@ -9,7 +9,7 @@ statement, so nothing that ran before it can write after it.
 from __future__ import annotations
 
 import datetime
-from typing import Any
+from typing import Any, NoReturn
 
 from psycopg.types.json import Jsonb
 
@@ -101,16 +101,31 @@ def claim_run(conn: db.Conn, *, run_id: str, epoch: int, holder: str) -> rows.Ru
     """Raise ``lease_epoch`` to the epoch just acquired and mark the run running; ``Fenced`` if older."""
     row = db.fetch_one(conn, "claim_run", {"run_id": run_id, "epoch": epoch, "holder": holder})
     if row is None:
-        current = get_run(conn, run_id)
-        if current is None:
-            raise errors.RunNotFound(f"run {run_id} is not admitted")
-        raise errors.Fenced(
-            f"run {run_id}: cannot claim epoch {epoch} (run has epoch {current.lease_epoch}, "
-            f"holder {current.holder}, status {current.status})",
-            epoch=epoch,
-            current_epoch=current.lease_epoch,
-        )
+        _refuse_claim(conn, run_id, epoch)
     return rows.pack(rows.Run, row)
+
+
+def claim_attempt(conn: db.Conn, *, run_id: str, epoch: int, holder: str, attempt: int) -> rows.Run:
+    """``claim_run`` and the worker's ``record_attempt_start`` (its pod, its epoch) in one round trip; the
+    attempt row is written only when the claim took. ``Fenced`` / ``RunNotFound`` as ``claim_run``."""
+    row = db.fetch_one(
+        conn, "claim_attempt", {"run_id": run_id, "epoch": epoch, "holder": holder, "attempt": attempt}
+    )
+    if row is None:
+        _refuse_claim(conn, run_id, epoch)
+    return rows.pack(rows.Run, row)
+
+
+def _refuse_claim(conn: db.Conn, run_id: str, epoch: int) -> NoReturn:
+    current = get_run(conn, run_id)
+    if current is None:
+        raise errors.RunNotFound(f"run {run_id} is not admitted")
+    raise errors.Fenced(
+        f"run {run_id}: cannot claim epoch {epoch} (run has epoch {current.lease_epoch}, "
+        f"holder {current.holder}, status {current.status})",
+        epoch=epoch,
+        current_epoch=current.lease_epoch,
+    )
 
 
 def finish_run(
@@ -125,31 +140,68 @@ def finish_run(
     current_step: str | None = None,
 ) -> rows.Run:
     """Set the run's outcome (fenced). ``Fenced`` when a newer epoch holds it or it is already final."""
-    if status not in rows.RUN_STATUSES:
-        raise ValueError(f"unknown run status {status!r}")
+    params = _outcome(status, result, error, reason, current_step, run_id, epoch)
+    row = db.fetch_one(conn, "finish_run", params)
+    if row is None:
+        _refuse_outcome(conn, run_id, epoch, status)
+    return rows.pack(rows.Run, row)
+
+
+def finish_attempt(
+    conn: db.Conn,
+    *,
+    run_id: str,
+    epoch: int,
+    attempt: int,
+    status: str,
+    outcome: str,
+    detail: str | None = None,
+    result: Any = None,
+    error: str | None = None,
+    reason: str | None = None,
+) -> rows.Run:
+    """``finish_run`` and ``record_attempt_end(outcome, detail)`` in one round trip; the attempt's end is
+    written only when the fenced outcome took. ``Fenced`` as ``finish_run`` (nothing written then)."""
+    params = _outcome(status, result, error, reason, None, run_id, epoch)
     row = db.fetch_one(
-        conn,
-        "finish_run",
-        {
-            "run_id": run_id,
-            "epoch": epoch,
-            "status": status,
-            "result": None if result is None else Jsonb(result),
-            "error": error,
-            "reason": reason,
-            "current_step": current_step,
-        },
+        conn, "finish_attempt", {**params, "attempt": attempt, "outcome": outcome, "detail": detail}
     )
     if row is None:
-        current = get_run(conn, run_id)
-        raise errors.Fenced(
-            f"run {run_id}: outcome {status!r} refused for epoch {epoch} "
-            f"(run epoch {current.lease_epoch if current else '?'}, "
-            f"status {current.status if current else '?'})",
-            epoch=epoch,
-            current_epoch=current.lease_epoch if current else None,
-        )
+        _refuse_outcome(conn, run_id, epoch, status)
     return rows.pack(rows.Run, row)
+
+
+def _outcome(
+    status: str,
+    result: Any,
+    error: str | None,
+    reason: str | None,
+    current_step: str | None,
+    run_id: str,
+    epoch: int,
+) -> dict[str, Any]:
+    if status not in rows.RUN_STATUSES:
+        raise ValueError(f"unknown run status {status!r}")
+    return {
+        "run_id": run_id,
+        "epoch": epoch,
+        "status": status,
+        "result": None if result is None else Jsonb(result),
+        "error": error,
+        "reason": reason,
+        "current_step": current_step,
+    }
+
+
+def _refuse_outcome(conn: db.Conn, run_id: str, epoch: int, status: str) -> NoReturn:
+    current = get_run(conn, run_id)
+    raise errors.Fenced(
+        f"run {run_id}: outcome {status!r} refused for epoch {epoch} "
+        f"(run epoch {current.lease_epoch if current else '?'}, "
+        f"status {current.status if current else '?'})",
+        epoch=epoch,
+        current_epoch=current.lease_epoch if current else None,
+    )
 
 
 def set_current_step(conn: db.Conn, *, run_id: str, epoch: int, step: str) -> bool:

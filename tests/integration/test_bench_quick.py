@@ -41,6 +41,9 @@ def test_quick_p1_p2_p3_p5_print_every_figure_with_its_baseline(
     assert p1 and all(r["baseline_median"] is not None and r["ratio"] is not None for r in p1), p1
     trips = next(r for r in rows if r["figure"].startswith("round trips per new effect"))
     assert trips["median"] > 0
+    # Retention leaves nothing of a finished run in any table with a run id: a behaviour, not a number.
+    purged = next(r for r in rows if "rows left after retention" in r["figure"])
+    assert purged["median"] == 0, purged
 
 
 @pytest.mark.slow

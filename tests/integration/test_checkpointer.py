@@ -365,3 +365,22 @@ def test_a_saver_on_tables_without_the_fence_fails_instead_of_writing_unfenced(
     with pytest.raises(psycopg.Error, match="not fenced"):
         saver.put(_config(), _checkpoint(_uuid6_at(95), "x"), {}, {"value": 1})
     assert _count(pool, "checkpoints") == 0
+
+
+def test_a_namespace_without_a_head_is_read_only_when_something_was_written_there(
+    pool: psycopg_pool.ConnectionPool[Any],
+) -> None:
+    """The saver answers "no checkpoint" from the head query alone when the namespace holds none (a new run,
+    a subgraph's first entry: one round trip), and still reads LangGraph's newest when rows exist without a
+    head (written unfenced: a run from before migration 2)."""
+    _claim(pool, 1)
+    saver = checkpointer.FencedSaver(pool, run_id=RUN, epoch=1)
+    assert store.checkpoint_head(pool, run_id=RUN) == store.Head(None, False)
+    assert saver.get_tuple(_config()) is None
+    PostgresSaver(pool).put(_config("old:1"), _checkpoint(_uuid6_at(95), "unfenced"), {}, {"value": 1})
+    assert store.checkpoint_head(pool, run_id=RUN, checkpoint_ns="old:1") == store.Head(None, True)
+    found = saver.get_tuple(_config("old:1"))
+    assert found is not None and found.checkpoint["channel_values"]["value"] == "unfenced"
+    saver.put(_config(), _checkpoint(_uuid6_at(96), "fenced"), {}, {"value": 1})
+    assert store.checkpoint_head(pool, run_id=RUN) == store.Head(_uuid6_at(96), True)
+    assert store.checkpoint_head(pool, run_id="not-admitted") == store.Head(None, False)

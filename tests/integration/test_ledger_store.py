@@ -77,6 +77,36 @@ def test_claim_only_raises_epoch(conn: psycopg.Connection[object]) -> None:
         store.claim_run(conn, run_id="zz", epoch=9, holder="x")
 
 
+def test_claim_attempt_and_finish_attempt_write_the_attempt_only_when_the_run_write_took(
+    conn: psycopg.Connection[object],
+) -> None:
+    """The worker's claim and its attempt row, and its outcome and the attempt's end, are one statement
+    each: a refused claim or outcome writes no attempt row / no attempt end."""
+    _admit(conn)
+    store.record_attempt_start(conn, run_id="r1", attempt=1, pod="p1", start_reason="first")  # the operator
+    run = store.claim_attempt(conn, run_id="r1", epoch=2, holder="p1", attempt=1)
+    assert (run.lease_epoch, run.holder, run.status) == (2, "p1", "running")
+    (attempt,) = store.list_attempts(conn, "r1")
+    assert (attempt.pod, attempt.epoch, attempt.start_reason) == ("p1", 2, "first")
+    with pytest.raises(errors.Fenced):
+        store.claim_attempt(conn, run_id="r1", epoch=1, holder="p-old", attempt=2)
+    assert [a.attempt for a in store.list_attempts(conn, "r1")] == [1]
+    with pytest.raises(errors.RunNotFound):
+        store.claim_attempt(conn, run_id="zz", epoch=9, holder="x", attempt=1)
+    with pytest.raises(errors.Fenced):
+        store.finish_attempt(conn, run_id="r1", epoch=1, attempt=1, status="succeeded", outcome="succeeded")
+    assert store.list_attempts(conn, "r1")[0].outcome is None
+    done = store.finish_attempt(
+        conn, run_id="r1", epoch=2, attempt=1, status="failed", outcome="failed", detail="Boom", error="e"
+    )
+    assert (done.status, done.error, done.status_reason) == ("failed", "e", None)
+    (ended,) = store.list_attempts(conn, "r1")
+    assert (ended.outcome, ended.detail) == ("failed", "Boom") and ended.ended_at is not None
+    with pytest.raises(errors.Fenced):  # final already: never overwritten, the attempt untouched
+        store.finish_attempt(conn, run_id="r1", epoch=2, attempt=1, status="succeeded", outcome="succeeded")
+    assert store.list_attempts(conn, "r1")[0].outcome == "failed"
+
+
 def test_reserve_record_and_fencing(conn: psycopg.Connection[object]) -> None:
     _admit(conn)
     store.claim_run(conn, run_id="r1", epoch=1, holder="a")

@@ -175,6 +175,33 @@ def test_what_does_not_ride_is_written_by_the_thread_within_the_interval(
     assert calls.made == [("own", ["s:1"], "s1")]  # nothing new: no statement
 
 
+def test_the_thread_is_woken_only_when_it_waits_with_no_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step while the thread has a deadline already costs no thread switch; a step while it waits for
+    nothing wakes it, so what does not ride is still written within the interval. (A fake clock: no
+    deadline passes until the test moves it, however slow the machine.)"""
+    clock = Clock()
+    rec, calls = _recorder(monkeypatch, 0.2, {"cp1", "cp2", "cp3"}, clock)
+    notified: list[int] = []
+    real_notify = rec._cond.notify_all
+    monkeypatch.setattr(rec._cond, "notify_all", lambda: (notified.append(1), real_notify())[1])
+    _add(rec, 1)
+    rec.flush(final=False)  # starts the thread, which has s:1's deadline to wait for
+    _add(rec, 2)
+    rec.flush(final=False)
+    assert notified == [] and calls.made == []
+    clock.now += 1  # s:1's deadline passes: the thread writes both at its next look
+    _wait_for(lambda: calls.made == [("own", ["s:1", "s:2"], "s2")])
+    _wait_for(lambda: rec._idle)  # nothing pending: it waits for nothing now
+    notified.clear()  # (the thread's own write notified the waiters of a final flush)
+    _add(rec, 3)
+    rec.flush(final=False)
+    assert notified == [1]
+    clock.now += 1
+    _wait_for(lambda: len(calls.made) == 2)
+    assert calls.made[-1] == ("own", ["s:3"], "s3")
+    rec.flush(final=True)
+
+
 def test_a_failed_write_of_the_thread_is_retried_and_never_lost(monkeypatch: pytest.MonkeyPatch) -> None:
     rec, calls = _recorder(monkeypatch, 0.02, {"cp1"})
     calls.fail_own = True

@@ -45,6 +45,25 @@ WHERE run_id = %(run_id)s
   AND (lease_epoch < %(epoch)s OR (lease_epoch = %(epoch)s AND holder IS NOT DISTINCT FROM %(holder)s))
 RETURNING *
 
+-- name: claim_attempt
+-- claim_run and the worker's record_attempt_start in ONE statement (one round trip before the first step): the
+-- attempt row gets the epoch only when the claim took; no claimed row → Fenced (decided in Python).
+WITH claimed AS (
+    UPDATE agentrun_runs
+    SET lease_epoch = %(epoch)s, holder = %(holder)s, status = 'running', status_reason = NULL, updated_at = now()
+    WHERE run_id = %(run_id)s
+      AND status IN ('admitted', 'running', 'parked')
+      AND (lease_epoch < %(epoch)s OR (lease_epoch = %(epoch)s AND holder IS NOT DISTINCT FROM %(holder)s))
+    RETURNING *
+), attempt AS (
+    INSERT INTO agentrun_attempts (run_id, attempt, pod, epoch)
+    SELECT run_id, %(attempt)s, %(holder)s, %(epoch)s FROM claimed
+    ON CONFLICT (run_id, attempt) DO UPDATE
+    SET pod = EXCLUDED.pod, epoch = EXCLUDED.epoch
+    RETURNING 1
+)
+SELECT claimed.*, (SELECT count(*) FROM attempt) AS attempt_recorded FROM claimed
+
 -- name: finish_run
 -- Fenced: only the current epoch's worker may set the outcome. Final statuses are never overwritten.
 UPDATE agentrun_runs
@@ -54,6 +73,26 @@ SET status = %(status)s, result = coalesce(%(result)s, result), error = %(error)
 WHERE run_id = %(run_id)s AND lease_epoch = %(epoch)s
   AND status NOT IN ('succeeded', 'failed', 'cancelled')
 RETURNING *
+
+-- name: finish_attempt
+-- finish_run and record_attempt_end in ONE statement (one round trip after the last step): the attempt's
+-- outcome is recorded only when the fenced outcome took (a refused one is the caller's Fenced path, which
+-- records the attempt ended "fenced" itself).
+WITH finished AS (
+    UPDATE agentrun_runs
+    SET status = %(status)s, result = coalesce(%(result)s, result), error = %(error)s,
+        status_reason = %(reason)s, current_step = coalesce(%(current_step)s, current_step), updated_at = now(),
+        finished_at = CASE WHEN %(status)s IN ('succeeded', 'failed', 'cancelled') THEN now() ELSE finished_at END
+    WHERE run_id = %(run_id)s AND lease_epoch = %(epoch)s
+      AND status NOT IN ('succeeded', 'failed', 'cancelled')
+    RETURNING *
+), ended AS (
+    UPDATE agentrun_attempts a SET ended_at = now(), outcome = %(outcome)s, detail = %(detail)s
+    FROM finished f
+    WHERE a.run_id = f.run_id AND a.attempt = %(attempt)s
+    RETURNING 1
+)
+SELECT finished.*, (SELECT count(*) FROM ended) AS attempt_ended FROM finished
 
 -- name: set_current_step
 UPDATE agentrun_runs SET current_step = %(step)s, updated_at = now()
@@ -359,7 +398,11 @@ SELECT agentrun_abandon_write()
 
 -- name: get_checkpoint_head
 -- The head of one namespace ('' = root); NULL when none was written fenced (a run from before migration 2).
-SELECT CASE WHEN %(checkpoint_ns)s = '' THEN r.head_checkpoint_id ELSE h.checkpoint_id END AS checkpoint_id
+-- any_written: whether the namespace has any checkpoint at all (no head and none written: nothing to read,
+-- the saver answers "no checkpoint" without LangGraph's own query).
+SELECT CASE WHEN %(checkpoint_ns)s = '' THEN r.head_checkpoint_id ELSE h.checkpoint_id END AS checkpoint_id,
+       EXISTS (SELECT 1 FROM checkpoints c
+               WHERE c.thread_id = %(run_id)s AND c.checkpoint_ns = %(checkpoint_ns)s) AS any_written
 FROM agentrun_runs r
 LEFT JOIN agentrun_checkpoint_heads h ON h.run_id = r.run_id AND h.checkpoint_ns = %(checkpoint_ns)s
 WHERE r.run_id = %(run_id)s
