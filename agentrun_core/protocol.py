@@ -7,6 +7,8 @@ ledger's columns), exit codes, a worker Pod's environment, labels/annotations/ow
 
 from __future__ import annotations
 
+import hashlib
+
 # ---------------------------------------------------------------------------------------------------------
 # Statuses: the values of the ledger's status columns (agentrun_core/store/sql migrations) and the run
 # durabilities. Written by the worker and the store, read by the operator, the CLI and the metrics.
@@ -61,6 +63,8 @@ LABEL_ATTEMPT = "agentrun.dev/attempt"  # on a worker Pod: its attempt number
 # The run's uid: survives `kubectl delete --cascade=orphan` (which strips owner references), so a run
 # recreated under the same name never takes an earlier run's Pods or Lease for its own.
 LABEL_RUN_UID = "agentrun.dev/run-uid"
+# On a worker Pod of a run with spec.concurrency: which key's limit it counts against (concurrency_label).
+LABEL_CONCURRENCY = "agentrun.dev/concurrency"
 ANN_START_REASON = "agentrun.dev/start-reason"  # on a worker Pod: why its attempt started
 # On every worker Pod: the API server keeps a deleted Pod, with its final status (exit code, OOMKilled,
 # DisruptionTarget), until the operator has recorded why its attempt ended, so an operator that restarts
@@ -73,6 +77,11 @@ POD_FINALIZER = "agentrun.dev/attempt-record"
 def owner_reference(run_name: str, run_uid: str) -> dict[str, str]:
     """The reference that ties a worker's Pod or Lease to its AgentRun (garbage collection)."""
     return {"apiVersion": API_VERSION, "kind": KIND, "name": run_name, "uid": run_uid}
+
+
+def concurrency_label(key: str) -> str:
+    """The label value of a ``spec.concurrency`` key (any text up to 253 characters, hashed to fit)."""
+    return "k" + hashlib.sha256(key.encode()).hexdigest()[:40]
 
 
 def run_labels(run_name: str, run_uid: str) -> dict[str, str]:

@@ -241,12 +241,14 @@ def start(w: walk.Walk, attempt: int, reason: str, lost: bool = False) -> None:
             w.fail("PodRejected", f"the API server refused the worker Pod of attempt {attempt}: {why}")
             return
     if not world.start_allowed:
-        # The namespace has no free worker slot (agent_operator.throttle): wait in its queue, in order.
+        # No free worker slot (agent_operator.throttle: the namespace's, or the spec.concurrency key's): wait
+        # in its queue, in order.
         plan.queued = True
         if st.phase not in {"Running"}:
             st.phase = "Pending"
         st.reason = "Queued"
-        st.message = f"attempt {attempt} queued: the namespace is at its limit of live worker Pods ({reason})"
+        wait = world.start_wait or "the namespace is at its limit of live worker Pods"
+        st.message = f"attempt {attempt} queued: {wait} ({reason})"
         w.show()
         return
     pin = imagepin.for_attempt(world, plan, st.image)

@@ -57,7 +57,7 @@ class _State:
     wakeups: dict[tuple[str, str], asyncio.Event]
     memories: dict[str, memory_.RunMemory]
     leading: threading.Event  # set once this replica leads (for good: losing the Lease exits the process)
-    throttle: throttle.Throttle | None = None
+    throttle: throttle.Starts | None = None
     pod_index: Any = None  # kopf's run_pods index, once the first daemon has seen it (throttle seeding)
 
 
@@ -123,11 +123,12 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     STATE.pool = connect.open_pool(cfg.dsn, name="agentrun-operator", max_size=4)
     may_write = STATE.elector.may_act if STATE.elector is not None else None
     loop = asyncio.get_running_loop()
-    STATE.throttle = throttle.Throttle(
+    STATE.throttle = throttle.Starts(
         cfg.reconcile.max_workers_per_namespace,
         # Reconciles run in threads; the wake-up Events belong to this loop.
         wake=lambda ns, name: loop.call_soon_threadsafe(_wake, ns, name),
         seed=_live_worker_runs,
+        key_seed=_live_worker_runs_of_key,
     )
     STATE.reconciler = runner.Runner(cfg, api, STATE.pool, may_write=may_write, throttle_=STATE.throttle)
     STATE.purger = retention.Purger(
@@ -190,6 +191,20 @@ def _drop_gone_tenants() -> None:
         return
     if dropped:
         logger.info("tenants: dropped the worker roles of gone namespaces: %s", ", ".join(dropped))
+
+
+def _live_worker_runs_of_key(namespace: str, key: str) -> list[tuple[str, str, str]] | None:
+    """As ``_live_worker_runs``, for the runs of ``namespace`` whose live worker Pod carries ``key``'s
+    concurrency label (a spec.concurrency key's seeding)."""
+    index = STATE.pod_index
+    if index is None:
+        return None
+    label = protocol.concurrency_label(key)
+    return [
+        (ns, uid, "")
+        for (ns, uid), infos in list(index.items())
+        if ns == namespace and any(not i.terminated and i.concurrency == label for i in infos)
+    ]
 
 
 def _live_worker_runs() -> list[tuple[str, str, str]] | None:

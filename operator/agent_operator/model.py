@@ -158,6 +158,7 @@ class RunSpec:
     retry_generation: int = 0  # raised by a human to retry a stopped run (only ever increases)
     fork_of: ForkRequest | None = None
     notify: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # spec.approval.notify (notify.py)
+    concurrency: Concurrency | None = None  # spec.concurrency (agent_operator.throttle.Groups)
 
     @classmethod
     def from_body(cls, spec: Mapping[str, Any]) -> RunSpec:
@@ -184,7 +185,27 @@ class RunSpec:
             retry_generation=int(spec.get("retryGeneration") or 0),
             fork_of=ForkRequest.from_json(spec.get("forkOf")),
             notify=dict(approval.get("notify") or {}),
+            concurrency=Concurrency.from_json(spec.get("concurrency"), graph=str(spec.get("graph") or "")),
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class Concurrency:
+    """``spec.concurrency``: at most ``limit`` runs of the namespace sharing ``key`` have a worker Pod."""
+
+    key: str
+    limit: int
+
+    @classmethod
+    def from_json(cls, doc: Any, *, graph: str) -> Concurrency | None:
+        if not isinstance(doc, Mapping) or not doc.get("limit"):
+            return None
+        return cls(key=str(doc.get("key") or graph), limit=max(1, int(doc["limit"])))
+
+    @property
+    def group(self) -> tuple[str, int]:
+        """As the start throttle takes it (agent_operator.throttle.Group)."""
+        return (self.key, self.limit)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,6 +257,7 @@ class PodInfo:
     started: bool = False  # the worker container was running or has run (its imageID is meaningful)
     held: bool = False  # carries protocol.POD_FINALIZER: a delete keeps it until the operator releases it
     force_deleted: bool = False  # deleted with grace period 0 (by someone, or by the kubelet at its end)
+    concurrency: str | None = None  # protocol.LABEL_CONCURRENCY: the spec.concurrency key it counts in
 
     @property
     def terminated(self) -> bool:
@@ -306,6 +328,7 @@ class PodInfo:
             started=started,
             held=protocol.POD_FINALIZER in (meta.get("finalizers") or ()),
             force_deleted=bool(meta.get("deletionTimestamp")) and meta.get("deletionGracePeriodSeconds") == 0,
+            concurrency=labels.get(protocol.LABEL_CONCURRENCY),
         )
 
 
@@ -352,8 +375,10 @@ class World:
     db_now: datetime.datetime | None = None
     # The API server refused to create the Pod of this attempt: (attempt, HTTP status, message, seconds).
     pod_refused: tuple[int, int, str, float] | None = None
-    # The namespace's start throttle lets this run create a worker Pod now (agent_operator.throttle).
+    # The start throttle lets this run create a worker Pod now (agent_operator.throttle: its namespace's
+    # limit and its spec.concurrency key's); else start_wait says which limit it waits for.
     start_allowed: bool = True
+    start_wait: str = ""
     # attempt -> seconds this operator has seen that attempt's Pod terminated (agent_operator.cleanup).
     pods_terminated_for: Mapping[int, float] = dataclasses.field(default_factory=dict)
     # The worker image when spec.worker.image names none (AGENTRUN_WORKER_IMAGE): what a run is pinned to.

@@ -29,7 +29,7 @@ class Observer:
     """Reads one run's World (synchronous: the handlers call the runner in a worker thread)."""
 
     def __init__(
-        self, settings: settings_.Settings, api: kube.ApiClient, db: store.Conn, throttle_: throttle.Throttle
+        self, settings: settings_.Settings, api: kube.ApiClient, db: store.Conn, throttle_: throttle.Starts
     ) -> None:
         self.settings = settings
         self.api = api
@@ -129,6 +129,8 @@ class Observer:
                 set_keys=fork.set_keys,
             )
             fork_source = model.ForkSource(found.run_id, found.checkpoint_id, fork.problem or found.problem)
+        group = spec.concurrency.group if spec.concurrency is not None else None
+        wait = self.throttle.waits_for(run.namespace, run.uid, group)
         return model.World(
             run=run,
             spec=spec,
@@ -150,7 +152,8 @@ class Observer:
             blocked_for=now_mono - memory.blocked[1] if memory.blocked else None,
             unclaimed_for=now_mono - memory.unclaimed[1] if memory.unclaimed else None,
             pod_refused=(refused[0], refused[1], refused[2], now_mono - refused[3]) if refused else None,
-            start_allowed=self.throttle.allowed(run.namespace, run.uid),
+            start_allowed=wait is None,
+            start_wait=wait or "",
             pods_terminated_for=terminated_for,
             default_image=self.settings.worker.image,
             fork_source=fork_source,

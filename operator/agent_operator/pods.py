@@ -111,6 +111,12 @@ def manifest(
                 protocol.LABEL_RUN_UID: run.uid,
                 "app.kubernetes.io/name": "agentrun-worker",
                 "app.kubernetes.io/managed-by": "agentrun-operator",
+                # Which spec.concurrency key's limit the Pod counts against (a restarted operator's count).
+                **(
+                    {protocol.LABEL_CONCURRENCY: protocol.concurrency_label(spec.concurrency.key)}
+                    if spec.concurrency is not None
+                    else {}
+                ),
             },
             "annotations": {protocol.ANN_START_REASON: reason},
             "finalizers": [protocol.POD_FINALIZER],

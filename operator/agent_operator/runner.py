@@ -55,11 +55,12 @@ class Runner:
         api: kube.ApiClient,
         db: store.Conn,
         may_write: Callable[[], bool] | None = None,
-        throttle_: throttle.Throttle | None = None,
+        throttle_: throttle.Starts | None = None,
     ) -> None:
         self.settings = settings
-        # Start throttling per namespace (agent_operator.throttle); the handlers pass the process-wide one.
-        self.throttle = throttle_ or throttle.Throttle(settings.reconcile.max_workers_per_namespace)
+        # Start throttling per namespace and per spec.concurrency key (agent_operator.throttle); the handlers
+        # pass the process-wide one.
+        self.throttle = throttle_ or throttle.Starts(settings.reconcile.max_workers_per_namespace)
         self.api = api
         self.db = db
         self.tenants = tenants.Tenants(settings, api, db)
@@ -124,20 +125,25 @@ class Runner:
         if not any(isinstance(a, actions.CreatePod) for a in plan.actions):
             return world, plan
         run = world.run
-        if self.throttle.take(run.namespace, run.uid, run.name):
+        group = _group(world)
+        if self.throttle.take(run.namespace, run.uid, run.name, group):
             return world, plan
-        world = dataclasses.replace(world, start_allowed=False)
+        wait = self.throttle.waits_for(run.namespace, run.uid, group) or "another run took the last slot"
+        world = dataclasses.replace(world, start_allowed=False, start_wait=wait)
         return world, reconcile.decide(world, self.settings.reconcile)
 
     def _account(self, world: model.World, plan: actions.Plan, memory: memory_.RunMemory) -> None:
         """Tell the throttle whether this run holds a live worker Pod now, and whether it waits to start."""
         run = world.run
         created = any(isinstance(a, actions.CreatePod) for a in plan.actions)
-        grace = self.settings.reconcile.pod_cache_grace_seconds
-        fresh = world.pod_created_ago is not None and world.pod_created_ago < grace
-        alive = any(not p.terminated for p in world.pods.values())
+        live = created or holds_slot(world, self.settings.reconcile.pod_cache_grace_seconds)
         self.throttle.observed(
-            run.namespace, run.uid, run.name, live=created or fresh or alive, waiting=plan.queued
+            run.namespace,
+            run.uid,
+            run.name,
+            live=live,
+            waiting=plan.queued,
+            group=_group(world),
         )
 
     def _notify(self, world: model.World, plan: actions.Plan, memory: memory_.RunMemory) -> None:
@@ -241,3 +247,18 @@ class Runner:
             logger.warning(
                 "could not post event %s for %s/%s: %s", event.reason, run.namespace, run.name, exc
             )
+
+
+def _group(world: model.World) -> throttle.Group | None:
+    return world.spec.concurrency.group if world.spec.concurrency is not None else None
+
+
+def holds_slot(world: model.World, grace_seconds: float) -> bool:
+    """Whether the run has a live worker Pod, for the start throttle. A Pod created less than
+    ``grace_seconds`` ago may not be in the watch cache yet: it counts as live until the cache shows the
+    current attempt's Pod; from then on what the cache shows counts (a run done within the grace frees its
+    slot at once, not at its next reconcile, which for a finished run may be the idle poll away)."""
+    current = max([int(world.status.get("attempts") or 0), *world.pods.keys()])
+    unseen = current not in world.pods
+    fresh = world.pod_created_ago is not None and world.pod_created_ago < grace_seconds and unseen
+    return fresh or any(not p.terminated for p in world.pods.values())

@@ -1,9 +1,10 @@
 """The AgentRun spec as one field table: the CRD's spec schema and the operator's spec defaults.
 
 Rule: a field of ``spec`` (its type, bounds, enum, pattern, default, CEL rule) is written here and nowhere
-else. ``agent_operator.crdgen`` renders this table into crds/agentrun.dev_agentruns.yaml (a unit test
-checks the checked-in file is the rendering) and ``model.RunSpec.from_body`` reads its defaults and enums
-from here (``default``, ``enum``), so the API server and the operator cannot disagree on them.
+else (the ``spec.approval`` object in ``agent_operator.spec_approval``, which this table places).
+``agent_operator.crdgen`` renders this table into crds/agentrun.dev_agentruns.yaml (a unit test checks the
+checked-in file is the rendering) and ``model.RunSpec.from_body`` reads its defaults and enums from here
+(``default``, ``enum``), so the API server and the operator cannot disagree on them.
 Pure data and pure functions; no I/O.
 """
 
@@ -12,13 +13,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from agent_operator import openapi
+from agent_operator import openapi, spec_approval
 from agentrun_core import protocol
 
-# spec.approval.onTimeout: keep waiting (Event + condition), cancel the run, or resume with effects refused.
-ON_TIMEOUT = ("escalate", "cancel", "readOnly")
-# spec.approval.notify.format
-NOTIFY_FORMATS = ("json", "slack")
+ON_TIMEOUT = spec_approval.ON_TIMEOUT
+NOTIFY_FORMATS = spec_approval.NOTIFY_FORMATS
 # A CEL rule keeps state paths (spec.forkOf.set/setJson keys) to identifiers joined by dots, at most 8 deep.
 _STATE_PATH = "^[A-Za-z_][A-Za-z0-9_]*([.][A-Za-z_][A-Za-z0-9_]*){0,7}$"
 
@@ -93,6 +92,29 @@ SPEC: openapi.Schema = openapi.obj(
             },
             "Settings of the worker Pod started for each attempt.",
         ),
+        "concurrency": openapi.obj(
+            {
+                "key": openapi.string(
+                    (
+                        "Runs of this namespace with the same key share the limit; default: spec.graph (a "
+                        "limit per graph)."
+                    ),
+                    min_length=1,
+                    max_length=253,
+                ),
+                "limit": openapi.integer(
+                    "At most this many runs of the key have a worker Pod at once; the others wait in line.",
+                    minimum=1,
+                    maximum=10000,
+                ),
+            },
+            (
+                "A start limit shared by the runs of this namespace with the same key (default: the graph): "
+                "the runs beyond it wait, first come first served, and start as Pods of the key end. Applies "
+                "with the operator's per-namespace limit; running workers are never stopped for it."
+            ),
+            required=["limit"],
+        ),
         "lease": openapi.obj(
             {
                 "durationSeconds": openapi.integer(
@@ -139,95 +161,7 @@ SPEC: openapi.Schema = openapi.obj(
                 )
             ],
         ),
-        "approval": openapi.obj(
-            {
-                "timeoutSeconds": openapi.integer(
-                    "Seconds a pending approval may wait before onTimeout applies.",
-                    minimum=1,
-                    maximum=2592000,
-                    default=86400,
-                ),
-                "onTimeout": openapi.string(
-                    (
-                        "escalate: Event + condition, keep waiting; cancel: cancel the run; readOnly: resume "
-                        "with effects refused."
-                    ),
-                    enum=ON_TIMEOUT,
-                    default="escalate",
-                ),
-                "allowSelfApproval": openapi.boolean(
-                    "Whether the user who created the run may approve it.", default=False
-                ),
-                "approvers": openapi.obj(
-                    {
-                        "users": openapi.array(openapi.string(max_length=256), max_items=64),
-                        "groups": openapi.array(openapi.string(max_length=256), max_items=64),
-                    },
-                    "Optional narrowing of who may approve, on top of the RBAC verb approve on agentruns.",
-                ),
-                "notify": openapi.obj(
-                    {
-                        "url": openapi.string(
-                            "http(s) URL the operator POSTs to.",
-                            max_length=2048,
-                            rules=[
-                                openapi.rule(
-                                    (
-                                        "isURL(self) && (self.startsWith('https://') || "
-                                        "self.startsWith('http://'))"
-                                    ),
-                                    "spec.approval.notify.url must be an absolute http:// or https:// URL",
-                                )
-                            ],
-                        ),
-                        "format": openapi.string(
-                            (
-                                "json: the generic payload (event, run, approval, commands, text); slack: a "
-                                "Slack incoming-webhook message (text + blocks)."
-                            ),
-                            enum=NOTIFY_FORMATS,
-                            default="json",
-                        ),
-                        "tokenSecretRef": openapi.obj(
-                            {
-                                "name": openapi.string(
-                                    max_length=253,
-                                    rules=[
-                                        openapi.rule(
-                                            "self.matches('^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$')",
-                                            (
-                                                "spec.approval.notify.tokenSecretRef.name must be a Secret "
-                                                "name (DNS subdomain)"
-                                            ),
-                                        )
-                                    ],
-                                ),
-                                "key": openapi.string(max_length=253, default="token"),
-                            },
-                            (
-                                "A Secret in the run's own namespace holding a bearer token (sent as "
-                                "Authorization: Bearer). There is no namespace field: a run cannot name "
-                                "another namespace's Secret."
-                            ),
-                            required=["name"],
-                        ),
-                        "receiverDedupes": openapi.boolean(
-                            "The receiver dedupes by the Idempotency-Key header, so a notification whose "
-                            "outcome is unknown (the operator died mid-call) may be sent again with the "
-                            "same key. Unset: true for format json, false for slack (an unknown outcome "
-                            "is then flagged for a human, never resent)."
-                        ),
-                    },
-                    (
-                        "A webhook told when an approval is requested, escalated or expired and when the run "
-                        "needs a human. Each notification is an effect in the ledger keyed by (run, approval "
-                        "id or flagged effect, event): sent once, with the key as the Idempotency-Key header."
-                    ),
-                    required=["url"],
-                ),
-            },
-            "Policy for human approvals (LangGraph interrupts).",
-        ),
+        "approval": spec_approval.APPROVAL,
         "ttlSecondsAfterFinished": openapi.integer(
             "Delete the AgentRun this many seconds after it finished (unset = keep).",
             minimum=0,

@@ -44,6 +44,7 @@ READERS: dict[str, Callable[[model.RunSpec], Any]] = {
     "cancel": lambda s: s.cancel,
     "suspend": lambda s: s.suspend,
     "retryGeneration": lambda s: s.retry_generation,
+    "concurrency.limit": lambda s: s.concurrency.limit if s.concurrency is not None else None,
 }
 # What an object needs to exist at all (its required fields), so a field under it can be read.
 REQUIRED_PARENTS: dict[str, dict[str, Any]] = {
