@@ -99,7 +99,9 @@ def list_runs(
 
 def claim_run(conn: db.Conn, *, run_id: str, epoch: int, holder: str) -> rows.Run:
     """Raise ``lease_epoch`` to the epoch just acquired and mark the run running; ``Fenced`` if older."""
-    row = db.fetch_one(conn, "claim_run", {"run_id": run_id, "epoch": epoch, "holder": holder})
+    row = db.fetch_one(
+        conn, "claim_run", {"run_id": run_id, "epoch": epoch, "holder": holder, "attempt": None}
+    )
     if row is None:
         _refuse_claim(conn, run_id, epoch)
     return rows.pack(rows.Run, row)
@@ -109,7 +111,7 @@ def claim_attempt(conn: db.Conn, *, run_id: str, epoch: int, holder: str, attemp
     """``claim_run`` and the worker's ``record_attempt_start`` (its pod, its epoch) in one round trip; the
     attempt row is written only when the claim took. ``Fenced`` / ``RunNotFound`` as ``claim_run``."""
     row = db.fetch_one(
-        conn, "claim_attempt", {"run_id": run_id, "epoch": epoch, "holder": holder, "attempt": attempt}
+        conn, "claim_run", {"run_id": run_id, "epoch": epoch, "holder": holder, "attempt": attempt}
     )
     if row is None:
         _refuse_claim(conn, run_id, epoch)
@@ -141,7 +143,7 @@ def finish_run(
 ) -> rows.Run:
     """Set the run's outcome (fenced). ``Fenced`` when a newer epoch holds it or it is already final."""
     params = _outcome(status, result, error, reason, current_step, run_id, epoch)
-    row = db.fetch_one(conn, "finish_run", params)
+    row = db.fetch_one(conn, "finish_run", {**params, "attempt": None, "outcome": None, "detail": None})
     if row is None:
         _refuse_outcome(conn, run_id, epoch, status)
     return rows.pack(rows.Run, row)
@@ -164,7 +166,7 @@ def finish_attempt(
     written only when the fenced outcome took. ``Fenced`` as ``finish_run`` (nothing written then)."""
     params = _outcome(status, result, error, reason, None, run_id, epoch)
     row = db.fetch_one(
-        conn, "finish_attempt", {**params, "attempt": attempt, "outcome": outcome, "detail": detail}
+        conn, "finish_run", {**params, "attempt": attempt, "outcome": outcome, "detail": detail}
     )
     if row is None:
         _refuse_outcome(conn, run_id, epoch, status)

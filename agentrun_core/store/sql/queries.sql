@@ -38,16 +38,8 @@ ORDER BY admitted_at, run_id
 -- name: claim_run
 -- The worker took the Lease with this epoch: raise lease_epoch (never lower it) and mark the run running.
 -- Equal epoch only for the same holder (a restart inside the same pod). Final runs are not touched.
-UPDATE agentrun_runs
-SET lease_epoch = %(epoch)s, holder = %(holder)s, status = 'running', status_reason = NULL, updated_at = now()
-WHERE run_id = %(run_id)s
-  AND status IN ('admitted', 'running', 'parked')
-  AND (lease_epoch < %(epoch)s OR (lease_epoch = %(epoch)s AND holder IS NOT DISTINCT FROM %(holder)s))
-RETURNING *
-
--- name: claim_attempt
--- claim_run and the worker's record_attempt_start in ONE statement (one round trip before the first step): the
--- attempt row gets the epoch only when the claim took; no claimed row → Fenced (decided in Python).
+-- With %(attempt)s (the worker's own claim, store.claim_attempt) the same statement records that attempt's row
+-- (its pod, its epoch), only when the claim took: one round trip before the first step.
 WITH claimed AS (
     UPDATE agentrun_runs
     SET lease_epoch = %(epoch)s, holder = %(holder)s, status = 'running', status_reason = NULL, updated_at = now()
@@ -57,27 +49,17 @@ WITH claimed AS (
     RETURNING *
 ), attempt AS (
     INSERT INTO agentrun_attempts (run_id, attempt, pod, epoch)
-    SELECT run_id, %(attempt)s, %(holder)s, %(epoch)s FROM claimed
+    SELECT run_id, %(attempt)s, %(holder)s, %(epoch)s FROM claimed WHERE %(attempt)s::integer IS NOT NULL
     ON CONFLICT (run_id, attempt) DO UPDATE
     SET pod = EXCLUDED.pod, epoch = EXCLUDED.epoch
-    RETURNING 1
 )
-SELECT claimed.*, (SELECT count(*) FROM attempt) AS attempt_recorded FROM claimed
+SELECT * FROM claimed
 
 -- name: finish_run
 -- Fenced: only the current epoch's worker may set the outcome. Final statuses are never overwritten.
-UPDATE agentrun_runs
-SET status = %(status)s, result = coalesce(%(result)s, result), error = %(error)s,
-    status_reason = %(reason)s, current_step = coalesce(%(current_step)s, current_step), updated_at = now(),
-    finished_at = CASE WHEN %(status)s IN ('succeeded', 'failed', 'cancelled') THEN now() ELSE finished_at END
-WHERE run_id = %(run_id)s AND lease_epoch = %(epoch)s
-  AND status NOT IN ('succeeded', 'failed', 'cancelled')
-RETURNING *
-
--- name: finish_attempt
--- finish_run and record_attempt_end in ONE statement (one round trip after the last step): the attempt's
--- outcome is recorded only when the fenced outcome took (a refused one is the caller's Fenced path, which
--- records the attempt ended "fenced" itself).
+-- With %(attempt)s (store.finish_attempt) the same statement ends that attempt's row (outcome, detail), only
+-- when the outcome took (a refused one is the caller's Fenced path, which records "fenced" itself): one
+-- round trip after the last step.
 WITH finished AS (
     UPDATE agentrun_runs
     SET status = %(status)s, result = coalesce(%(result)s, result), error = %(error)s,
@@ -89,10 +71,9 @@ WITH finished AS (
 ), ended AS (
     UPDATE agentrun_attempts a SET ended_at = now(), outcome = %(outcome)s, detail = %(detail)s
     FROM finished f
-    WHERE a.run_id = f.run_id AND a.attempt = %(attempt)s
-    RETURNING 1
+    WHERE a.run_id = f.run_id AND a.attempt = %(attempt)s::integer
 )
-SELECT finished.*, (SELECT count(*) FROM ended) AS attempt_ended FROM finished
+SELECT * FROM finished
 
 -- name: set_current_step
 UPDATE agentrun_runs SET current_step = %(step)s, updated_at = now()
