@@ -222,9 +222,6 @@ class Starts:
             self.namespaces.forget(namespace, uid)
             self._leave(uid)
 
-    def position(self, namespace: str, uid: str) -> int | None:
-        return self.namespaces.position(namespace, uid)
-
     def _keyed(self, namespace: str, uid: str, group: Group | None) -> Throttle | None:
         """The run's key's throttle (made at first use, its limit the one this run declares); a run whose
         key changed leaves the earlier one."""
