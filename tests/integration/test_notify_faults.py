@@ -58,6 +58,11 @@ def has_event(kube: kubernetes.client.ApiClient, ns: str, name: str, reason: str
     return reason in [e.reason for e in events(kube, ns, name)]
 
 
+def outcome_unknown_shown(kube: kubernetes.client.ApiClient, ns: str, name: str) -> bool:
+    found = condition(run_status(kube, ns, name), "NotificationFailed")
+    return found.get("reason") == "NotificationOutcomeUnknown"
+
+
 def settled(conn: psycopg.Connection[Any], uid: str) -> bool:
     """Every notification row of the run is sent or handed to a human."""
     return all(r.status == "sent" or r.needs_human for r in notifications.list_notifications(conn, uid))
@@ -144,8 +149,13 @@ def test_one_request_per_approval_event_whatever_is_killed(
                 row = rows[key]
                 if unknown and fmt == "slack" and key == killed:
                     assert row.status == "pending" and row.needs_human, row
-                    status = run_status(kube, ns, name)
-                    assert condition(status, "NotificationFailed")["reason"] == "NotificationOutcomeUnknown"
+                    # The condition follows the Event: the reconcile after the notifier's writes it.
+                    wait_for(
+                        functools.partial(replaced, outcome_unknown_shown, kube, ns, name),
+                        60,
+                        "condition NotificationFailed with reason NotificationOutcomeUnknown",
+                        on_timeout=operator.logs,
+                    )
                 else:
                     assert row.status == "sent", row
             assert len(rows) == 2
