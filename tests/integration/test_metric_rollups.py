@@ -6,8 +6,10 @@ figures stay exact."""
 
 from __future__ import annotations
 
+import random
 import secrets
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -160,18 +162,12 @@ def test_purge_of_folded_runs_lowers_no_counter(ledger: psycopg.Connection[Any],
 
 
 def _fold_in_thread(dsn: str, results: list[int], start: threading.Barrier) -> None:
-    """A folder as the operator's Purger is: a batch the server aborts (the deadlock victim of two folders
-    upserting the same rollup rows) rolled back whole and is taken again, as the next interval would."""
+    """A folder as the operator's Purger is (two of them upsert the same rollup rows: in one order since
+    migration 17, so neither is ever aborted as a deadlock victim)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         start.wait()
         total = 0
-        while True:
-            try:
-                done = store.fold_runs(conn, batch=16)
-            except psycopg.errors.DeadlockDetected:
-                continue
-            if done == 0:
-                break
+        while (done := store.fold_runs(conn, batch=16)) > 0:
             total += done
         results.append(total)
 
@@ -236,3 +232,76 @@ def test_a_tenant_worker_write_unfolds_with_definer_rights(
     unfolded = ledger.execute("SELECT folded_at IS NULL FROM agentrun_runs WHERE run_id = 'f1'").fetchone()
     assert unfolded == (True,)
     assert _figures(_snapshot(pg_dsn)) == _reference(ledger, pg_dsn)
+
+
+def _waiting_on_a_lock(conn: psycopg.Connection[Any], pid: int) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        row = conn.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
+        if row is not None and row[0] == "Lock":
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"backend {pid} never waited on a lock")
+
+
+def _opposite_orders(conn: psycopg.Connection[Any]) -> tuple[list[str], list[str], tuple[str, ...]]:
+    """Two batches whose contributions come out of the aggregation in opposite orders: batch b's first rollup
+    key k comes after some other key of b in batch a's order (so, upserted in that order, a locks that key,
+    then waits for k; b, holding k, then waits for that key)."""
+    final = [r[0] for r in conn.execute(
+        "SELECT run_id FROM agentrun_runs WHERE status IN ('succeeded', 'failed', 'cancelled') ORDER BY 1")]
+    rng = random.Random(7)
+    for _ in range(2000):
+        a, b = rng.sample(final, 4), rng.sample(final, 4)
+        order = {}
+        for batch in (a, b):
+            order[tuple(batch)] = [tuple(r) for r in conn.execute(
+                "SELECT family, ns, label1, label2 FROM agentrun_metric_contributions(%s)", (batch,))]
+        keys_a, keys_b = order[tuple(a)], order[tuple(b)]
+        first_b = keys_b[0]
+        if first_b in keys_a and any(k in keys_b for k in keys_a[: keys_a.index(first_b)]):
+            return a, b, first_b
+    raise AssertionError("no two batches aggregate in opposite orders: the test data lost its variety")
+
+
+def test_two_rollup_writers_lock_shared_rows_in_one_order(
+    ledger: psycopg.Connection[Any], pg_dsn: str
+) -> None:
+    """Two folds (or a fold and an unfold) sharing rollup rows never deadlock: whatever order the
+    aggregation gives each batch, the upsert takes the rows in key order. Made deterministic: a third
+    transaction holds batch b's first row; b queues on it, then a starts (before migration 17: a deadlock
+    once the row is let go)."""
+    _fold_all(ledger)
+    a, b, held = _opposite_orders(ledger)
+    errors: dict[str, BaseException] = {}
+    pids: dict[str, int] = {}
+    ready = {name: threading.Event() for name in ("a", "b")}
+
+    def add(name: str, batch: list[str]) -> None:
+        try:
+            with psycopg.connect(pg_dsn) as conn:
+                pids[name] = conn.info.backend_pid
+                ready[name].set()
+                conn.execute("SELECT agentrun_rollup_add(%s, 1, false)", (batch,))
+                conn.rollback()
+        except BaseException as exc:  # reported by the assertion below
+            errors[name] = exc
+            ready[name].set()
+
+    with psycopg.connect(pg_dsn) as holder:
+        holder.execute(
+            "SELECT 1 FROM agentrun_metric_rollups"
+            " WHERE family = %s AND namespace = %s AND label1 = %s AND label2 = %s FOR UPDATE",
+            held,
+        )
+        threads = {
+            name: threading.Thread(target=add, args=(name, batch)) for name, batch in (("b", b), ("a", a))
+        }
+        for name in ("b", "a"):
+            threads[name].start()
+            assert ready[name].wait(60)
+            _waiting_on_a_lock(ledger, pids[name])
+        holder.rollback()
+    for t in threads.values():
+        t.join(timeout=120)
+    assert not errors, errors
