@@ -61,6 +61,9 @@ class Stream:
         self.steps = recorder
         self.beat = beat
         self.drain = drain
+        # The graph's values once a stream ended with nothing left to run (its last checkpoint event named
+        # no next task): the state LangGraph would read back from the saver, without reading it back.
+        self.finished_values: Any = None
 
     def run(
         self, run: store.Run, compiled: Any, config: RunnableConfig, start: Any, resumed: str | None
@@ -92,6 +95,7 @@ class Stream:
                 last_result = now
             elif kind == "checkpoint":
                 faults.hit("after_checkpoint")
+                self.finished_values = None if payload.get("next") else payload.get("values")
                 if resumed is not None:
                     store.mark_approval_resumed(self.pool, resumed)
                     resumed = None

@@ -208,6 +208,8 @@ class Attempt:
             self._release()
             self._end_attempt("drained")
             return protocol.EXIT_DRAINED
+        if stream.finished_values is not None:  # the last step left nothing to run: done, as streamed
+            return self._succeed(stream.finished_values)
         state = compiled.get_state(config)
         if state.interrupts:
             return self._park(run, compiled, config)

@@ -1,0 +1,124 @@
+"""A finished run's result is the state its stream ended with — the same values LangGraph reads back from
+Postgres — in every durability mode, with ``Send`` fan-out and a subgraph, and the worker does not read the
+state back to learn it (two round trips after the last step, ``agent_worker/runner.py``). A stream that ends
+with work left (an interrupt) still reads it back, and parks.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterator
+from typing import Annotated, Any, TypedDict
+
+import psycopg
+import psycopg_pool
+import pytest
+from langgraph.checkpoint.postgres import PostgresSaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.pregel import Pregel
+from langgraph.types import Send, interrupt
+
+from agent_worker import runner
+from agent_worker import settings as settings_mod
+from agentrun_core import protocol, store
+from tests.chaos import worker_harness
+
+pytestmark = pytest.mark.postgres
+
+
+class State(TypedDict, total=False):
+    items: Annotated[list[str], operator.add]
+    rounds: int
+    answer: Any
+
+
+def _inner() -> Any:
+    g = StateGraph(State)
+    g.add_node("tag", lambda s: {"items": [f"sub{s.get('rounds', 0)}"]})
+    g.add_edge(START, "tag")
+    return g.compile()
+
+
+def builder(park: bool = False) -> StateGraph[State]:
+    def plan(state: State) -> State:
+        return {"rounds": state.get("rounds", 0) + 1}
+
+    def fan(state: State) -> list[Send]:
+        return [Send("work", {"items": [], "rounds": i}) for i in range(3)]
+
+    def work(state: State) -> State:
+        return {"items": [f"w{state.get('rounds')}"]}
+
+    def gate(state: State) -> State:
+        return {"answer": interrupt({"ask": "ok?"}) if park else "auto"}
+
+    g = StateGraph(State)
+    g.add_node("plan", plan)
+    g.add_node("work", work)
+    g.add_node("sub", _inner())
+    g.add_node("gate", gate)
+    g.add_edge(START, "plan")
+    g.add_conditional_edges("plan", fan, ["work"])
+    g.add_edge("work", "sub")
+    g.add_conditional_edges("sub", lambda s: "plan" if s.get("rounds", 0) < 2 else "gate", ["plan", "gate"])
+    g.add_edge("gate", END)
+    return g
+
+
+def parking() -> StateGraph[State]:
+    return builder(park=True)
+
+
+@pytest.fixture
+def get_state_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    calls: list[str] = []
+    original = Pregel.get_state
+
+    def counted(self: Any, config: Any, **kwargs: Any) -> Any:
+        calls.append(str(config))
+        return original(self, config, **kwargs)
+
+    monkeypatch.setattr(Pregel, "get_state", counted)
+    yield calls
+
+
+def _attempt(dsn: str, run_id: str) -> int:
+    return runner.run(
+        settings_mod.WorkerSettings(run_id=run_id, dsn=dsn, pod_name=f"{run_id}-p1", lease_mode="none")
+    )
+
+
+def _stored_values(dsn: str, run_id: str, graph: StateGraph[State]) -> Any:
+    with psycopg_pool.ConnectionPool(dsn, min_size=1, max_size=1, kwargs={"autocommit": True}) as pool:
+        compiled = graph.compile(checkpointer=PostgresSaver(pool))  # type: ignore[arg-type]
+        return compiled.get_state({"configurable": {"thread_id": run_id}}).values
+
+
+@pytest.mark.parametrize("durability", ["sync", "async", "exit"])
+def test_the_result_is_the_streamed_final_state_without_reading_it_back(
+    pg_dsn: str, durability: str, get_state_calls: list[str]
+) -> None:
+    run_id = f"outcome-{durability}"
+    worker_harness.admit(pg_dsn, run_id, graph=f"{__name__}:builder", durability=durability)
+    assert _attempt(pg_dsn, run_id) == protocol.EXIT_SUCCEEDED
+    assert get_state_calls == []
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        run = store.get_run(conn, run_id)
+    assert run is not None and run.status == "succeeded"
+    stored = _stored_values(pg_dsn, run_id, builder())
+    assert run.result == stored
+    assert {"w0", "w1", "w2", "sub1", "sub2"} <= set(stored["items"])
+    assert stored["answer"] == "auto" and stored["rounds"] == 2
+
+
+def test_a_stream_ending_with_work_left_reads_the_state_and_parks(
+    pg_dsn: str, get_state_calls: list[str]
+) -> None:
+    worker_harness.admit(pg_dsn, "outcome-park", graph=f"{__name__}:parking")
+    assert _attempt(pg_dsn, "outcome-park") == protocol.EXIT_PARKED
+    assert get_state_calls  # the interrupt is read from the saved state
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        run = store.get_run(conn, "outcome-park")
+        approvals = store.list_approvals(conn, "outcome-park")
+    assert run is not None and run.status == "parked"
+    assert [a.prompt for a in approvals] == [{"ask": "ok?"}]
