@@ -81,6 +81,14 @@ class FencedSaver(PostgresSaver):
         # write's pipeline with its connection, it sends what it has and returns the callback told whether
         # the write committed (None: nothing sent).
         self.rider: Rider | None = None
+        # Namespaces read as holding no checkpoint at all and not written since: read again, they answer
+        # "none" without a round trip (a new run is read twice before its first step, ours and LangGraph's).
+        # Sound because after the claim nothing but this saver may write the run's checkpoints: the fence
+        # refuses every other epoch, and the operator writes checkpoints only to admit a fork. The count of
+        # writes started per namespace keeps a read that raced a write from caching its stale answer.
+        self._empty: set[str] = set()
+        self._writes_started: dict[str, int] = {}
+        self._empty_lock = threading.Lock()
 
     # --- reads ---------------------------------------------------------------------------------------
 
@@ -88,9 +96,17 @@ class FencedSaver(PostgresSaver):
         conf = config.get("configurable", {})
         if conf.get("checkpoint_id") or conf.get("thread_id") != self.run_id:
             return super().get_tuple(config)
-        head = store.checkpoint_head(self.pool, run_id=self.run_id, checkpoint_ns=_ns(config))
+        ns = _ns(config)
+        with self._empty_lock:
+            if ns in self._empty:
+                return None
+            writes = self._writes_started.get(ns, 0)
+        head = store.checkpoint_head(self.pool, run_id=self.run_id, checkpoint_ns=ns)
         if head.checkpoint_id is None:
             if not head.any_written:  # nothing there at all (a new run, a subgraph's first entry): one trip
+                with self._empty_lock:
+                    if self._writes_started.get(ns, 0) == writes:
+                        self._empty.add(ns)
                 return None
             return super().get_tuple(config)  # unfenced writes (a run from before migration 2): LangGraph's
         return super().get_tuple({**config, "configurable": {**conf, "checkpoint_id": head.checkpoint_id}})
@@ -105,6 +121,7 @@ class FencedSaver(PostgresSaver):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         ns = _ns(config)
+        self._writing(ns)
         t0 = time.perf_counter()
         with self._refusals(ns, checkpoint["id"]):
             saved = super().put(config, checkpoint, metadata, new_versions)
@@ -118,11 +135,18 @@ class FencedSaver(PostgresSaver):
     def put_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> None:
-        with self._refusals(_ns(config), None):
+        ns = _ns(config)
+        self._writing(ns)
+        with self._refusals(ns, None):
             super().put_writes(config, writes, task_id, task_path)
         # The gap a kill can fall into in every mode but ``exit``: the task is done in Postgres, its step's
         # checkpoint is not (LangGraph saves them on separate threads, the checkpoint after the whole step).
         faults.hit("after_task_writes")
+
+    def _writing(self, ns: str) -> None:
+        with self._empty_lock:
+            self._empty.discard(ns)
+            self._writes_started[ns] = self._writes_started.get(ns, 0) + 1
 
     def write_seconds(self, checkpoint_id: str) -> float | None:
         """Seconds this saver's ``put`` of a root checkpoint took; ``None`` if it has not (yet) written it."""

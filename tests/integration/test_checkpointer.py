@@ -384,3 +384,40 @@ def test_a_namespace_without_a_head_is_read_only_when_something_was_written_ther
     saver.put(_config(), _checkpoint(_uuid6_at(96), "fenced"), {}, {"value": 1})
     assert store.checkpoint_head(pool, run_id=RUN) == store.Head(_uuid6_at(96), True)
     assert store.checkpoint_head(pool, run_id="not-admitted") == store.Head(None, False)
+
+
+def test_a_namespace_read_empty_is_not_read_again_until_written(
+    pool: psycopg_pool.ConnectionPool[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new run is asked for its latest checkpoint twice before its first step (the worker's start read,
+    then LangGraph's): the second answer costs no round trip. A write to the namespace ends that, and a read
+    that raced a write (the write started while the read was in flight) is not remembered."""
+    _claim(pool, 1)
+    saver = checkpointer.FencedSaver(pool, run_id=RUN, epoch=1)
+    reads: list[str] = []
+    real_head = store.checkpoint_head
+
+    def head(conn: Any, *, run_id: str, checkpoint_ns: str = "") -> store.Head:
+        reads.append(checkpoint_ns)
+        return real_head(conn, run_id=run_id, checkpoint_ns=checkpoint_ns)
+
+    monkeypatch.setattr(store, "checkpoint_head", head)
+    assert saver.get_tuple(_config()) is None
+    assert saver.get_tuple(_config()) is None
+    assert reads == [""]
+    saver.put(_config(), _checkpoint(_uuid6_at(97), "first"), {}, {"value": 1})
+    found = saver.get_tuple(_config())
+    assert found is not None and found.checkpoint["channel_values"]["value"] == "first"
+    assert reads == ["", ""]
+
+    def racing_head(conn: Any, *, run_id: str, checkpoint_ns: str = "") -> store.Head:
+        answer = head(conn, run_id=run_id, checkpoint_ns=checkpoint_ns)
+        saver.put(_config(checkpoint_ns), _checkpoint(_uuid6_at(98), "raced"), {}, {"value": 1})
+        return answer  # "nothing there", answered before the write above committed
+
+    monkeypatch.setattr(store, "checkpoint_head", racing_head)
+    assert saver.get_tuple(_config("sub:1")) is None
+    monkeypatch.setattr(store, "checkpoint_head", head)
+    found = saver.get_tuple(_config("sub:1"))
+    assert found is not None and found.checkpoint["channel_values"]["value"] == "raced"
+    assert reads == ["", "", "sub:1", "sub:1"]
