@@ -324,7 +324,10 @@ class Attempt:
 
 def run(settings: settings_mod.WorkerSettings) -> int:
     pool = connect.open_pool(
-        settings.dsn, name=f"agentrun-worker-{settings.run_id}", max_size=settings.pool_max_size
+        settings.dsn,
+        name=f"agentrun-worker-{settings.run_id}",
+        max_size=settings.pool_max_size,
+        planned_once=True,
     )
     try:
         return Attempt(settings, pool).run()

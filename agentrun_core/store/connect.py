@@ -8,6 +8,7 @@ a psycopg pipeline is one implicit transaction up to its Sync (the checkpointer'
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import psycopg
@@ -34,11 +35,34 @@ def connect(dsn: str, *, timeout_seconds: float | None = None) -> Connection:
     return psycopg.connect(dsn, autocommit=True, connect_timeout=max(1, round(timeout_seconds)))
 
 
-def open_pool(dsn: str, *, name: str, max_size: int, min_size: int = 1) -> Pool:
-    """An opened pool of autocommit connections."""
+# A worker's connections (``open_pool(..., planned_once=True)``): every statement prepared at its first
+# execution, with one generic plan. A connection lives for one attempt and runs a few statements keyed by
+# primary keys over and over; by default psycopg prepares a statement at its 5th execution and Postgres then
+# still plans it 5 times more before it considers a generic plan, so most of a short attempt's statements
+# were parsed and planned at every execution (the ledger's reserve/record CTEs plan in ~0.4 ms; measured in
+# README "Performance", sixth round). Not for the operator: its queries scan by status, where a plan for the
+# actual parameters matters.
+_GENERIC_PLANS = "-c plan_cache_mode=force_generic_plan"
+
+
+def open_pool(dsn: str, *, name: str, max_size: int, min_size: int = 1, planned_once: bool = False) -> Pool:
+    """An opened pool of autocommit connections (``planned_once``: see above)."""
+    kwargs: dict[str, Any] = {"autocommit": True}
+    if planned_once:
+        kwargs["prepare_threshold"] = 0
+        dsn = with_server_option(dsn, _GENERIC_PLANS)
     return psycopg_pool.ConnectionPool(
-        dsn, min_size=min_size, max_size=max_size, kwargs={"autocommit": True}, open=True, name=name
+        dsn, min_size=min_size, max_size=max_size, kwargs=kwargs, open=True, name=name
     )
+
+
+def with_server_option(dsn: str, option: str) -> str:
+    """``dsn`` with ``option`` (``-c name=value``) added to its server options, after those it had (or
+    those of ``PGOPTIONS``, which libpq reads only when the DSN names none). Pure but for the environment."""
+    params: dict[str, Any] = psycopg.conninfo.conninfo_to_dict(dsn)
+    earlier = params.get("options") or os.environ.get("PGOPTIONS", "")
+    params["options"] = f"{earlier} {option}".strip()
+    return psycopg.conninfo.make_conninfo(**params)
 
 
 def with_credentials(dsn: str, *, user: str, password: str) -> str:
