@@ -19,6 +19,7 @@ import psycopg_pool
 from langgraph.checkpoint.postgres import PostgresSaver
 from psycopg.rows import dict_row
 
+from agentrun_core.store import connect
 from agentrun_dev import postgres
 from agentrun_dev import settings as dev_settings
 
@@ -137,8 +138,14 @@ def kube_api(kubeconfig: str) -> Any:
     return kubernetes.config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
 
 
-def pool(dsn: str, *, counting: bool = False, size: int = 4) -> psycopg_pool.ConnectionPool[Any]:
+def pool(
+    dsn: str, *, counting: bool = False, size: int = 4, planned_once: bool = False
+) -> psycopg_pool.ConnectionPool[Any]:
+    """``planned_once``: connections as the worker's (``connect.open_pool(..., planned_once=True)``)."""
     kwargs: dict[str, Any] = {"autocommit": True}
     if counting:
         kwargs["cursor_factory"] = CountingCursor
+    if planned_once:
+        kwargs["prepare_threshold"] = 0
+        dsn = connect.with_server_option(dsn, connect.GENERIC_PLANS)
     return psycopg_pool.ConnectionPool(dsn, min_size=1, max_size=size, kwargs=kwargs, open=True)

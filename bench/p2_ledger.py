@@ -25,7 +25,7 @@ _RAW_UPDATE = "UPDATE bench_raw SET v = %s::jsonb WHERE id = %s"
 def ledger(dsn: str, n: int, counting: bool = False) -> float:
     """Seconds for one step making ``n`` new effects."""
     run_id = str(uuid.uuid4())
-    with db.pool(dsn, counting=counting, size=4) as p:
+    with db.pool(dsn, counting=counting, size=4, planned_once=True) as p:  # as the worker's pool
         store.admit_run(
             p, run_id=run_id, namespace="bench", name=run_id[:8], graph="x:y", input={}, spec_hash="h"
         )

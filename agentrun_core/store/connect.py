@@ -42,7 +42,7 @@ def connect(dsn: str, *, timeout_seconds: float | None = None) -> Connection:
 # were parsed and planned at every execution (the ledger's reserve/record CTEs plan in ~0.4 ms; measured in
 # README "Performance", sixth round). Not for the operator: its queries scan by status, where a plan for the
 # actual parameters matters.
-_GENERIC_PLANS = "-c plan_cache_mode=force_generic_plan"
+GENERIC_PLANS = "-c plan_cache_mode=force_generic_plan"
 
 
 def open_pool(dsn: str, *, name: str, max_size: int, min_size: int = 1, planned_once: bool = False) -> Pool:
@@ -50,7 +50,7 @@ def open_pool(dsn: str, *, name: str, max_size: int, min_size: int = 1, planned_
     kwargs: dict[str, Any] = {"autocommit": True}
     if planned_once:
         kwargs["prepare_threshold"] = 0
-        dsn = with_server_option(dsn, _GENERIC_PLANS)
+        dsn = with_server_option(dsn, GENERIC_PLANS)
     return psycopg_pool.ConnectionPool(
         dsn, min_size=min_size, max_size=max_size, kwargs=kwargs, open=True, name=name
     )
