@@ -5,7 +5,8 @@ Rule: ``checkpoint_seconds`` is what ``checkpointer.FencedSaver`` measured aroun
 checkpoint (connection, blobs, the checkpoint row and its fence, commit) — never a gap between stream events.
 An event waits here until its checkpoint's write has been timed: at once under ``durability="sync"``; a
 little later under ``async`` (the write runs on LangGraph's background thread); under ``exit`` only the last
-checkpoint is written, so the others are recorded at the end with ``None``. Events are recorded in order.
+checkpoint is written, so the others are recorded at the end with ``None`` — and with no ``checkpoint_id``:
+a checkpoint never written is none a trace may offer or a fork start from. Events are recorded in order.
 
 Round trips: none of their own on the graph's path, and rarely a statement per step. Events gather here and
 go in ONE statement, which *rides* on a checkpoint write of the saver (``ride``: sent inside that write's
@@ -149,6 +150,8 @@ class StepRecorder:
                 seconds = self.saver.write_seconds(cp_id) if cp_id else None
                 if seconds is None and not final:
                     break  # events are recorded in order: a later one waits for this one's timing
+                if seconds is None:  # never written (exit mode): no checkpoint to read, fork from or trace
+                    event = {**event, "checkpoint_id": None}
                 ready.append({**event, "checkpoint_seconds": seconds})
             current = self._current if self.epoch is not None else None
             if not ready and current is None:

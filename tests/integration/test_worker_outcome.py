@@ -109,6 +109,21 @@ def test_the_result_is_the_streamed_final_state_without_reading_it_back(
     assert run.result == stored
     assert {"w0", "w1", "w2", "sub1", "sub2"} <= set(stored["items"])
     assert stored["answer"] == "auto" and stored["rounds"] == 2
+    # The steps' checkpoint ids are checkpoints that exist (exit mode writes only the last one).
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        events = store.list_step_events(conn, run_id)
+        written = {
+            r[0]
+            for r in conn.execute(
+                "SELECT checkpoint_id FROM checkpoints WHERE thread_id = %s AND checkpoint_ns = ''", (run_id,)
+            )
+        }
+    ids = [e.checkpoint_id for e in events]
+    assert len(events) >= 6 and {i for i in ids if i is not None} <= written
+    if durability == "exit":
+        assert ids[:-1] == [None] * (len(ids) - 1) and ids[-1] in written
+    else:
+        assert None not in ids
 
 
 def test_a_stream_ending_with_work_left_reads_the_state_and_parks(
