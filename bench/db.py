@@ -72,15 +72,23 @@ class CountingCursor(psycopg.Cursor[Any]):
 @contextlib.contextmanager
 def counting_round_trips() -> Iterator[None]:
     """Also count, for connections whose cursors are ``CountingCursor``, each pipeline Sync (an
-    ``executemany``'s own pipeline included) and each BEGIN/COMMIT/ROLLBACK that ``transaction()`` sends
-    outside a pipeline: with ``CountingCursor.execute``'s, every flight. Those commands are counted as
+    ``executemany``'s own pipeline included), each BEGIN/COMMIT/ROLLBACK that ``transaction()`` sends
+    outside a pipeline and each statement's preparation outside a pipeline (psycopg waits for its Parse
+    before executing it): with ``CountingCursor.execute``'s, every flight. Those commands are counted as
     statements too (``Counter``), so a transaction costs the same statements however it is sent. Untimed
     passes only."""
-    from psycopg import _connection_base, _pipeline_base
+    from psycopg import _connection_base, _cursor_base, _pipeline_base
 
     base_pipeline = _pipeline_base.BasePipeline
     base_conn = _connection_base.BaseConnection
+    base_cursor = _cursor_base.BaseCursor
     enqueue_sync, exec_command = base_pipeline._enqueue_sync, base_conn._exec_command
+    send_prepare = base_cursor._send_prepare
+
+    def counted_prepare(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if self._conn._pipeline is None:  # outside a pipeline, psycopg waits for the Parse: a flight
+            _trip(self._conn)
+        return send_prepare(self, *args, **kwargs)
 
     def counted_sync(self: Any) -> None:
         _trip(self._conn)
@@ -96,11 +104,13 @@ def counting_round_trips() -> Iterator[None]:
 
     base_pipeline._enqueue_sync = counted_sync  # type: ignore[method-assign]
     base_conn._exec_command = counted_command  # type: ignore[method-assign]
+    base_cursor._send_prepare = counted_prepare  # type: ignore[method-assign]
     try:
         yield
     finally:
         base_pipeline._enqueue_sync = enqueue_sync  # type: ignore[method-assign]
         base_conn._exec_command = exec_command  # type: ignore[method-assign]
+        base_cursor._send_prepare = send_prepare  # type: ignore[method-assign]
 
 
 @contextlib.contextmanager
@@ -146,6 +156,6 @@ def pool(
     if counting:
         kwargs["cursor_factory"] = CountingCursor
     if planned_once:
-        kwargs["prepare_threshold"] = 0
+        kwargs["prepare_threshold"] = connect.PREPARE_THRESHOLD
         dsn = connect.with_server_option(dsn, connect.GENERIC_PLANS)
     return psycopg_pool.ConnectionPool(dsn, min_size=1, max_size=size, kwargs=kwargs, open=True)

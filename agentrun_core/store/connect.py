@@ -35,13 +35,15 @@ def connect(dsn: str, *, timeout_seconds: float | None = None) -> Connection:
     return psycopg.connect(dsn, autocommit=True, connect_timeout=max(1, round(timeout_seconds)))
 
 
-# A worker's connections (``open_pool(..., planned_once=True)``): every statement prepared at its first
-# execution, with one generic plan. A connection lives for one attempt and runs a few statements keyed by
-# primary keys over and over; by default psycopg prepares a statement at its 5th execution and Postgres then
-# still plans it 5 times more before it considers a generic plan, so most of a short attempt's statements
-# were parsed and planned at every execution (the ledger's reserve/record CTEs plan in ~0.4 ms; measured in
-# README "Performance", sixth round). Not for the operator: its queries scan by status, where a plan for the
-# actual parameters matters.
+# A worker's connections (``open_pool(..., planned_once=True)``): a statement is prepared at its second
+# execution on a connection, with one generic plan. A connection lives for one attempt and runs a few
+# statements keyed by primary keys over and over; by default psycopg prepares a statement at its 5th
+# execution and Postgres then still plans it 5 times more before it considers a generic plan, so most of a
+# short attempt's statements were parsed and planned at every execution (the ledger's reserve/record CTEs
+# plan in ~0.4 ms). Not at the first: outside a pipeline psycopg waits for the Parse, a round trip of its
+# own, which a statement run once per attempt (the claim, the outcome) would pay for nothing. Not for the
+# operator: its queries scan by status, where a plan for the actual parameters matters.
+PREPARE_THRESHOLD = 1
 GENERIC_PLANS = "-c plan_cache_mode=force_generic_plan"
 
 
@@ -49,7 +51,7 @@ def open_pool(dsn: str, *, name: str, max_size: int, min_size: int = 1, planned_
     """An opened pool of autocommit connections (``planned_once``: see above)."""
     kwargs: dict[str, Any] = {"autocommit": True}
     if planned_once:
-        kwargs["prepare_threshold"] = 0
+        kwargs["prepare_threshold"] = PREPARE_THRESHOLD
         dsn = with_server_option(dsn, GENERIC_PLANS)
     return psycopg_pool.ConnectionPool(
         dsn, min_size=min_size, max_size=max_size, kwargs=kwargs, open=True, name=name

@@ -1,5 +1,5 @@
-"""The worker's pool plans each statement once per connection (``connect.open_pool(planned_once=True)``):
-prepared at its first execution, with one generic plan, whatever server options the DSN already carried."""
+"""The worker's pool (``connect.open_pool(..., planned_once=True)``) plans a statement it runs again once per
+connection: prepared at its second execution, with one generic plan, whatever options the DSN carried."""
 
 from __future__ import annotations
 
@@ -45,6 +45,7 @@ def test_a_worker_connection_plans_a_statement_once(pg_dsn: str, planned_once: b
             name = conn.execute("SHOW application_name").fetchone()
     assert name == ("planned",)
     if planned_once:
-        assert plans == [(3, 0)]  # prepared at the first execution, a generic plan each time
+        assert plans == [(2, 0)]  # prepared at the second execution (the first pays no Parse of its own),
+        # then one generic plan: never planned for the parameters again
     else:
         assert plans == []  # psycopg's default: prepared from the 5th execution on
