@@ -156,6 +156,5 @@ def pool(
     if counting:
         kwargs["cursor_factory"] = CountingCursor
     if planned_once:
-        kwargs["prepare_threshold"] = connect.PREPARE_THRESHOLD
-        dsn = connect.with_server_option(dsn, connect.GENERIC_PLANS)
+        dsn, kwargs = connect.planned_once_args(dsn, kwargs)
     return psycopg_pool.ConnectionPool(dsn, min_size=1, max_size=size, kwargs=kwargs, open=True)

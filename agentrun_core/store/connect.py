@@ -43,16 +43,21 @@ def connect(dsn: str, *, timeout_seconds: float | None = None) -> Connection:
 # plan in ~0.4 ms). Not at the first: outside a pipeline psycopg waits for the Parse, a round trip of its
 # own, which a statement run once per attempt (the claim, the outcome) would pay for nothing. Not for the
 # operator: its queries scan by status, where a plan for the actual parameters matters.
-PREPARE_THRESHOLD = 1
-GENERIC_PLANS = "-c plan_cache_mode=force_generic_plan"
+_PREPARE_THRESHOLD = 1
+_GENERIC_PLANS = "-c plan_cache_mode=force_generic_plan"
+
+
+def planned_once_args(dsn: str, kwargs: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """``dsn`` and connection ``kwargs`` for connections that plan a statement once (see above). Pure but
+    for the environment (``with_server_option``)."""
+    return with_server_option(dsn, _GENERIC_PLANS), {**kwargs, "prepare_threshold": _PREPARE_THRESHOLD}
 
 
 def open_pool(dsn: str, *, name: str, max_size: int, min_size: int = 1, planned_once: bool = False) -> Pool:
-    """An opened pool of autocommit connections (``planned_once``: see above)."""
+    """An opened pool of autocommit connections (``planned_once``: as a worker's, see above)."""
     kwargs: dict[str, Any] = {"autocommit": True}
     if planned_once:
-        kwargs["prepare_threshold"] = PREPARE_THRESHOLD
-        dsn = with_server_option(dsn, GENERIC_PLANS)
+        dsn, kwargs = planned_once_args(dsn, kwargs)
     return psycopg_pool.ConnectionPool(
         dsn, min_size=min_size, max_size=max_size, kwargs=kwargs, open=True, name=name
     )
