@@ -9,7 +9,9 @@ flights (an ``execute`` outside a pipeline, a pipeline Sync, a ``transaction()``
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
+import secrets
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -116,7 +118,8 @@ def counting_round_trips() -> Iterator[None]:
 @contextlib.contextmanager
 def fresh_database(tag: str, *, agentrun: bool = True) -> Iterator[str]:
     """DSN of a new database with agentrun's schema and PostgresSaver's tables; with ``agentrun=False``
-    PostgresSaver's tables alone (a baseline must not pay for our triggers on them, migration 16)."""
+    PostgresSaver's tables alone (a baseline must not pay for our triggers on them, migration 16). The
+    worker roles ``tenant`` made for it are dropped with it."""
     settings = dev_settings.from_env()
     postgres.ensure_running(settings)
     name = f"agentrun_bench_{tag}_{os.getpid()}"
@@ -137,8 +140,40 @@ def fresh_database(tag: str, *, agentrun: bool = True) -> Iterator[str]:
                 PostgresSaver(conn).setup()
         yield dsn
     finally:
+        made = _TENANTS.pop(dsn, None)
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            if made is not None:  # roles are the cluster's, not the database's: nothing else drops it
+                conn.execute(f'DROP ROLE IF EXISTS "{made.role}"')
+
+
+@dataclasses.dataclass(frozen=True)
+class Tenant:
+    """A namespace's worker role, as the operator provisions it: what a worker connects as."""
+
+    namespace: str
+    role: str
+    dsn: str  # the database as this role (row-level security: its own runs only)
+
+
+_TENANTS: dict[str, Tenant] = {}  # admin DSN of a fresh database -> the tenant made for it
+
+
+def tenant(dsn: str) -> Tenant:
+    """The worker role of a bench namespace of the database ``dsn`` (an admin DSN from ``fresh_database``),
+    provisioned at the first call; a namespace of its own, since roles are shared by the cluster's
+    databases. A worker measured as the admin would skip what every real worker pays: row-level security on
+    each row it reads or writes, and a password login."""
+    made = _TENANTS.get(dsn)
+    if made is None:
+        from agentrun_core import store
+
+        namespace, password = f"bench-{os.getpid()}-{secrets.token_hex(4)}", secrets.token_hex(16)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            role = store.provision_tenant(conn, namespace, password)
+        made = Tenant(namespace, role, connect.with_credentials(dsn, user=role, password=password))
+        _TENANTS[dsn] = made
+    return made
 
 
 def kube_api(kubeconfig: str) -> Any:
@@ -151,10 +186,12 @@ def kube_api(kubeconfig: str) -> Any:
 def pool(
     dsn: str, *, counting: bool = False, size: int = 4, planned_once: bool = False
 ) -> psycopg_pool.ConnectionPool[Any]:
-    """``planned_once``: connections as the worker's (``connect.open_pool(..., planned_once=True)``)."""
+    """``planned_once``: a pool as the worker's (``connect.open_pool(..., planned_once=True)``: its
+    planning, the most recently used connection first); otherwise psycopg_pool's own, as a bare user's."""
     kwargs: dict[str, Any] = {"autocommit": True}
     if counting:
         kwargs["cursor_factory"] = CountingCursor
     if planned_once:
         dsn, kwargs = connect.planned_once_args(dsn, kwargs)
+        return connect.RecentFirstPool(dsn, min_size=1, max_size=size, kwargs=kwargs, open=True)
     return psycopg_pool.ConnectionPool(dsn, min_size=1, max_size=size, kwargs=kwargs, open=True)

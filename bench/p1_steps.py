@@ -2,8 +2,9 @@
 
 The worker path is ``agent_worker.runner.run`` in this process (admission read, claim, attempt rows, the
 graph with PostgresSaver, step events, finish; ``AGENTRUN_LEASE_MODE=none``, so no API server and no process
-start — P3 measures those). The baseline opens a pool, compiles the same graph with ``PostgresSaver`` and
-``invoke``s it with the same durability. Both include opening and closing their pool.
+start — P3 measures those), connected as its namespace's role under row-level security, as every worker is.
+The baseline opens a pool, compiles the same graph with ``PostgresSaver`` and ``invoke``s it with the same
+durability, as the admin (a bare user has no tenants). Both include opening and closing their pool.
 
 Per attempt it splits the wall time into: before the first step (start → first node starts), the steps
 (first node start → last node end, divided by n - 1 for the marginal cost), after the last step (last node
@@ -25,6 +26,7 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from agent_worker import runner
 from agent_worker import settings as settings_mod
 from agentrun_core import store
+from agentrun_core.store import connect
 from bench import db, graphs, stats
 
 Durability = Literal["sync", "async", "exit"]
@@ -51,14 +53,16 @@ def _split(t0: float, t1: float, n: int) -> Timing:
 def worker_attempt(
     dsn: str, graph: str, durability: Durability, *, uncounted_admission: bool = False
 ) -> Timing:
-    """One attempt through the worker path; ``uncounted_admission``: the bench's own admission statement is
-    taken off the statement / round-trip counters (what the operator does is not the worker's cost)."""
+    """One attempt through the worker path, the worker connected as its namespace's role (``db.tenant``),
+    as the operator runs it; ``uncounted_admission``: the bench's own admission statement is taken off the
+    statement / round-trip counters (what the operator does is not the worker's cost)."""
     run_id = str(uuid.uuid4())
+    tenant = db.tenant(dsn)
     with psycopg_pool.ConnectionPool(dsn, min_size=1, max_size=1, kwargs={"autocommit": True}) as p:
         store.admit_run(
             p,
             run_id=run_id,
-            namespace="bench",
+            namespace=tenant.namespace,
             name=run_id[:8],
             graph=f"bench.graphs:{graph}",
             input={},
@@ -69,7 +73,7 @@ def worker_attempt(
         db.Counter.reset()
         db.RoundTrips.reset()
     config = settings_mod.WorkerSettings(
-        run_id=run_id, dsn=dsn, pod_name=f"bench-{run_id[:8]}", lease_mode="none"
+        run_id=run_id, dsn=tenant.dsn, pod_name=f"bench-{run_id[:8]}", lease_mode="none"
     )
     LAST_RUN_ID[:] = [run_id]
     graphs.MARKS.clear()
@@ -98,19 +102,19 @@ def _steps(graph: str) -> int:
 
 @contextlib.contextmanager
 def counting_worker_pools() -> Iterator[None]:
-    """Make the worker's own pool count statements (``runner.run`` builds it from ``psycopg_pool``)."""
-    original = psycopg_pool.ConnectionPool
+    """Make the worker's own pool count statements (``runner.run`` builds it with ``connect.open_pool``)."""
+    original = connect.RecentFirstPool
 
     class Counting(original):  # type: ignore[valid-type,misc]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             kwargs["kwargs"] = {**(kwargs.get("kwargs") or {}), "cursor_factory": db.CountingCursor}
             super().__init__(*args, **kwargs)
 
-    psycopg_pool.ConnectionPool = Counting  # type: ignore[misc]
+    connect.RecentFirstPool = Counting  # type: ignore[misc]
     try:
         yield
     finally:
-        psycopg_pool.ConnectionPool = original  # type: ignore[misc]
+        connect.RecentFirstPool = original  # type: ignore[misc]
 
 
 Pair = tuple[float, float]

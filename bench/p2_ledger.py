@@ -1,9 +1,10 @@
 """P2: effects/s through the ledger vs raw single-row commits/s, and round trips per effect.
 
 One step makes ``n`` no-op effects (``bench.graphs:burst_n``, in-memory checkpointer: only the ledger is
-measured) under a claimed run, with the ledger's real pool. Baselines on the same server, same pool size:
-``n`` single-row autocommit INSERTs (one commit each: the 1-round-trip floor) and ``n`` INSERT + UPDATE
-pairs (the 2-round-trip floor of reserve-then-record).
+measured) under a claimed run, with the ledger's real pool, connected as the run's namespace role (row-level
+security), as a worker is. Baselines on the same server, same pool size: ``n`` single-row autocommit INSERTs
+(one commit each: the 1-round-trip floor) and ``n`` INSERT + UPDATE pairs (the 2-round-trip floor of
+reserve-then-record).
 """
 
 from __future__ import annotations
@@ -25,10 +26,18 @@ _RAW_UPDATE = "UPDATE bench_raw SET v = %s::jsonb WHERE id = %s"
 def ledger(dsn: str, n: int, counting: bool = False) -> float:
     """Seconds for one step making ``n`` new effects."""
     run_id = str(uuid.uuid4())
-    with db.pool(dsn, counting=counting, size=4, planned_once=True) as p:  # as the worker's pool
+    tenant = db.tenant(dsn)
+    with db.pool(dsn, size=1) as admin:  # the operator admits
         store.admit_run(
-            p, run_id=run_id, namespace="bench", name=run_id[:8], graph="x:y", input={}, spec_hash="h"
+            admin,
+            run_id=run_id,
+            namespace=tenant.namespace,
+            name=run_id[:8],
+            graph="x:y",
+            input={},
+            spec_hash="h",
         )
+    with db.pool(tenant.dsn, counting=counting, size=4, planned_once=True) as p:  # as the worker's pool
         store.claim_run(p, run_id=run_id, epoch=1, holder="bench")
         ctx = context.RunContext(conn=p, run_id=run_id, attempt=1, epoch=1)
         compiled = graphs.build(f"burst_{n}").compile(checkpointer=InMemorySaver())

@@ -53,14 +53,37 @@ def planned_once_args(dsn: str, kwargs: dict[str, Any]) -> tuple[str, dict[str, 
     return with_server_option(dsn, _GENERIC_PLANS), {**kwargs, "prepare_threshold": _PREPARE_THRESHOLD}
 
 
+class RecentFirstPool(psycopg_pool.ConnectionPool[Any]):
+    """A pool that hands out the connection returned to it last, where psycopg_pool hands out the one idle
+    longest (a queue: every connection of the pool in turn).
+
+    Why: what makes a connection fast is per connection — its prepared statements (``planned_once``) and
+    its backend's warm catalog caches. A worker's pool grows to a few connections (the checkpoint thread,
+    the ledger, the step-event and heartbeat threads), but most of the time one of them is busy: taken in
+    turn, every statement had to be prepared, and every table's cache warmed, on each of them. Taken most
+    recent first, the hot connection serves nearly every request and the others only the overlap (measured
+    in the README's Performance section, seventh round). Idle connections are closed the same way as
+    before: psycopg_pool shrinks the pool from the other end, now the coldest.
+
+    The one method overridden is psycopg_pool's own (3.3, pinned in constraints.txt);
+    ``tests/integration/test_worker_pool.py`` fails if it stops being called.
+    """
+
+    def _get_ready_connection(self, timeout: float | None) -> Any:
+        if self._pool and (timeout is None or timeout > 0.0):
+            conn = self._pool.pop()  # the end putconn appends to: the most recently returned
+            self._nconns_min = min(self._nconns_min, len(self._pool))  # the shrink's bookkeeping, as upstream
+            return conn
+        return super()._get_ready_connection(timeout)  # none idle: upstream's waiting and errors
+
+
 def open_pool(dsn: str, *, name: str, max_size: int, min_size: int = 1, planned_once: bool = False) -> Pool:
-    """An opened pool of autocommit connections (``planned_once``: as a worker's, see above)."""
+    """An opened pool of autocommit connections, the most recently used handed out first (``planned_once``:
+    as a worker's, see above)."""
     kwargs: dict[str, Any] = {"autocommit": True}
     if planned_once:
         dsn, kwargs = planned_once_args(dsn, kwargs)
-    return psycopg_pool.ConnectionPool(
-        dsn, min_size=min_size, max_size=max_size, kwargs=kwargs, open=True, name=name
-    )
+    return RecentFirstPool(dsn, min_size=min_size, max_size=max_size, kwargs=kwargs, open=True, name=name)
 
 
 def with_server_option(dsn: str, option: str) -> str:

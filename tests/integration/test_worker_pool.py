@@ -49,3 +49,23 @@ def test_a_worker_connection_plans_a_statement_once(pg_dsn: str, planned_once: b
         # then one generic plan: never planned for the parameters again
     else:
         assert plans == []  # psycopg's default: prepared from the 5th execution on
+
+
+def test_the_pool_hands_out_the_connection_returned_last(pg_dsn: str) -> None:
+    """A statement prepared, a cache warmed, on the connection used last is used again: psycopg_pool's own
+    order (the connection idle longest) would spread them over every connection of the pool."""
+    with connect.open_pool(pg_dsn, name="t", min_size=3, max_size=3, planned_once=True) as pool:
+        pool.wait()
+        held = [pool.getconn() for _ in range(3)]
+        pids = [c.info.backend_pid for c in held]
+        for conn in held:  # returned in order: the last one returned is held[2]
+            pool.putconn(conn)
+        for _ in range(5):  # one user at a time: always the same, hot connection
+            with pool.connection() as conn:
+                assert conn.info.backend_pid == pids[2]
+        first, second = pool.getconn(), pool.getconn()  # an overlap: the next most recent as well
+        assert (first.info.backend_pid, second.info.backend_pid) == (pids[2], pids[1])
+        pool.putconn(first)
+        pool.putconn(second)
+        with pool.connection() as conn:  # `second` went back last: it comes out first
+            assert conn.info.backend_pid == pids[1]
