@@ -323,13 +323,15 @@ class Attempt:
 
 
 def run(settings: settings_mod.WorkerSettings) -> int:
-    pool = connect.open_pool(
-        settings.dsn,
-        name=f"agentrun-worker-{settings.run_id}",
-        max_size=settings.pool_max_size,
-        planned_once=True,
-    )
+    pool: connect.Pool | None = None
     try:
+        pool = connect.open_pool(
+            settings.dsn,
+            name=f"agentrun-worker-{settings.run_id}",
+            max_size=settings.pool_max_size,
+            planned_once=True,
+            wait=True,  # one connection, not two racing logins, for the first request
+        )
         return Attempt(settings, pool).run()
     except Exception as exc:  # before the Lease (admission read, claim): nothing to release
         if infra.cause(exc) is None:
@@ -337,4 +339,5 @@ def run(settings: settings_mod.WorkerSettings) -> int:
         logger.error("attempt lost to infrastructure before it ran: %s", infra.lost(exc, "startup"))
         return protocol.EXIT_INFRA
     finally:
-        pool.close()
+        if pool is not None:
+            pool.close()

@@ -1,10 +1,11 @@
 """Fencing and the head pointer of LangGraph checkpoint writes (agent_worker/checkpointer.py's statements).
 
 The fence itself is server-side: migration 16's trigger on LangGraph's tables runs
-``agentrun_fence_checkpoint`` (migration 15) for every row written on a connection marked by
-``mark_fence``, in that row's statement. It refuses with SQLSTATE ``AR404`` / ``AR409``, and
-``raise_if_refused`` turns those errors back into ``RunNotFound`` / ``Fenced`` — the one place that knows
-them. ``abandon_write`` aborts a write's implicit transaction when its client fails half-way.
+``agentrun_fence_checkpoint`` (migration 15; migration 18 reads the epoch once per transaction) for every
+row written on a connection marked by ``mark_fence``, in that row's statement. It refuses with SQLSTATE
+``AR404`` / ``AR409``, and ``raise_if_refused`` turns those errors back into ``RunNotFound`` / ``Fenced`` —
+the one place that knows them. ``abandon_write`` aborts a write's implicit transaction when its client fails
+half-way.
 """
 
 from __future__ import annotations

@@ -422,3 +422,56 @@ def test_a_namespace_read_empty_is_not_read_again_until_written(
     found = saver.get_tuple(_config("sub:1"))
     assert found is not None and found.checkpoint["channel_values"]["value"] == "raced"
     assert reads == ["", "", "sub:1", "sub:1"]
+
+
+def test_an_epoch_is_read_once_per_write_and_again_by_the_next(pg_dsn: str) -> None:
+    """Migration 18: the rows of one write check the run's epoch once (the first locks the run row until the
+    write ends, so no claim can move the epoch in between); the next write on the same connection reads it
+    again, and a claim that came in between is seen."""
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        store.admit_run(admin, run_id=RUN, namespace="ns", name=RUN, graph="g:g", input={}, spec_hash="h")
+        store.claim_run(admin, run_id=RUN, epoch=1, holder="pod-1")
+    checkpoint_id = _uuid6_at(100)
+    insert = (
+        "INSERT INTO checkpoint_writes"
+        " (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, blob)"
+        " VALUES (%s, '', %s, %s, %s, 'value', 'json', '\\x00')"
+    )
+
+    def held(conn: psycopg.Connection[Any]) -> str | None:
+        row = conn.execute("SELECT current_setting('agentrun.fence_held', true)").fetchone()
+        return row[0] if row and row[0] else None
+
+    with psycopg.connect(pg_dsn) as worker:  # one connection, explicit transactions
+        worker.execute("SELECT agentrun_mark_fence(%s)", (f"1:{RUN}",))
+        worker.commit()
+        assert held(worker) is None
+        worker.execute(insert, (RUN, checkpoint_id, "task-1", 0))
+        assert held(worker) == f"{RUN}:1"  # the first row checked and locked; set past the trigger's end
+        with psycopg.connect(pg_dsn, autocommit=True) as admin:  # a claim now waits for this write to end
+            admin.execute("SET lock_timeout = '200ms'")
+            with pytest.raises(psycopg.errors.LockNotAvailable):
+                store.claim_run(admin, run_id=RUN, epoch=2, holder="pod-2")
+        worker.execute(insert, (RUN, checkpoint_id, "task-1", 1))
+        worker.commit()
+        assert held(worker) is None  # transaction-local: gone with the commit
+        with psycopg.connect(pg_dsn, autocommit=True) as admin:
+            store.claim_run(admin, run_id=RUN, epoch=2, holder="pod-2")
+        with pytest.raises(psycopg.Error, match="epoch 1 is not current") as refused:
+            worker.execute(insert, (RUN, checkpoint_id, "task-2", 0))
+        assert refused.value.sqlstate == "AR409"
+        worker.rollback()
+        # A savepoint rolled back takes the setting with it, as it takes the lock it stands for.
+        worker.execute("SELECT agentrun_mark_fence(%s)", (f"2:{RUN}",))
+        worker.commit()
+        worker.execute("SAVEPOINT s")
+        worker.execute(insert, (RUN, checkpoint_id, "task-3", 0))
+        assert held(worker) == f"{RUN}:2"
+        worker.execute("ROLLBACK TO SAVEPOINT s")
+        assert held(worker) is None
+        worker.rollback()
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        rows = admin.execute(
+            "SELECT task_id, idx FROM checkpoint_writes WHERE thread_id = %s ORDER BY 1, 2", (RUN,)
+        ).fetchall()
+    assert rows == [("task-1", 0), ("task-1", 1)]

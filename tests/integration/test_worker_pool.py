@@ -3,12 +3,14 @@ connection: prepared at its second execution, with one generic plan, whatever op
 
 from __future__ import annotations
 
+import socket
 import uuid
 
 import psycopg
 import pytest
 
-from agentrun_core import store
+from agent_worker import runner, settings
+from agentrun_core import protocol, store
 from agentrun_core.store import connect
 
 pytestmark = pytest.mark.postgres
@@ -69,3 +71,29 @@ def test_the_pool_hands_out_the_connection_returned_last(pg_dsn: str) -> None:
         pool.putconn(second)
         with pool.connection() as conn:  # `second` went back last: it comes out first
             assert conn.info.backend_pid == pids[1]
+
+
+def test_a_worker_pool_is_connected_before_its_first_request(pg_dsn: str) -> None:
+    """``wait=True`` (the worker's): the first request finds the pool's connection open. Found still
+    connecting, it made psycopg_pool open a second connection beside the first: another login and backend."""
+    with connect.open_pool(pg_dsn, name="t", max_size=4, planned_once=True, wait=True) as pool:
+        assert pool.get_stats()["pool_available"] == 1
+        with pool.connection() as conn:
+            conn.execute("SELECT 1")
+        assert pool.get_stats()["connections_num"] == 1
+
+
+@pytest.mark.slow
+def test_a_worker_that_cannot_reach_postgres_exits_lost_to_infrastructure() -> None:
+    """Postgres unreachable at start: the pool's wait gives up (psycopg_pool's 30 s) and the attempt ends as
+    lost to infrastructure (exit 14, the operator tries again), not with a traceback."""
+    with socket.socket() as free:  # a port nothing listens on
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    config = settings.WorkerSettings(
+        run_id=str(uuid.uuid4()),
+        dsn=f"postgresql://nobody@127.0.0.1:{port}/nothing?connect_timeout=2",
+        pod_name="unreachable",
+        lease_mode="none",
+    )
+    assert runner.run(config) == protocol.EXIT_INFRA
