@@ -58,11 +58,12 @@ class RecentFirstPool(psycopg_pool.ConnectionPool[Any]):
     longest (a queue: every connection of the pool in turn).
 
     Why: what makes a connection fast is per connection — its prepared statements (``planned_once``) and
-    its backend's warm catalog caches. A worker's pool grows to a few connections (the checkpoint thread,
-    the ledger, the step-event and heartbeat threads), but most of the time one of them is busy: taken in
-    turn, every statement had to be prepared, and every table's cache warmed, on each of them. Taken most
-    recent first, the hot connection serves nearly every request and the others only the overlap (measured
-    in the README's Performance section, seventh round). Idle connections are closed the same way as
+    its backend's warm catalog caches. A worker's pool grows by a connection whenever its threads overlap
+    (LangGraph's background writes under ``async``, the ledger, the step-event and heartbeat threads), yet
+    most of the time one connection at most is busy: taken in turn, every statement had to be prepared, and
+    every table's cache warmed, on each of them. Taken most recent first, the hot connection serves nearly
+    every request and the others only the overlap (measured in the README's Performance section, seventh
+    round). Idle connections are closed the same way as
     before: psycopg_pool shrinks the pool from the other end, now the coldest.
 
     The one method overridden is psycopg_pool's own (3.3, pinned in constraints.txt);
