@@ -330,7 +330,6 @@ def run(settings: settings_mod.WorkerSettings) -> int:
             name=f"agentrun-worker-{settings.run_id}",
             max_size=settings.pool_max_size,
             planned_once=True,
-            wait=True,  # one connection, not two racing logins, for the first request
         )
         return Attempt(settings, pool).run()
     except Exception as exc:  # before the Lease (admission read, claim): nothing to release

@@ -186,15 +186,12 @@ def kube_api(kubeconfig: str) -> Any:
 def pool(
     dsn: str, *, counting: bool = False, size: int = 4, planned_once: bool = False
 ) -> psycopg_pool.ConnectionPool[Any]:
-    """``planned_once``: a pool as the worker's (``connect.open_pool(..., planned_once=True, wait=True)``:
-    its planning, the most recently used connection first, connected before its first request); otherwise
-    psycopg_pool's own, as a bare user's."""
+    """``planned_once``: a pool as the worker's (``connect.open_pool(..., planned_once=True)``: its
+    planning, the most recently used connection first); otherwise psycopg_pool's own, as a bare user's."""
     kwargs: dict[str, Any] = {"autocommit": True}
     if counting:
         kwargs["cursor_factory"] = CountingCursor
     if planned_once:
         dsn, kwargs = connect.planned_once_args(dsn, kwargs)
-        worker_like = connect.RecentFirstPool(dsn, min_size=1, max_size=size, kwargs=kwargs, open=True)
-        worker_like.wait()  # as the worker's (open_pool(..., wait=True))
-        return worker_like
+        return connect.RecentFirstPool(dsn, min_size=1, max_size=size, kwargs=kwargs, open=True)
     return psycopg_pool.ConnectionPool(dsn, min_size=1, max_size=size, kwargs=kwargs, open=True)

@@ -78,31 +78,13 @@ class RecentFirstPool(psycopg_pool.ConnectionPool[Any]):
         return super()._get_ready_connection(timeout)  # none idle: upstream's waiting and errors
 
 
-def open_pool(
-    dsn: str,
-    *,
-    name: str,
-    max_size: int,
-    min_size: int = 1,
-    planned_once: bool = False,
-    wait: bool = False,
-) -> Pool:
+def open_pool(dsn: str, *, name: str, max_size: int, min_size: int = 1, planned_once: bool = False) -> Pool:
     """An opened pool of autocommit connections, the most recently used handed out first (``planned_once``:
-    as a worker's, see above). ``wait``: return once its ``min_size`` connections are open (``PoolTimeout``
-    after psycopg_pool's 30 s, the pool closed): a first request that found the pool still connecting made
-    psycopg_pool open another connection beside it, a second login and backend for an attempt that mostly
-    needs one."""
+    as a worker's, see above)."""
     kwargs: dict[str, Any] = {"autocommit": True}
     if planned_once:
         dsn, kwargs = planned_once_args(dsn, kwargs)
-    pool = RecentFirstPool(dsn, min_size=min_size, max_size=max_size, kwargs=kwargs, open=True, name=name)
-    if wait:
-        try:
-            pool.wait()
-        except BaseException:
-            pool.close()
-            raise
-    return pool
+    return RecentFirstPool(dsn, min_size=min_size, max_size=max_size, kwargs=kwargs, open=True, name=name)
 
 
 def with_server_option(dsn: str, option: str) -> str:

@@ -73,20 +73,11 @@ def test_the_pool_hands_out_the_connection_returned_last(pg_dsn: str) -> None:
             assert conn.info.backend_pid == pids[1]
 
 
-def test_a_worker_pool_is_connected_before_its_first_request(pg_dsn: str) -> None:
-    """``wait=True`` (the worker's): the first request finds the pool's connection open. Found still
-    connecting, it made psycopg_pool open a second connection beside the first: another login and backend."""
-    with connect.open_pool(pg_dsn, name="t", max_size=4, planned_once=True, wait=True) as pool:
-        assert pool.get_stats()["pool_available"] == 1
-        with pool.connection() as conn:
-            conn.execute("SELECT 1")
-        assert pool.get_stats()["connections_num"] == 1
-
-
 @pytest.mark.slow
 def test_a_worker_that_cannot_reach_postgres_exits_lost_to_infrastructure() -> None:
-    """Postgres unreachable at start: the pool's wait gives up (psycopg_pool's 30 s) and the attempt ends as
-    lost to infrastructure (exit 14, the operator tries again), not with a traceback."""
+    """Postgres unreachable at start: the first request's wait for a connection gives up (psycopg_pool's
+    30 s) and the attempt ends as lost to infrastructure (exit 14, the operator tries again), not with a
+    traceback."""
     with socket.socket() as free:  # a port nothing listens on
         free.bind(("127.0.0.1", 0))
         port = free.getsockname()[1]
