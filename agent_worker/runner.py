@@ -323,14 +323,13 @@ class Attempt:
 
 
 def run(settings: settings_mod.WorkerSettings) -> int:
-    pool: connect.Pool | None = None
+    pool = connect.open_pool(
+        settings.dsn,
+        name=f"agentrun-worker-{settings.run_id}",
+        max_size=settings.pool_max_size,
+        planned_once=True,
+    )
     try:
-        pool = connect.open_pool(
-            settings.dsn,
-            name=f"agentrun-worker-{settings.run_id}",
-            max_size=settings.pool_max_size,
-            planned_once=True,
-        )
         return Attempt(settings, pool).run()
     except Exception as exc:  # before the Lease (admission read, claim): nothing to release
         if infra.cause(exc) is None:
@@ -338,5 +337,4 @@ def run(settings: settings_mod.WorkerSettings) -> int:
         logger.error("attempt lost to infrastructure before it ran: %s", infra.lost(exc, "startup"))
         return protocol.EXIT_INFRA
     finally:
-        if pool is not None:
-            pool.close()
+        pool.close()
