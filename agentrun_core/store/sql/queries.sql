@@ -207,8 +207,11 @@ WITH run AS (
         confirmed_at = CASE WHEN %(status)s = 'confirmed' THEN coalesce(e.confirmed_at, now())
                             ELSE e.confirmed_at END
     FROM run
-    WHERE e.idempotency_key = %(key)s AND e.run_id = %(run_id)s AND run.lease_epoch = %(epoch)s
-      AND e.status = ANY(%(from_statuses)s)
+    -- The row is reached by its key (the primary key); the run is checked on it, never used to find it
+    -- (IS NOT DISTINCT FROM, both sides non-null: the planner cannot scan the run's index with it, and a
+    -- generic plan made on an empty table otherwise may, reading every effect of the run per record).
+    WHERE e.idempotency_key = %(key)s AND e.run_id IS NOT DISTINCT FROM %(run_id)s
+      AND run.lease_epoch = %(epoch)s AND e.status = ANY(%(from_statuses)s)
     RETURNING e.*
 )
 SELECT run.lease_epoch AS current_epoch, (SELECT to_jsonb(upd) FROM upd) AS updated,
@@ -288,7 +291,8 @@ WITH upd AS (
 SELECT (SELECT count(*) FROM upd) AS decided, (SELECT count(*) FROM ro) AS made_read_only,
        a.status AS status, a.deadline IS NOT NULL AND a.deadline <= now() AS past_deadline
 FROM (SELECT 1) one
-LEFT JOIN agentrun_approvals a ON a.approval_id = %(approval_id)s AND a.run_id = %(run_id)s
+LEFT JOIN agentrun_approvals a  -- by its key, the run checked on the row (not indexable: see record_effect)
+    ON a.approval_id = %(approval_id)s AND a.run_id IS NOT DISTINCT FROM %(run_id)s
 
 -- name: sync_approval_policy
 -- spec.approval changed: the run's policy follows, but never while an approval is pending (that one keeps
@@ -448,8 +452,9 @@ WITH run AS (
     WHERE run_id = %(run_id)s AND status IN ('needs_human', 'failed', 'cancelled')
     FOR UPDATE
 ), eff AS (
-    SELECT e.* FROM agentrun_effects e JOIN run ON e.run_id = run.run_id
-    WHERE e.idempotency_key = %(key)s AND e.status = 'pending'
+    -- by its key, the run and status checked on the row (not indexable: see record_effect)
+    SELECT e.* FROM agentrun_effects e JOIN run ON e.run_id IS NOT DISTINCT FROM run.run_id
+    WHERE e.idempotency_key = %(key)s AND e.status IS NOT DISTINCT FROM 'pending'
     FOR UPDATE OF e
 ), sent AS (
     UPDATE agentrun_effects e
@@ -539,8 +544,9 @@ WITH fence AS (
         updated_at = now(),
         sent_at = CASE WHEN %(status)s = 'sent' THEN coalesce(e.sent_at, now()) ELSE e.sent_at END
     FROM fence
+    -- by its key, the status checked on the row (not indexable: see record_effect)
     WHERE e.idempotency_key = %(key)s AND e.tool = 'notify' AND fence.epoch = %(epoch)s
-      AND e.status = 'pending'
+      AND e.status IS NOT DISTINCT FROM 'pending'
     RETURNING e.*
 )
 SELECT fence.epoch AS current_epoch, (SELECT to_jsonb(upd) FROM upd) AS updated
