@@ -2,7 +2,7 @@
 
 * ``noop_<n>``: one node looping ``n`` times — ``n`` steps, each one checkpoint, no work;
 * ``effect_<n>``: the same loop with one no-op effect through the ledger per step (``effects.tool``);
-* ``burst_<n>``: one step making ``n`` effects (ledger throughput);
+* ``burst_<n>``: one step making ``n`` effects (ledger throughput), marking after each (``EFFECT_MARKS``);
 * ``chat_<n>``: ``n`` turns appending two messages each with ``add_messages`` (storage growth);
 * ``slow_<n>``: ``n`` steps of 0.2 s each (a run to evict mid-way);
 * ``park``: interrupts at once (a run parked on approval).
@@ -27,6 +27,7 @@ from langgraph.types import interrupt
 from agent_worker import effects
 
 MARKS: list[float] = []  # perf_counter at each node's start and end, in order
+EFFECT_MARKS: list[float] = []  # burst_<n>: perf_counter before the first effect and after each
 # While a benchmark counts round trips (bench/p1_steps.py), the count at each mark, beside MARKS.
 TRIP_MARKS: list[int] = []
 trip_count: Callable[[], int] | None = None
@@ -77,8 +78,10 @@ def _loop(n: int, with_effect: bool, sleep: float = 0.0) -> StateGraph[Loop]:
 def _burst(n: int) -> StateGraph[Loop]:
     def burst(state: Loop) -> Loop:
         _mark("start")
+        EFFECT_MARKS[:] = [time.perf_counter()]
         for i in range(n):
             noop_effect(i=i)
+            EFFECT_MARKS.append(time.perf_counter())
         _mark("end")
         return {"i": n}
 

@@ -4,7 +4,11 @@ One step makes ``n`` no-op effects (``bench.graphs:burst_n``, in-memory checkpoi
 measured) under a claimed run, with the ledger's real pool, connected as the run's namespace role (row-level
 security), as a worker is. Baselines on the same server, same pool size: ``n`` single-row autocommit INSERTs
 (one commit each: the 1-round-trip floor) and ``n`` INSERT + UPDATE pairs (the 2-round-trip floor of
-reserve-then-record).
+reserve-then-record). And whether an effect's cost grows with the effects its run already holds: one step of
+``4 n`` effects on a fresh database (as a new install: the statements are prepared, and their plans cached,
+while the table is empty), its last tenth against its second (the first holds the statements' preparation);
+1.0x: it does not grow. A statement that found its row through the run's index made it grow
+(tests/integration/test_statement_plans.py).
 """
 
 from __future__ import annotations
@@ -48,6 +52,15 @@ def ledger(dsn: str, n: int, counting: bool = False) -> float:
             return time.perf_counter() - t0
 
 
+def growth(n: int) -> tuple[float, float]:
+    """Seconds per effect over the second and the last tenth of one step making ``n`` effects, on a fresh
+    database."""
+    with db.fresh_database("p2-growth") as dsn:
+        ledger(dsn, n)
+    marks, tenth = graphs.EFFECT_MARKS, n // 10
+    return (marks[2 * tenth] - marks[tenth]) / tenth, (marks[n] - marks[n - tenth]) / tenth
+
+
 def raw(dsn: str, n: int, pairs: bool) -> float:
     with db.pool(dsn, size=4) as p, p.connection() as conn:
         conn.execute(_RAW_TABLE)
@@ -86,6 +99,15 @@ def run(report: stats.Report, *, quick: bool, reps: int) -> None:
             section,
             stats.Row(
                 f"{n} effects: effects/s vs INSERT+UPDATE pairs/s", rate["ledger"], rate["pairs"], unit="/s"
+            ),
+        )
+        ends = [growth(4 * n) for _ in range(reps)]
+        report.add(
+            section,
+            stats.Row(
+                f"{4 * n} effects in one step: per effect, last tenth vs second tenth",
+                [last * 1000 for _, last in ends],
+                [first * 1000 for first, _ in ends],
             ),
         )
         ledger(dsn, n, counting=True)
