@@ -475,3 +475,55 @@ def test_an_epoch_is_read_once_per_write_and_again_by_the_next(pg_dsn: str) -> N
             "SELECT task_id, idx FROM checkpoint_writes WHERE thread_id = %s ORDER BY 1, 2", (RUN,)
         ).fetchall()
     assert rows == [("task-1", 0), ("task-1", 1)]
+
+
+def test_the_rows_of_a_checked_write_pass_without_the_fence_function(pg_dsn: str) -> None:
+    """Migration 20: once a write checked the epoch, its further checkpoint_writes rows are passed by the row
+    trigger itself (no call of agentrun_fence_checkpoint); a checkpoints row (it moves a head) and a row of
+    another run still go through the fence, in the same transaction."""
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        store.admit_run(admin, run_id=RUN, namespace="ns", name=RUN, graph="g:g", input={}, spec_hash="h")
+        store.claim_run(admin, run_id=RUN, epoch=1, holder="pod-1")
+    checkpoint_id = _uuid6_at(100)
+    insert = (
+        "INSERT INTO checkpoint_writes"
+        " (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, blob)"
+        " VALUES (%s, '', %s, 'task', %s, 'value', 'json', '\\x00')"
+    )
+
+    def fence_calls(conn: psycopg.Connection[Any]) -> int:
+        """Calls so far (this backend's counts not yet flushed, which the transaction ends may flush)."""
+        row = conn.execute(
+            "SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions"
+            " WHERE funcname = 'agentrun_fence_checkpoint'"
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    with psycopg.connect(pg_dsn) as worker:  # one connection, explicit transactions
+        worker.execute("SET track_functions = 'pl'")
+        worker.execute("SELECT agentrun_mark_fence(%s)", (f"1:{RUN}",))
+        worker.commit()
+        calls = fence_calls(worker)  # opens the transaction
+        for idx in range(4):
+            worker.execute(insert, (RUN, checkpoint_id, idx))
+        assert fence_calls(worker) - calls == 1  # the first row only
+        worker.execute(
+            "INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, type, checkpoint, metadata)"
+            " VALUES (%s, '', %s, 'json', '{}', '{}')",
+            (RUN, checkpoint_id),
+        )
+        assert fence_calls(worker) - calls == 2
+        with pytest.raises(psycopg.Error, match="may not write checkpoints of run other") as refused:
+            worker.execute(insert, ("other", checkpoint_id, 0))
+        assert refused.value.sqlstate == "AR409"
+        worker.rollback()
+        calls = fence_calls(worker)
+        for idx in range(2):  # a new transaction checks again
+            worker.execute(insert, (RUN, checkpoint_id, idx))
+        assert fence_calls(worker) - calls == 1
+        worker.commit()
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        head = store.get_checkpoint_head(admin, run_id=RUN)
+        rows = admin.execute("SELECT count(*) FROM checkpoint_writes WHERE thread_id = %s", (RUN,)).fetchone()
+    assert head is None  # the head moved by the checkpoints row went with its rolled-back transaction
+    assert rows is not None and rows[0] == 2
