@@ -1,12 +1,13 @@
 """A statement that addresses one row by its key reaches that row through the key's unique index, in the
 plan Postgres caches for it, whatever the table holds.
 
-Why generic plans: the worker's and the operator's statements are prepared (psycopg prepares a statement on
-its fifth execution), and Postgres then keeps a generic plan, made without the parameters' values and with
-the statistics of that moment. On a fresh table (a new install, a new database, a burst before autovacuum's
-ANALYZE) every index looks as cheap as the primary key, and a statement such as ``record_effect``, which
-also checks the row's run, was planned through ``agentrun_effects_run_idx`` and read every effect of the run
-to update one: each effect cost more than the one before (measured in one run of 4,000 effects: 0.19 ms
+Why generic plans: a worker's connections prepare each statement at its second execution and keep one
+generic plan for it (``plan_cache_mode=force_generic_plan``, agentrun_core/store/connect.py); other prepared
+statements get one from their sixth execution when it looks no worse. A generic plan is made without the
+parameters' values, with the statistics of that moment: on a fresh table (a new install, a burst before
+autovacuum's ANALYZE) every index looks as cheap as the primary key, and ``record_effect``, which also
+checks the row's run, was planned through ``agentrun_effects_run_idx`` and read every effect of the run to
+update one: each effect cost more than the one before (measured in one run of 4,000 effects: 0.19 ms
 per record at its start, 0.58 ms at its end). ``EXPLAIN (GENERIC_PLAN)`` shows, deterministically, the plan
 such a statement gets on an empty table.
 """
