@@ -168,9 +168,12 @@ def tenant(dsn: str) -> Tenant:
     if made is None:
         from agentrun_core import store
 
-        namespace, password = f"bench-{os.getpid()}-{secrets.token_hex(4)}", secrets.token_hex(16)
+        # as the operator provisions one (agent_operator/tenants.py)
+        namespace, password = f"bench-{os.getpid()}-{secrets.token_hex(4)}", secrets.token_urlsafe(32)
         with psycopg.connect(dsn, autocommit=True) as conn:
-            role = store.provision_tenant(conn, namespace, password)
+            role = store.provision_tenant(
+                conn, namespace, password, iterations=store.RANDOM_SECRET_ITERATIONS
+            )
         made = Tenant(namespace, role, connect.with_credentials(dsn, user=role, password=password))
         _TENANTS[dsn] = made
     return made

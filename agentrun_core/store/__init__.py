@@ -71,9 +71,17 @@ from agentrun_core.store.steering import (
     reopen_run,
     resolve_effect,
 )
-from agentrun_core.store.tenants import drop_tenant, list_idle_tenants, provision_tenant, tenant_role
+from agentrun_core.store.tenants import (
+    RANDOM_SECRET_ITERATIONS,
+    drop_tenant,
+    list_idle_tenants,
+    provision_tenant,
+    scram_verifier,
+    tenant_role,
+)
 
 __all__ = [
+    "RANDOM_SECRET_ITERATIONS",
     "Approval",
     "Attempt",
     "Conn",
@@ -137,6 +145,7 @@ __all__ = [
     "reserve_effect",
     "resolve_effect",
     "schema_version",
+    "scram_verifier",
     "send_steps",
     "set_current_step",
     "set_read_only",

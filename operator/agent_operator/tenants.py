@@ -74,7 +74,9 @@ class Tenants:
             if role is None or not kube.secret_exists(self.api, namespace, pods.TENANT_SECRET):
                 password = secrets.token_urlsafe(32)
                 try:
-                    role = store.provision_tenant(self.db, namespace, password)
+                    role = store.provision_tenant(
+                        self.db, namespace, password, iterations=store.RANDOM_SECRET_ITERATIONS
+                    )
                 except connect.InsufficientPrivilege as exc:
                     raise TenantError(
                         f"cannot create the Postgres role of namespace {namespace}: the operator's database "

@@ -21,6 +21,7 @@ from langgraph.graph import END, START, StateGraph
 
 from agent_operator import tenants
 from agentrun_core import store
+from agentrun_core.store import connect
 from tests.chaos import worker_harness
 
 pytestmark = pytest.mark.postgres
@@ -94,9 +95,11 @@ def tenant(pg_dsn: str) -> Iterator[Callable[[str], tuple[str, str]]]:
 
     def make(label: str) -> tuple[str, str]:
         namespace = f"{label}-{secrets.token_hex(4)}"
-        password = secrets.token_urlsafe(16)
+        password = secrets.token_urlsafe(32)
         with psycopg.connect(pg_dsn, autocommit=True) as admin:
-            role = store.provision_tenant(admin, namespace, password)
+            role = store.provision_tenant(
+                admin, namespace, password, iterations=store.RANDOM_SECRET_ITERATIONS
+            )
         return namespace, tenants.worker_dsn(pg_dsn, role, password)
 
     yield make
@@ -119,6 +122,29 @@ def _refused(conn: psycopg.Connection[Any], sql: str, params: Any = None) -> str
     except psycopg.Error as exc:
         return str(exc)
     return ""
+
+
+def test_a_role_stored_as_a_verifier_logs_in_with_its_password_and_no_other(
+    pg_dsn: str, tenant: Callable[[str], tuple[str, str]]
+) -> None:
+    """The operator stores the SCRAM verifier of a random password with a low iteration count
+    (``store.RANDOM_SECRET_ITERATIONS``); Postgres checks logins against it (the dev cluster's pg_hba asks
+    the worker roles for SCRAM)."""
+    namespace, dsn = tenant("team-v")
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        row = admin.execute(
+            "SELECT a.rolname, a.rolpassword FROM pg_authid a"
+            " JOIN agentrun_tenants t ON t.role_name = a.rolname WHERE t.namespace = %s",
+            (namespace,),
+        ).fetchone()
+    assert row is not None
+    role, stored = row
+    assert stored.startswith(f"SCRAM-SHA-256${store.RANDOM_SECRET_ITERATIONS}:")
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT current_user").fetchone() == (role,)
+    wrong = connect.with_credentials(dsn, user=role, password=secrets.token_urlsafe(32))
+    with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
+        psycopg.connect(wrong).close()
 
 
 def test_checkpoint_tables_are_covered_after_langgraph_setup(pg_dsn: str) -> None:
