@@ -424,19 +424,25 @@ def test_a_namespace_read_empty_is_not_read_again_until_written(
     assert reads == ["", "", "sub:1", "sub:1"]
 
 
+WRITE_ROW = (  # one pending write, as PostgresSaver's put_writes inserts it: (thread, checkpoint, task, idx)
+    "INSERT INTO checkpoint_writes"
+    " (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, blob)"
+    " VALUES (%s, '', %s, %s, %s, 'value', 'json', '\\x00')"
+)
+
+
+def _claimed_by_epoch_1(pg_dsn: str) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        store.admit_run(admin, run_id=RUN, namespace="ns", name=RUN, graph="g:g", input={}, spec_hash="h")
+        store.claim_run(admin, run_id=RUN, epoch=1, holder="pod-1")
+
+
 def test_an_epoch_is_read_once_per_write_and_again_by_the_next(pg_dsn: str) -> None:
     """Migration 18: the rows of one write check the run's epoch once (the first locks the run row until the
     write ends, so no claim can move the epoch in between); the next write on the same connection reads it
     again, and a claim that came in between is seen."""
-    with psycopg.connect(pg_dsn, autocommit=True) as admin:
-        store.admit_run(admin, run_id=RUN, namespace="ns", name=RUN, graph="g:g", input={}, spec_hash="h")
-        store.claim_run(admin, run_id=RUN, epoch=1, holder="pod-1")
+    _claimed_by_epoch_1(pg_dsn)
     checkpoint_id = _uuid6_at(100)
-    insert = (
-        "INSERT INTO checkpoint_writes"
-        " (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, blob)"
-        " VALUES (%s, '', %s, %s, %s, 'value', 'json', '\\x00')"
-    )
 
     def held(conn: psycopg.Connection[Any]) -> str | None:
         row = conn.execute("SELECT current_setting('agentrun.fence_held', true)").fetchone()
@@ -446,26 +452,26 @@ def test_an_epoch_is_read_once_per_write_and_again_by_the_next(pg_dsn: str) -> N
         worker.execute("SELECT agentrun_mark_fence(%s)", (f"1:{RUN}",))
         worker.commit()
         assert held(worker) is None
-        worker.execute(insert, (RUN, checkpoint_id, "task-1", 0))
+        worker.execute(WRITE_ROW, (RUN, checkpoint_id, "task-1", 0))
         assert held(worker) == f"{RUN}:1"  # the first row checked and locked; set past the trigger's end
         with psycopg.connect(pg_dsn, autocommit=True) as admin:  # a claim now waits for this write to end
             admin.execute("SET lock_timeout = '200ms'")
             with pytest.raises(psycopg.errors.LockNotAvailable):
                 store.claim_run(admin, run_id=RUN, epoch=2, holder="pod-2")
-        worker.execute(insert, (RUN, checkpoint_id, "task-1", 1))
+        worker.execute(WRITE_ROW, (RUN, checkpoint_id, "task-1", 1))
         worker.commit()
         assert held(worker) is None  # transaction-local: gone with the commit
         with psycopg.connect(pg_dsn, autocommit=True) as admin:
             store.claim_run(admin, run_id=RUN, epoch=2, holder="pod-2")
         with pytest.raises(psycopg.Error, match="epoch 1 is not current") as refused:
-            worker.execute(insert, (RUN, checkpoint_id, "task-2", 0))
+            worker.execute(WRITE_ROW, (RUN, checkpoint_id, "task-2", 0))
         assert refused.value.sqlstate == "AR409"
         worker.rollback()
         # A savepoint rolled back takes the setting with it, as it takes the lock it stands for.
         worker.execute("SELECT agentrun_mark_fence(%s)", (f"2:{RUN}",))
         worker.commit()
         worker.execute("SAVEPOINT s")
-        worker.execute(insert, (RUN, checkpoint_id, "task-3", 0))
+        worker.execute(WRITE_ROW, (RUN, checkpoint_id, "task-3", 0))
         assert held(worker) == f"{RUN}:2"
         worker.execute("ROLLBACK TO SAVEPOINT s")
         assert held(worker) is None
@@ -481,15 +487,8 @@ def test_the_rows_of_a_checked_write_pass_without_the_fence_function(pg_dsn: str
     """Migration 20: once a write checked the epoch, its further checkpoint_writes rows are passed by the row
     trigger itself (no call of agentrun_fence_checkpoint); a checkpoints row (it moves a head) and a row of
     another run still go through the fence, in the same transaction."""
-    with psycopg.connect(pg_dsn, autocommit=True) as admin:
-        store.admit_run(admin, run_id=RUN, namespace="ns", name=RUN, graph="g:g", input={}, spec_hash="h")
-        store.claim_run(admin, run_id=RUN, epoch=1, holder="pod-1")
+    _claimed_by_epoch_1(pg_dsn)
     checkpoint_id = _uuid6_at(100)
-    insert = (
-        "INSERT INTO checkpoint_writes"
-        " (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, blob)"
-        " VALUES (%s, '', %s, 'task', %s, 'value', 'json', '\\x00')"
-    )
 
     def fence_calls(conn: psycopg.Connection[Any]) -> int:
         """Calls so far (this backend's counts not yet flushed, which the transaction ends may flush)."""
@@ -505,7 +504,7 @@ def test_the_rows_of_a_checked_write_pass_without_the_fence_function(pg_dsn: str
         worker.commit()
         calls = fence_calls(worker)  # opens the transaction
         for idx in range(4):
-            worker.execute(insert, (RUN, checkpoint_id, idx))
+            worker.execute(WRITE_ROW, (RUN, checkpoint_id, "task", idx))
         assert fence_calls(worker) - calls == 1  # the first row only
         worker.execute(
             "INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, type, checkpoint, metadata)"
@@ -514,12 +513,12 @@ def test_the_rows_of_a_checked_write_pass_without_the_fence_function(pg_dsn: str
         )
         assert fence_calls(worker) - calls == 2
         with pytest.raises(psycopg.Error, match="may not write checkpoints of run other") as refused:
-            worker.execute(insert, ("other", checkpoint_id, 0))
+            worker.execute(WRITE_ROW, ("other", checkpoint_id, "task", 0))
         assert refused.value.sqlstate == "AR409"
         worker.rollback()
         calls = fence_calls(worker)
         for idx in range(2):  # a new transaction checks again
-            worker.execute(insert, (RUN, checkpoint_id, idx))
+            worker.execute(WRITE_ROW, (RUN, checkpoint_id, "task", idx))
         assert fence_calls(worker) - calls == 1
         worker.commit()
     with psycopg.connect(pg_dsn, autocommit=True) as admin:
