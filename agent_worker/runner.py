@@ -24,7 +24,7 @@ from langchain_core.runnables import RunnableConfig
 from agent_worker import checkpointer as checkpointer_mod
 from agent_worker import context, drive, graphs, heartbeat, infra, leasing, resume, steps
 from agent_worker import settings as settings_mod
-from agentrun_core import errors, faults, keys, protocol, store
+from agentrun_core import errors, faults, keys, protocol, results, store
 from agentrun_core.store import connect
 
 logger = logging.getLogger(__name__)
@@ -39,8 +39,14 @@ _STATUS_EXIT = {
 
 
 def _json(value: Any) -> Any:
-    """JSON for the run's result: non-JSON leaves (messages, objects) become their repr."""
+    """JSON for a result or a prompt: non-JSON leaves (messages, objects) become their repr."""
     return json.loads(json.dumps(value, default=repr))
+
+
+def _result(values: Any) -> Any:
+    """The run's result as it is kept (``agentrun_core.results``: whole when small, else summarised; the
+    whole is the last checkpoint's state)."""
+    return results.summarise(_json(values))
 
 
 def _error_text(exc: BaseException) -> str:
@@ -255,7 +261,7 @@ class Attempt:
             attempt=self.settings.attempt,
             status="succeeded",
             outcome="succeeded",
-            result=_json(values),
+            result=_result(values),
         )
         self._release()
         return protocol.EXIT_SUCCEEDED

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import datetime
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from agentrun_core import results
 
 FINAL_PHASES = frozenset({"Succeeded", "Failed", "Cancelled"})
 PHASES = ("Pending", "Running", "WaitingApproval", "Succeeded", "Failed", "Cancelled", "Suspended")
@@ -41,8 +42,6 @@ _INVALID_SPEC_MARKERS = (
 MAX_INPUT_DEPTH = 64
 MAX_INPUT_BYTES = 256 * 1024
 _INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
-
-RESULT_LIMIT_BYTES = 8192  # larger results are summarised in status (the full one stays in Postgres)
 
 
 def iso(when: datetime.datetime | None) -> str | None:
@@ -145,15 +144,9 @@ def desired_conditions(
 
 
 def summarise_result(result: Any) -> Any:
-    if result is None:
-        return None
-    try:
-        text = json.dumps(result, default=str)
-    except (TypeError, ValueError):
-        return {"summary": str(result)[:500]}
-    if len(text) <= RESULT_LIMIT_BYTES:
-        return json.loads(text)
-    return {"truncated": True, "bytes": len(text), "preview": text[:500]}
+    """The status's ``result``: as the worker stored it (``agentrun_core.results``), a run row written before
+    the worker summarised it summarised here."""
+    return results.summarise(result)
 
 
 def jsonable(value: Any) -> Any:

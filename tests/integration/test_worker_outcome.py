@@ -6,6 +6,7 @@ with work left (an interrupt) still reads it back, and parks.
 
 from __future__ import annotations
 
+import json
 import operator
 from collections.abc import Iterator
 from typing import Annotated, Any, TypedDict
@@ -20,7 +21,7 @@ from langgraph.types import Send, interrupt
 
 from agent_worker import runner
 from agent_worker import settings as settings_mod
-from agentrun_core import protocol, store
+from agentrun_core import protocol, results, store
 from tests.chaos import worker_harness
 
 pytestmark = pytest.mark.postgres
@@ -67,6 +68,15 @@ def builder(park: bool = False) -> StateGraph[State]:
 
 def parking() -> StateGraph[State]:
     return builder(park=True)
+
+
+def talkative() -> StateGraph[State]:
+    """A final state larger than the result kept whole (``agentrun_core.results.RESULT_LIMIT_BYTES``)."""
+    g = StateGraph(State)
+    g.add_node("say", lambda s: {"items": [f"line {i} " + "x" * 60 for i in range(200)]})
+    g.add_edge(START, "say")
+    g.add_edge("say", END)
+    return g
 
 
 @pytest.fixture
@@ -124,6 +134,29 @@ def test_the_result_is_the_streamed_final_state_without_reading_it_back(
         assert ids[:-1] == [None] * (len(ids) - 1) and ids[-1] in written
     else:
         assert None not in ids
+
+
+@pytest.mark.parametrize("durability", ["sync", "exit"])
+def test_a_large_result_is_kept_as_a_summary_and_whole_in_the_last_checkpoint(
+    pg_dsn: str, durability: str
+) -> None:
+    run_id = f"outcome-large-{durability}"
+    worker_harness.admit(pg_dsn, run_id, graph=f"{__name__}:talkative", durability=durability)
+    assert _attempt(pg_dsn, run_id) == protocol.EXIT_SUCCEEDED
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        run = store.get_run(conn, run_id)
+        head = store.get_checkpoint_head(conn, run_id=run_id)
+    assert run is not None and run.status == "succeeded"
+    stored = _stored_values(pg_dsn, run_id, talkative())
+    whole = json.dumps(stored)
+    assert len(whole) > results.RESULT_LIMIT_BYTES
+    assert run.result == {"truncated": True, "bytes": len(whole), "preview": whole[: results.PREVIEW_CHARS]}
+    assert run.result == results.summarise(stored)  # what the status shows, from either
+    with psycopg_pool.ConnectionPool(pg_dsn, min_size=1, max_size=1, kwargs={"autocommit": True}) as pool:
+        last = PostgresSaver(pool).get_tuple(  # type: ignore[arg-type]
+            {"configurable": {"thread_id": run_id, "checkpoint_ns": "", "checkpoint_id": head}}
+        )
+    assert last is not None and last.checkpoint["channel_values"]["items"] == stored["items"]
 
 
 def test_a_stream_ending_with_work_left_reads_the_state_and_parks(

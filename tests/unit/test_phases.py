@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 
 from agent_operator import model, phases, retry
+from agentrun_core import results
 
 T0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 T1 = T0 + datetime.timedelta(minutes=5)
@@ -73,3 +74,9 @@ def test_input_problem_bounds_depth_size_and_integers() -> None:
     assert "larger" in (phases.input_problem({"blob": "x" * (1024 * 1024)}) or "")
     assert "64-bit" in (phases.input_problem({"n": [2**64]}) or "")
     assert "64-bit" in (phases.input_problem({"n": -(2**63) - 1}) or "")
+
+
+def test_a_summary_is_its_own_summary() -> None:
+    """The worker stores the summary (agentrun_core.results); the operator summarises what it reads again."""
+    big = results.summarise({"text": "x" * 20000})
+    assert results.summarise(big) == big == phases.summarise_result(big)
