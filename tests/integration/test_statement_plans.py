@@ -1,5 +1,6 @@
-"""A statement that addresses one row by its key reaches that row through the key's unique index, in the
-plan Postgres caches for it, whatever the table holds.
+"""A statement that addresses one row by its key reaches that row through the key's unique index, and one
+that lists a run's rows searches an index by the run, in the plan Postgres caches for it, whatever the table
+holds.
 
 Why generic plans: a worker's connections prepare each statement at its second execution and keep one
 generic plan for it (``plan_cache_mode=force_generic_plan``, agentrun_core/store/connect.py); other prepared
@@ -39,6 +40,20 @@ BY_KEY: dict[str, dict[str, set[str]]] = {
     "decide_approval": {"agentrun_approvals": {"agentrun_approvals_pkey", "agentrun_approvals_one_pending"}},
     "get_approval": {"agentrun_approvals": {"agentrun_approvals_pkey"}},
     "mark_approval_resumed": {"agentrun_approvals": {"agentrun_approvals_pkey"}},
+}
+
+
+# statement -> the table it lists one run's rows of
+BY_RUN: dict[str, str] = {
+    "list_effects": "agentrun_effects",
+    "list_notifications": "agentrun_effects",
+    "list_open_notifications": "agentrun_effects",
+    "list_needs_human_effects": "agentrun_effects",
+    "list_approvals": "agentrun_approvals",
+    "list_attempts": "agentrun_attempts",
+    "list_heartbeats": "agentrun_heartbeats",
+    "list_step_events": "agentrun_step_events",
+    "list_interventions": "agentrun_interventions",
 }
 
 
@@ -88,3 +103,17 @@ def test_a_statement_by_key_reads_its_row_through_a_unique_index(pg_dsn: str, na
             f"{name} reads {table} by {node} {index or ''}, not by {sorted(BY_KEY[name][table])}: "
             "a generic plan that scans more rows as the table grows"
         )
+
+
+@pytest.mark.parametrize("name", sorted(BY_RUN))
+def test_a_statement_by_run_searches_an_index_by_the_run(pg_dsn: str, name: str) -> None:
+    """A run's rows are found by searching for its id, never by walking an index of every run's rows (as
+    ``list_needs_human_effects`` did for its order, through the pending effects of all runs)."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        plan = _generic_plan(conn, name)
+    scans = [scan for scan in _scans(plan) if scan["Relation Name"] == BY_RUN[name]]
+    assert scans, f"{name}: no read of {BY_RUN[name]} in its plan"
+    for scan in scans:
+        searched = scan.get("Index Cond") or scan.get("Recheck Cond") or ""
+        how = scan["Node Type"]
+        assert "run_id = $1" in searched, f"{name} reads {BY_RUN[name]} by {how}, not by its run"

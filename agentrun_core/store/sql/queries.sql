@@ -554,8 +554,13 @@ FROM fence
 
 -- name: list_needs_human_effects
 -- The effects (not notifications) that stopped a run for a human: one needs-human notification each.
-SELECT idempotency_key, tool, step, error FROM agentrun_effects
-WHERE run_id = %(run_id)s AND needs_human AND tool <> 'notify' AND status = 'pending'
+-- Sorted outside (OFFSET 0 keeps the inner query apart): asked for that order, a generic plan made on a fresh
+-- table walked agentrun_effects_pending_idx, every pending effect of every run, for its order.
+SELECT idempotency_key, tool, step, error FROM (
+    SELECT idempotency_key, tool, step, error, created_at FROM agentrun_effects
+    WHERE run_id = %(run_id)s AND needs_human AND tool <> 'notify' AND status = 'pending'
+    OFFSET 0
+) e
 ORDER BY created_at, idempotency_key
 
 -- name: list_notifications
