@@ -168,12 +168,9 @@ def tenant(dsn: str) -> Tenant:
     if made is None:
         from agentrun_core import store
 
-        # as the operator provisions one (agent_operator/tenants.py)
-        namespace, password = f"bench-{os.getpid()}-{secrets.token_hex(4)}", secrets.token_urlsafe(32)
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            role = store.provision_tenant(
-                conn, namespace, password, iterations=store.RANDOM_SECRET_ITERATIONS
-            )
+        namespace = f"bench-{os.getpid()}-{secrets.token_hex(4)}"
+        with psycopg.connect(dsn, autocommit=True) as conn:  # as the operator provisions one
+            role, password = store.provision_random_tenant(conn, namespace)
         made = Tenant(namespace, role, connect.with_credentials(dsn, user=role, password=password))
         _TENANTS[dsn] = made
     return made

@@ -10,10 +10,11 @@ import base64
 import hashlib
 import hmac
 import os
+import secrets
 
 from agentrun_core.store import db
 
-# SCRAM iterations for a role whose password is 256 random bits (the operator's: secrets.token_urlsafe(32)).
+# SCRAM iterations for a role whose password is 256 random bits (``provision_random_tenant``'s).
 # The count slows down guessing a weak password from a stolen verifier or an overheard login; 256 random
 # bits cannot be guessed at any count, while every login pays the count in CPU on the connecting side (libpq
 # derives the salted password): Postgres's default, 4096, cost 1.7 ms per worker connection here (a login
@@ -35,15 +36,20 @@ def scram_verifier(password: str, *, iterations: int, salt: bytes | None = None)
     return f"SCRAM-SHA-256${iterations}:{b64(salt)}${b64(stored_key)}:{b64(server_key)}"
 
 
-def provision_tenant(conn: db.Conn, namespace: str, password: str, *, iterations: int | None = None) -> str:
+def provision_tenant(conn: db.Conn, namespace: str, password: str) -> str:
     """Create (or reset the password of) the worker role of ``namespace``; its name. Needs CREATEROLE.
-
-    ``iterations``: store the SCRAM verifier of ``password`` with that many iterations (only for a password of
-    random bits: ``RANDOM_SECRET_ITERATIONS``); else Postgres hashes it with its own count."""
-    secret = password if iterations is None else scram_verifier(password, iterations=iterations)
-    row = db.fetch_one(conn, "provision_tenant", {"namespace": namespace, "password": secret})
+    ``password`` may be a SCRAM verifier (stored as given), else Postgres hashes it with its own count."""
+    row = db.fetch_one(conn, "provision_tenant", {"namespace": namespace, "password": password})
     assert row is not None
     return str(row["role_name"])
+
+
+def provision_random_tenant(conn: db.Conn, namespace: str) -> tuple[str, str]:
+    """``provision_tenant`` with a new password of 256 random bits, stored as its verifier of
+    ``RANDOM_SECRET_ITERATIONS`` (only such a password may have so few); the role's name and the password."""
+    password = secrets.token_urlsafe(32)
+    verifier = scram_verifier(password, iterations=RANDOM_SECRET_ITERATIONS)
+    return provision_tenant(conn, namespace, verifier), password
 
 
 def tenant_role(conn: db.Conn, namespace: str) -> str | None:

@@ -14,7 +14,6 @@ When a namespace is gone from Kubernetes and retention has purged its last run, 
 
 from __future__ import annotations
 
-import secrets
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -72,11 +71,8 @@ class Tenants:
                 return
             role = store.tenant_role(self.db, namespace)
             if role is None or not kube.secret_exists(self.api, namespace, pods.TENANT_SECRET):
-                password = secrets.token_urlsafe(32)
                 try:
-                    role = store.provision_tenant(
-                        self.db, namespace, password, iterations=store.RANDOM_SECRET_ITERATIONS
-                    )
+                    role, password = store.provision_random_tenant(self.db, namespace)
                 except connect.InsufficientPrivilege as exc:
                     raise TenantError(
                         f"cannot create the Postgres role of namespace {namespace}: the operator's database "

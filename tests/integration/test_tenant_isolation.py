@@ -95,11 +95,8 @@ def tenant(pg_dsn: str) -> Iterator[Callable[[str], tuple[str, str]]]:
 
     def make(label: str) -> tuple[str, str]:
         namespace = f"{label}-{secrets.token_hex(4)}"
-        password = secrets.token_urlsafe(32)
         with psycopg.connect(pg_dsn, autocommit=True) as admin:
-            role = store.provision_tenant(
-                admin, namespace, password, iterations=store.RANDOM_SECRET_ITERATIONS
-            )
+            role, password = store.provision_random_tenant(admin, namespace)
         return namespace, tenants.worker_dsn(pg_dsn, role, password)
 
     yield make
