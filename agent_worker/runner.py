@@ -39,14 +39,14 @@ _STATUS_EXIT = {
 
 
 def _json(value: Any) -> Any:
-    """JSON for a result or a prompt: non-JSON leaves (messages, objects) become their repr."""
+    """JSON for a prompt: non-JSON leaves (messages, objects) become their repr."""
     return json.loads(json.dumps(value, default=repr))
 
 
 def _result(values: Any) -> Any:
     """The run's result as it is kept (``agentrun_core.results``: whole when small, else summarised; the
-    whole is the last checkpoint's state)."""
-    return results.summarise(_json(values))
+    whole is the last checkpoint's state), as JSON: non-JSON leaves (messages, objects) become their repr."""
+    return results.summarise(values, default=repr)
 
 
 def _error_text(exc: BaseException) -> str:

@@ -12,19 +12,22 @@ checkpoint), to be read by nothing but this summary.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 RESULT_LIMIT_BYTES = 8192  # of the result's JSON
 PREVIEW_CHARS = 500
 
 
-def summarise(result: Any) -> Any:
-    """``result`` itself (as JSON) when small, else ``{"truncated": true, "bytes": n, "preview": ...}``; a
-    summary of one is itself."""
+def summarise(result: Any, *, default: Callable[[Any], Any] = str) -> Any:
+    """``result`` itself (as JSON, non-JSON leaves as ``default`` gives them) when small, else
+    ``{"truncated": true, "bytes": n, "preview": ...}``; a summary of one is itself. One serialisation: the
+    worker's final state may be a long conversation. A run row written before the worker summarised its
+    result is summarised by the operator with this too."""
     if result is None:
         return None
     try:
-        text = json.dumps(result, default=str)
+        text = json.dumps(result, default=default)
     except (TypeError, ValueError):
         return {"summary": str(result)[:PREVIEW_CHARS]}
     if len(text) <= RESULT_LIMIT_BYTES:

@@ -6,8 +6,6 @@ import datetime
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agentrun_core import results
-
 FINAL_PHASES = frozenset({"Succeeded", "Failed", "Cancelled"})
 PHASES = ("Pending", "Running", "WaitingApproval", "Succeeded", "Failed", "Cancelled", "Suspended")
 
@@ -141,12 +139,6 @@ def desired_conditions(
     if read_only:
         desired["ReadOnly"] = (True, "ApprovalExpired", "effects are refused: an approval expired (readOnly)")
     return desired
-
-
-def summarise_result(result: Any) -> Any:
-    """The status's ``result``: as the worker stored it (``agentrun_core.results``), a run row written before
-    the worker summarised it summarised here."""
-    return results.summarise(result)
 
 
 def jsonable(value: Any) -> Any:

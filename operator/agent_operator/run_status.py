@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agent_operator import actions, approvals, edits, forks, model, phases, steering, walk
-from agentrun_core import protocol
+from agentrun_core import protocol, results
 
 
 def build(
@@ -51,7 +51,7 @@ def build(
         status["lease"] = {"holder": world.lease_holder or db.holder or "", "epoch": db.lease_epoch}
         status["readOnly"] = read_only
         if db.result is not None:
-            status["result"] = phases.summarise_result(db.result)
+            status["result"] = results.summarise(db.result)
         if db.error:
             status["error"] = db.error[:4000]
     if pending is not None and st.phase not in phases.FINAL_PHASES:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime
 
 from agent_operator import model, phases, retry
-from agentrun_core import results
 
 T0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 T1 = T0 + datetime.timedelta(minutes=5)
@@ -38,12 +37,6 @@ def test_status_patch_sets_changed_and_nulls_removed_keys() -> None:
     assert phases.status_patch(new, dict(new)) is None
 
 
-def test_large_results_are_summarised() -> None:
-    assert phases.summarise_result({"ok": True}) == {"ok": True}
-    big = phases.summarise_result({"text": "x" * 20000})
-    assert big["truncated"] is True and big["bytes"] > 20000
-
-
 def test_invalid_spec_markers() -> None:
     assert phases.is_invalid_spec("invalid_spec", None)
     assert phases.is_invalid_spec(None, "GraphLoadError: No module named 'x'")
@@ -74,9 +67,3 @@ def test_input_problem_bounds_depth_size_and_integers() -> None:
     assert "larger" in (phases.input_problem({"blob": "x" * (1024 * 1024)}) or "")
     assert "64-bit" in (phases.input_problem({"n": [2**64]}) or "")
     assert "64-bit" in (phases.input_problem({"n": -(2**63) - 1}) or "")
-
-
-def test_a_summary_is_its_own_summary() -> None:
-    """The worker stores the summary (agentrun_core.results); the operator summarises what it reads again."""
-    big = results.summarise({"text": "x" * 20000})
-    assert results.summarise(big) == big == phases.summarise_result(big)
