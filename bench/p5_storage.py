@@ -27,7 +27,7 @@ AGENTRUN_TABLES = (
     "agentrun_effects",
     "agentrun_approvals",
     "agentrun_heartbeats",
-    "agentrun_step_events",
+    "agentrun_step_batches",  # the step events (the view agentrun_step_events reads them one per row)
 )
 
 
@@ -51,9 +51,10 @@ def _rows_referencing(dsn: str, run_ids: list[str]) -> dict[str, int]:
     out: dict[str, int] = {}
     with psycopg.connect(dsn, autocommit=True) as conn:
         columns = conn.execute(
-            "SELECT table_name, column_name FROM information_schema.columns"
-            " WHERE table_schema = current_schema() AND column_name IN ('run_id', 'thread_id')"
-            " ORDER BY table_name"
+            "SELECT c.table_name, c.column_name FROM information_schema.columns c"
+            " JOIN information_schema.tables t USING (table_schema, table_name)"
+            " WHERE c.table_schema = current_schema() AND c.column_name IN ('run_id', 'thread_id')"
+            " AND t.table_type = 'BASE TABLE' ORDER BY c.table_name"
         ).fetchall()
         for table, column in columns:
             row = conn.execute(
@@ -151,7 +152,7 @@ def run(report: stats.Report, *, quick: bool, reps: int) -> None:
             section,
             stats.Row(
                 f"{n_effects} steps with an effect: step-event bytes per step",
-                [sizes["agentrun_step_events"][1] / n_effects],
+                [sizes["agentrun_step_batches"][1] / n_effects],
                 unit="B",
             ),
         )

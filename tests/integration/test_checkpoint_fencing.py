@@ -214,7 +214,8 @@ def test_trace_checkpoint_figure_is_the_savers_own_measurement(
     assert [s["step"].split(":")[0] for s in steps] == ["prepare", "act", "approve", "finish"][: len(steps)]
     assert len(steps) >= 3
     for step in steps:
-        assert step["checkpointSeconds"] == measured[step["checkpointId"]]  # the saver's figure, exactly
+        # The saver's figure, exactly, as stored: in whole microseconds (migration 21).
+        assert step["checkpointSeconds"] == round(measured[step["checkpointId"]], 6)
         # A real write on real Postgres (a round trip and a commit), not a figure taken around nothing. The
         # pipelined write (one round trip) can be under a millisecond, so the trace may show it in us.
         assert 0.0002 < step["checkpointSeconds"] < 10

@@ -65,6 +65,11 @@ def _config(ns: str = "", checkpoint_id: str | None = None) -> dict[str, Any]:
     return {"configurable": conf}
 
 
+def _to_us(seconds: float | None) -> float | None:
+    """A timing as step events keep it: whole microseconds (migration 21)."""
+    return None if seconds is None else round(seconds, 6)
+
+
 def _count(pool: psycopg_pool.ConnectionPool[Any], table: str) -> int:
     with pool.connection() as conn:
         row = conn.execute(f"SELECT count(*) FROM {table} WHERE thread_id = %s", (RUN,)).fetchone()
@@ -346,8 +351,8 @@ def test_step_events_wait_for_the_savers_timing_and_keep_their_order(
     recorder.flush(final=False)
     recorded = store.list_step_events(pool, RUN)
     assert [(e.step, e.checkpoint_seconds) for e in recorded] == [
-        ("a:0", saver.write_seconds(first)),
-        ("b:1", saver.write_seconds(second)),
+        ("a:0", _to_us(saver.write_seconds(first))),
+        ("b:1", _to_us(saver.write_seconds(second))),
     ]
     recorder.flush(final=True)  # "c" was never written by this attempt (durability=exit): no figure, no id
     last = store.list_step_events(pool, RUN)[-1]

@@ -52,7 +52,7 @@ BY_RUN: dict[str, str] = {
     "list_approvals": "agentrun_approvals",
     "list_attempts": "agentrun_attempts",
     "list_heartbeats": "agentrun_heartbeats",
-    "list_step_events": "agentrun_step_events",
+    "list_step_events": "agentrun_step_batches",  # through the view agentrun_step_events
     "list_interventions": "agentrun_interventions",
 }
 

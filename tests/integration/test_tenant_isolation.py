@@ -31,7 +31,8 @@ RUN_TABLES = (
     "agentrun_effects",
     "agentrun_approvals",
     "agentrun_heartbeats",
-    "agentrun_step_events",
+    "agentrun_step_batches",
+    "agentrun_step_events",  # a view of the batches (migration 21): what a tenant reads through it
 )
 CHECKPOINT_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
 
@@ -147,11 +148,15 @@ def test_a_role_stored_as_a_verifier_logs_in_with_its_password_and_no_other(
 def test_checkpoint_tables_are_covered_after_langgraph_setup(pg_dsn: str) -> None:
     with psycopg.connect(pg_dsn, autocommit=True) as admin:
         rows = admin.execute(
-            "SELECT relname, relrowsecurity FROM pg_class WHERE relname = ANY(%s)",
+            "SELECT relname, relkind, relrowsecurity, coalesce(reloptions, '{}') FROM pg_class"
+            " WHERE relname = ANY(%s)",
             (list(RUN_TABLES + CHECKPOINT_TABLES + ("agentrun_runs",)),),
         ).fetchall()
     assert len(rows) == len(RUN_TABLES) + len(CHECKPOINT_TABLES) + 1
-    assert all(on for _, on in rows), rows
+    assert all(on for _, kind, on, _ in rows if kind == "r"), rows
+    # A view reads with its owner's rights unless it is security_invoker: row-level security would not apply.
+    views = {name: options for name, kind, _, options in rows if kind == "v"}
+    assert views == {"agentrun_step_events": ["security_invoker=true"]}, rows
 
 
 def test_a_sees_and_changes_only_its_own_rows(two: dict[str, Any], pg_dsn: str) -> None:

@@ -347,23 +347,30 @@ VALUES (%(run_id)s, %(attempt)s, %(step)s, %(checkpoint_id)s, %(started_at)s, %(
 -- name: record_steps
 -- Step events and the run's current step in ONE statement (agent_worker/steps.py: one round trip per flush).
 -- The events are history, recorded like attempt rows whatever the epoch; the current step is fenced: only
--- the epoch holding the run moves it. %(events)s is a jsonb array in step order (n keeps that order).
-WITH events AS (
-    INSERT INTO agentrun_step_events
-        (run_id, attempt, step, checkpoint_id, started_at, duration_seconds, checkpoint_seconds, effect_keys)
-    SELECT %(run_id)s, %(attempt)s, e.step, e.checkpoint_id, e.started_at, e.duration_seconds,
-           e.checkpoint_seconds, coalesce(e.effect_keys, '{}')
-    FROM jsonb_to_recordset(%(events)s) AS e(
+-- the epoch holding the run moves it. %(events)s is a jsonb array in step order (n keeps that order); it
+-- becomes one batch row (migration 21), or one per 65,536 events. Durations are kept in whole microseconds.
+WITH e AS (
+    SELECT * FROM jsonb_to_recordset(%(events)s) AS e(
         n integer, step text, checkpoint_id text, started_at timestamptz, duration_seconds double precision,
         checkpoint_seconds double precision, effect_keys text[])
-    ORDER BY e.n
-    RETURNING 1
+), events AS (
+    INSERT INTO agentrun_step_batches
+        (run_id, attempt, steps, started_at, duration_us, checkpoint_ids, checkpoint_us, effect_keys)
+    SELECT %(run_id)s, %(attempt)s, array_agg(e.step ORDER BY e.n), array_agg(e.started_at ORDER BY e.n),
+           array_agg(round(e.duration_seconds * 1e6)::bigint ORDER BY e.n),
+           CASE WHEN count(e.checkpoint_id) > 0 THEN array_agg(e.checkpoint_id ORDER BY e.n) END,
+           CASE WHEN count(e.checkpoint_seconds) > 0
+                THEN array_agg(round(e.checkpoint_seconds * 1e6)::bigint ORDER BY e.n) END,
+           CASE WHEN bool_or(cardinality(e.effect_keys) > 0)
+                THEN jsonb_agg(to_jsonb(coalesce(e.effect_keys, '{}')) ORDER BY e.n) END
+    FROM e GROUP BY e.n / 65536 ORDER BY e.n / 65536
+    RETURNING cardinality(steps) AS n
 ), moved AS (
     UPDATE agentrun_runs SET current_step = %(current_step)s, updated_at = now()
     WHERE run_id = %(run_id)s AND lease_epoch = %(epoch)s AND %(current_step)s::text IS NOT NULL
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM events) AS recorded, (SELECT count(*) FROM moved) AS moved
+SELECT (SELECT coalesce(sum(n), 0) FROM events) AS recorded, (SELECT count(*) FROM moved) AS moved
 
 -- name: list_step_events
 SELECT * FROM agentrun_step_events WHERE run_id = %(run_id)s ORDER BY id
