@@ -1,5 +1,6 @@
 """Step events (``agentrun_step_events``), each carrying the saver's own time for writing its checkpoint, and
-the run's ``current_step``, written together in ONE statement (``store.record_steps``).
+the run's ``current_step``, written together in ONE statement (``store.record_steps``: the events of a
+statement are one ``agentrun_step_batches`` row, migration 21).
 
 Rule: ``checkpoint_seconds`` is what ``checkpointer.FencedSaver`` measured around its ``put`` of that step's
 checkpoint (connection, blobs, the checkpoint row and its fence, commit) — never a gap between stream events.

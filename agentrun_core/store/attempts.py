@@ -111,8 +111,8 @@ def record_steps(
     events: list[dict[str, Any]],
     current_step: str | None,
 ) -> bool:
-    """Insert ``events`` (dicts of ``record_step_event``'s fields, in step order) and, fenced by ``epoch``,
-    set the run's current step, in one statement. True if the current step moved."""
+    """Insert ``events`` (dicts of ``record_step_event``'s fields, in step order) as one batch row and, fenced
+    by ``epoch``, set the run's current step, in one statement. True if the current step moved."""
     row = db.fetch_one(conn, "record_steps", _steps_params(run_id, attempt, epoch, events, current_step))
     return row is not None and row["moved"] == 1
 

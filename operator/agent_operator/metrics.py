@@ -13,7 +13,8 @@ Why two kinds: what only the operator observes (why it started an attempt, how l
 in-process. Everything about the ledger, heartbeats, approvals and step timings lives in Postgres and is read
 by ``LedgerCollector`` at scrape time, so figures survive operator restarts, agree across replicas, and never
 depend on short-lived worker processes being alive when Prometheus scrapes. Workers report step and
-checkpoint timings by writing ``agentrun_step_events`` rows; the collector turns them into histograms.
+checkpoint timings as step events (batches, read one per row through the view ``agentrun_step_events``);
+the collector turns them into histograms.
 The reads are the store's (``agentrun_core.store.metrics_sql``), the conversion to families is
 ``metric_families``; this module only wires them to the registry and the HTTP server.
 

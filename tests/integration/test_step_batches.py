@@ -1,8 +1,9 @@
 """Step events stored one row per batch (migration 21) against real Postgres: what the worker records reads
 back through the view ``agentrun_step_events`` event by event, in order, with its checkpoint, timings (whole
 microseconds) and effect keys; a batch too large for the view's ids is split; a malformed batch is refused;
-an event inserted or changed through the view lands in its batch; and the events of a database migrated
-before are kept, one batch each."""
+an event inserted or changed through the view lands in its batch, as do the events a worker of the previous
+release inserts into the view (a rolling upgrade); and the events of a database migrated before are kept,
+one batch each."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import psycopg
 import pytest
 
 from agentrun_core import store
-from agentrun_core.store import schema
+from agentrun_core.store import attempts, schema
 from agentrun_dev import postgres
 from agentrun_dev import settings as dev_settings
 
@@ -130,6 +131,35 @@ def test_an_event_inserted_or_changed_through_the_view_lands_in_its_batch(pg_dsn
         ("node:1", "cp-x", 9.0, 0.25, ["e"]),
         ("one", "cp", 2.5, 0.5, ["k"]),
     ]
+
+
+# What a worker of the release before migration 21 sends (its record_steps): a multi-row insert into the
+# table agentrun_step_events, now the view. During a rolling upgrade such workers still run.
+PREVIOUS_RECORD_STEPS = """
+WITH events AS (
+    INSERT INTO agentrun_step_events
+        (run_id, attempt, step, checkpoint_id, started_at, duration_seconds, checkpoint_seconds, effect_keys)
+    SELECT %(run_id)s, %(attempt)s, e.step, e.checkpoint_id, e.started_at, e.duration_seconds,
+           e.checkpoint_seconds, coalesce(e.effect_keys, '{}')
+    FROM jsonb_to_recordset(%(events)s) AS e(
+        n integer, step text, checkpoint_id text, started_at timestamptz, duration_seconds double precision,
+        checkpoint_seconds double precision, effect_keys text[])
+    ORDER BY e.n
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM events) AS recorded
+"""
+
+
+def test_a_worker_of_the_previous_release_still_records_its_events(pg_dsn: str) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        _admitted(conn)
+        events = [_event(0), _event(1, effect_keys=["k"], checkpoint_id="cp", checkpoint_seconds=0.001)]
+        params = attempts._steps_params(RUN, 1, 1, events, None)
+        assert conn.execute(PREVIOUS_RECORD_STEPS, params).fetchone() == (2,)
+        assert len(_batches(conn)) == 2  # one batch per event: the previous worker's rows, as they were
+        got = [(e.step, e.checkpoint_id, e.effect_keys) for e in store.list_step_events(conn, RUN)]
+    assert got == [("node:0", None, []), ("node:1", "cp", ["k"])]
 
 
 def test_events_of_a_database_migrated_before_are_kept(

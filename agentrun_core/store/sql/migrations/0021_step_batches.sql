@@ -10,7 +10,7 @@
 -- seconds do not compress at all. A 200-step batch takes ~11 B/step.
 --
 -- Rule: batches are history, written once (record_steps, or an insert into the view: one event, one
--- batch); an update through the view changes one element; events are never deleted but with their run
+-- batch; a worker of the previous release, during a rolling upgrade, inserts into the view); an update through the view changes one element; events are never deleted but with their run
 -- (ON DELETE CASCADE). The view's id orders events as the old ids did: batch id * 65536 + position, so a
 -- batch holds at most 65,536 events (record_steps splits larger ones). Readers (the trace, fork, the
 -- collector's histograms, the rollup's contributions) read the view, unchanged. security_invoker: a tenant
