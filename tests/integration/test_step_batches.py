@@ -87,6 +87,9 @@ def test_a_batch_larger_than_the_ids_allow_is_split_in_order(pg_dsn: str) -> Non
         "ARRAY[NULL]::text[], ARRAY[now()], ARRAY[1]::bigint[], NULL",  # a step name missing
         "'{}'::text[], '{}'::timestamptz[], '{}'::bigint[], NULL",  # an empty batch
         "ARRAY['a'], ARRAY[now()], ARRAY[1]::bigint[], '[[], []]'::jsonb",  # effect keys of two events
+        "ARRAY['a'], ARRAY[now()], ARRAY[1]::bigint[], '[\"k\"]'::jsonb",  # keys not in an array per event
+        "ARRAY['a'], ARRAY[now()], ARRAY[1]::bigint[], '[[1]]'::jsonb",  # a key that is not a string
+        "ARRAY['a'], ARRAY[now()], ARRAY[1]::bigint[], '{\"k\": 1}'::jsonb",  # not an array at all
     ],
 )
 def test_a_malformed_batch_is_refused(pg_dsn: str, columns: str) -> None:

@@ -10,8 +10,9 @@
 -- seconds do not compress at all. A 200-step batch takes ~11 B/step.
 --
 -- Rule: batches are history, written once (record_steps, or an insert into the view: one event, one
--- batch; a worker of the previous release, during a rolling upgrade, inserts into the view); an update through the view changes one element; events are never deleted but with their run
--- (ON DELETE CASCADE). The view's id orders events as the old ids did: batch id * 65536 + position, so a
+-- batch; a worker of the previous release, during a rolling upgrade, inserts into the view); an update
+-- through the view changes one element; events are never deleted but with their run (ON DELETE CASCADE).
+-- A batch that the view could not read back event by event is refused (agentrun_step_batches_shape). The view's id orders events as the old ids did: batch id * 65536 + position, so a
 -- batch holds at most 65,536 events (record_steps splits larger ones). Readers (the trace, fork, the
 -- collector's histograms, the rollup's contributions) read the view, unchanged. security_invoker: a tenant
 -- reading the view sees what row-level security on the batches lets it see, never more.
@@ -36,7 +37,12 @@ CREATE TABLE agentrun_step_batches (
         AND cardinality(duration_us) = cardinality(steps) AND array_position(duration_us, NULL) IS NULL
         AND coalesce(cardinality(checkpoint_ids), cardinality(steps)) = cardinality(steps)
         AND coalesce(cardinality(checkpoint_us), cardinality(steps)) = cardinality(steps)
-        AND coalesce(jsonb_array_length(effect_keys), cardinality(steps)) = cardinality(steps))
+        -- one array of strings per event (CASE: each test only once the one before it held)
+        AND (effect_keys IS NULL OR CASE
+                 WHEN jsonb_typeof(effect_keys) <> 'array' THEN false
+                 WHEN jsonb_array_length(effect_keys) <> cardinality(steps) THEN false
+                 WHEN jsonb_path_exists(effect_keys, 'strict $[*] ? (@.type() != "array")') THEN false
+                 ELSE NOT jsonb_path_exists(effect_keys, 'strict $[*][*] ? (@.type() != "string")') END))
 );
 CREATE INDEX agentrun_step_batches_run_idx ON agentrun_step_batches (run_id, id);
 
