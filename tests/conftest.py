@@ -24,6 +24,7 @@ from pathlib import Path
 
 import kubernetes
 import psycopg
+import psycopg.sql
 import pytest
 
 from agentrun_dev import cluster, identities, postgres, state
@@ -97,14 +98,30 @@ _db_counter = itertools.count(1)
 
 @pytest.fixture
 def pg_dsn(dev_settings_: dev_settings.Settings, pg_template: str) -> Iterator[str]:
-    """DSN of a fresh database, already migrated, dropped after the test."""
+    """DSN of a fresh database, already migrated, dropped after the test, with the tenant roles the test
+    provisioned in it (roles are global to the Postgres cluster: they would outlive the database)."""
     name = f"{_TEST_PREFIX}{os.getpid()}_{next(_db_counter)}"
     admin = postgres.dsn(dev_settings_, "postgres")
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{pg_template}"')
     yield postgres.dsn(dev_settings_, name)
+    roles = _tenant_roles(postgres.dsn(dev_settings_, name))
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        for role in roles:
+            # Refused while the role still holds privileges in another database (a test of another session
+            # provisioned the same namespace, whose role name is derived from it): that one drops it.
+            with contextlib.suppress(psycopg.errors.DependentObjectsStillExist):
+                conn.execute(psycopg.sql.SQL("DROP ROLE IF EXISTS {}").format(psycopg.sql.Identifier(role)))
+
+
+def _tenant_roles(dsn: str) -> list[str]:
+    """The tenant roles provisioned in the database ``dsn``, their privileges there revoked."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        roles = [str(r) for (r,) in conn.execute("SELECT role_name FROM agentrun_tenants").fetchall()]
+        for role in roles:
+            conn.execute(psycopg.sql.SQL("DROP OWNED BY {}").format(psycopg.sql.Identifier(role)))
+    return roles
 
 
 # --- the dev cluster ------------------------------------------------------------------------------------
