@@ -46,15 +46,7 @@ CREATE TABLE agentrun_step_batches (
 );
 CREATE INDEX agentrun_step_batches_run_idx ON agentrun_step_batches (run_id, id);
 
-INSERT INTO agentrun_step_batches
-    (run_id, attempt, steps, started_at, duration_us, checkpoint_ids, checkpoint_us, effect_keys, recorded_at)
-SELECT run_id, attempt, ARRAY[step], ARRAY[started_at], ARRAY[round(duration_seconds * 1e6)::bigint],
-       CASE WHEN checkpoint_id IS NOT NULL THEN ARRAY[checkpoint_id] END,
-       CASE WHEN checkpoint_seconds IS NOT NULL THEN ARRAY[round(checkpoint_seconds * 1e6)::bigint] END,
-       CASE WHEN cardinality(effect_keys) > 0 THEN jsonb_build_array(to_jsonb(effect_keys)) END, recorded_at
-FROM agentrun_step_events ORDER BY id;
-
-DROP TABLE agentrun_step_events;
+ALTER TABLE agentrun_step_events RENAME TO agentrun_step_events_before_21;
 
 CREATE VIEW agentrun_step_events WITH (security_invoker = true) AS
 SELECT (b.id << 16) + u.n - 1 AS id, b.run_id, b.attempt, u.step, u.checkpoint_id, u.started_at,
@@ -87,6 +79,16 @@ END
 $$;
 CREATE TRIGGER agentrun_step_events_insert INSTEAD OF INSERT ON agentrun_step_events
     FOR EACH ROW EXECUTE FUNCTION agentrun_step_events_insert();
+
+-- The events recorded before, through the view: one batch each, as the insert trigger makes them (before
+-- the unfold trigger exists: their contribution to the rollup does not change).
+INSERT INTO agentrun_step_events
+    (run_id, attempt, step, checkpoint_id, started_at, duration_seconds, checkpoint_seconds, effect_keys,
+     recorded_at)
+SELECT run_id, attempt, step, checkpoint_id, started_at, duration_seconds, checkpoint_seconds, effect_keys,
+       recorded_at
+FROM agentrun_step_events_before_21 ORDER BY id;
+DROP TABLE agentrun_step_events_before_21;
 
 -- arr with element i set to v (arr[i] := v in an expression).
 CREATE FUNCTION agentrun_array_put(arr anyarray, i integer, v anyelement) RETURNS anyarray
