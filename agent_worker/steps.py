@@ -1,6 +1,7 @@
 """Step events (``agentrun_step_events``), each carrying the saver's own time for writing its checkpoint, and
 the run's ``current_step``, written together in ONE statement (``store.record_steps``: the events of a
-statement are one ``agentrun_step_batches`` row, migration 21).
+statement are one ``agentrun_step_batches`` row, migration 21, packed by ``store.step_packing``, migration
+22).
 
 Rule: ``checkpoint_seconds`` is what ``checkpointer.FencedSaver`` measured around its ``put`` of that step's
 checkpoint (connection, blobs, the checkpoint row and its fence, commit) — never a gap between stream events.

@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from agentrun_core.store import db, queries, rows
+from agentrun_core.store import db, queries, rows, step_packing
 
 
 def record_attempt_start(
@@ -112,8 +112,14 @@ def record_steps(
     current_step: str | None,
 ) -> bool:
     """Insert ``events`` (dicts of ``record_step_event``'s fields, in step order) as one batch row and, fenced
-    by ``epoch``, set the run's current step, in one statement. True if the current step moved."""
-    row = db.fetch_one(conn, "record_steps", _steps_params(run_id, attempt, epoch, events, current_step))
+    by ``epoch``, set the run's current step, in one statement (more than ``step_packing.MAX_EVENTS``
+    events: a statement per batch, in one transaction). True if the current step moved."""
+    statements = _steps_params(run_id, attempt, epoch, events, current_step)
+    if len(statements) == 1:
+        row = db.fetch_one(conn, "record_steps", statements[0])
+    else:
+        with db.connection(conn) as c, c.transaction():
+            row = [db.fetch_one(c, "record_steps", params) for params in statements][-1]
     return row is not None and row["moved"] == 1
 
 
@@ -126,31 +132,41 @@ def send_steps(
     events: list[dict[str, Any]],
     current_step: str | None,
 ) -> None:
-    """``record_steps``' statement sent on ``conn`` and not read: inside another write's pipelined transaction
-    (the checkpointer's pipeline), where it costs no round trip and commits or rolls back with that write."""
+    """``record_steps``' statements sent on ``conn`` and not read: inside another write's pipelined
+    transaction (the checkpointer's pipeline), where they cost no round trip and commit or roll back with
+    that write."""
     with conn.cursor() as cur:
-        cur.execute(queries.get("record_steps"), _steps_params(run_id, attempt, epoch, events, current_step))
+        for params in _steps_params(run_id, attempt, epoch, events, current_step):
+            cur.execute(queries.get("record_steps"), params)
 
 
 def _steps_params(
     run_id: str, attempt: int, epoch: int | None, events: list[dict[str, Any]], current_step: str | None
-) -> dict[str, Any]:
-    payload = [
+) -> list[dict[str, Any]]:
+    """One statement's parameters per batch; the current step moved by the last (no events: by the one
+    statement, which inserts no batch)."""
+    batches = step_packing.pack(events) or [{"nodes": [], **dict.fromkeys(_PACKED_COLUMNS)}]
+    return [
         {
-            **e,
-            "n": i,
-            "started_at": e["started_at"].isoformat(),
-            "effect_keys": list(e.get("effect_keys") or []),
+            **batch,
+            "run_id": run_id,
+            "attempt": attempt,
+            "epoch": epoch,
+            "current_step": current_step if i == len(batches) - 1 else None,
         }
-        for i, e in enumerate(events)
+        for i, batch in enumerate(batches)
     ]
-    return {
-        "run_id": run_id,
-        "attempt": attempt,
-        "epoch": epoch,
-        "events": Jsonb(payload),
-        "current_step": current_step,
-    }
+
+
+_PACKED_COLUMNS = (
+    "step_deltas",
+    "first_started_at",
+    "gaps_us",
+    "duration_us",
+    "checkpoint_ids",
+    "checkpoint_us",
+    "effect_keys",
+)
 
 
 def list_step_events(conn: db.Conn, run_id: str) -> list[rows.StepEvent]:

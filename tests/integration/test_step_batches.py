@@ -1,9 +1,10 @@
-"""Step events stored one row per batch (migration 21) against real Postgres: what the worker records reads
-back through the view ``agentrun_step_events`` event by event, in order, with its checkpoint, timings (whole
-microseconds) and effect keys; a batch too large for the view's ids is split; a malformed batch is refused;
-an event inserted or changed through the view lands in its batch, as do the events a worker of the previous
-release inserts into the view (a rolling upgrade); and the events of a database migrated before are kept,
-one batch each."""
+"""Step events stored one row per batch (migrations 21 and 22) against real Postgres: what the worker records
+reads back through the view ``agentrun_step_events`` event by event, in order, with its checkpoint, timings
+(whole microseconds) and effect keys; step names and start times round-trip exactly through their packed
+form (node names, number differences, gaps), whatever the names and times; a large batch is stored
+compressed; a batch too large for the view's ids is split; a malformed batch is refused; an event inserted
+or changed through the view lands in its batch, as do the events workers of earlier releases record (a
+rolling upgrade); and the events of a database migrated before are kept."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.types.json import Jsonb
 
 from agentrun_core import store
-from agentrun_core.store import attempts, schema
+from agentrun_core.store import schema
 from agentrun_dev import postgres
 from agentrun_dev import settings as dev_settings
 
@@ -40,9 +42,24 @@ def _event(i: int, **extra: Any) -> dict[str, Any]:
     }
 
 
+def _json_params(events: list[dict[str, Any]], current_step: str | None, attempt: int = 1) -> dict[str, Any]:
+    """The parameters earlier releases' record_steps took: the events as one JSON array."""
+    payload = [
+        {**e, "n": i, "started_at": e["started_at"].isoformat(), "effect_keys": list(e["effect_keys"])}
+        for i, e in enumerate(events)
+    ]
+    return {
+        "run_id": RUN,
+        "attempt": attempt,
+        "epoch": 1,
+        "events": Jsonb(payload),
+        "current_step": current_step,
+    }
+
+
 def _batches(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
     return conn.execute(
-        "SELECT cardinality(steps), checkpoint_ids IS NULL, checkpoint_us IS NULL, effect_keys IS NULL"
+        "SELECT cardinality(nodes), checkpoint_ids IS NULL, checkpoint_us IS NULL, effect_keys IS NULL"
         " FROM agentrun_step_batches ORDER BY id"
     ).fetchall()
 
@@ -90,6 +107,8 @@ def test_a_batch_larger_than_the_ids_allow_is_split_in_order(pg_dsn: str) -> Non
         "ARRAY['a'], ARRAY[now()], ARRAY[1]::bigint[], '[\"k\"]'::jsonb",  # keys not in an array per event
         "ARRAY['a'], ARRAY[now()], ARRAY[1]::bigint[], '[[1]]'::jsonb",  # a key that is not a string
         "ARRAY['a'], ARRAY[now()], ARRAY[1]::bigint[], '{\"k\": 1}'::jsonb",  # not an array at all
+        "ARRAY['a'], NULL, ARRAY[1]::bigint[], NULL",  # no start times at all
+        "ARRAY[['a'], ['b']], ARRAY[now(), now()], ARRAY[1, 2]::bigint[], NULL",  # names not a list
     ],
 )
 def test_a_malformed_batch_is_refused(pg_dsn: str, columns: str) -> None:
@@ -101,6 +120,117 @@ def test_a_malformed_batch_is_refused(pg_dsn: str, columns: str) -> None:
                 " (run_id, attempt, steps, started_at, duration_us, effect_keys)"
                 f" VALUES ('{RUN}', 1, {columns})"
             )
+
+
+# Names the packing must keep byte for byte: numbered or not, a ':' inside, numbers it must not
+# canonicalise ('007', '-0', past an integer), negative, zero, an empty node, non-ASCII.
+NAMES = [
+    "turn:1",
+    "turn:2",
+    "turn:4",
+    "a:b:3",
+    "x:007",
+    "plain",
+    "x:-1",
+    "x:0",
+    "y:-0",
+    ":5",
+    "n:9999999999",
+    "turn:3",
+    "é:12",
+    "turn:3",
+    "",
+    "x:",
+    "multi,node:-999999999",
+    "z:999999999",
+]
+
+
+def test_names_and_start_times_round_trip_exactly(pg_dsn: str) -> None:
+    """Start times out of order (a negative gap), days apart, durations of 0 and of days."""
+    us = datetime.timedelta(microseconds=1)
+    starts = [T0 + (i * 7919 % 13 - 6) * 1_000_003 * us for i in range(len(NAMES))]
+    starts[5] = T0 + datetime.timedelta(days=3, microseconds=1)
+    durations = [0.0, 0.000001, 259_200.123456] + [(i * 37 % 11) / 1000 for i in range(3, len(NAMES))]
+    events = [
+        {**_event(0), "step": name, "started_at": start, "duration_seconds": d}
+        for name, start, d in zip(NAMES, starts, durations, strict=True)
+    ]
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        _admitted(conn)
+        store.record_steps(conn, run_id=RUN, attempt=1, epoch=1, events=events, current_step=None)
+        store.record_steps(conn, run_id=RUN, attempt=1, epoch=1, events=events[::-1], current_step=None)
+        stored = conn.execute("SELECT steps, started_at FROM agentrun_step_batches").fetchall()
+        got = [(e.step, e.started_at, e.duration_seconds) for e in store.list_step_events(conn, RUN)]
+    assert stored == [(None, None), (None, None)]  # only the packed form is kept
+    expected = list(zip(NAMES, starts, durations, strict=True))
+    assert got == expected + expected[::-1]
+
+
+PACKED = (
+    "nodes, step_deltas, first_started_at, gaps_us, duration_us, checkpoint_ids, checkpoint_us, effect_keys"
+)
+
+
+def test_the_worker_packs_as_the_table_does(pg_dsn: str) -> None:
+    """step_packing.pack (the worker's, sent as parameters) and agentrun_pack_steps (the trigger's, for what
+    is written plain) store the same arrays for the same events."""
+    us = datetime.timedelta(microseconds=1)
+    events = [
+        {
+            **_event(i),
+            "step": name,
+            "started_at": T0 + (i * 7919 % 13 - 6) * 1_000_003 * us,
+            "duration_seconds": (i * 37 % 11) / 1000 + 0.0000004,
+            "checkpoint_id": f"cp-{i}" if i % 3 else None,
+            "checkpoint_seconds": 0.0012344 if i % 2 else None,
+            "effect_keys": ["k", "l"] if i == 4 else [],
+        }
+        for i, name in enumerate(NAMES)
+    ]
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        _admitted(conn)
+        store.record_steps(conn, run_id=RUN, attempt=1, epoch=1, events=events, current_step=None)
+        conn.execute(RECORD_STEPS_21, _json_params(events, None))
+        worker, table = conn.execute(f"SELECT {PACKED} FROM agentrun_step_batches ORDER BY id").fetchall()
+        read = [(e.step, e.started_at, e.checkpoint_id) for e in store.list_step_events(conn, RUN)]
+    assert worker == table
+    expected = [(e["step"], e["started_at"], e["checkpoint_id"]) for e in events]
+    assert read == expected + expected
+
+
+def test_no_events_moves_the_current_step_alone(pg_dsn: str) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        _admitted(conn)
+        assert store.record_steps(conn, run_id=RUN, attempt=1, epoch=1, events=[], current_step="turn")
+        assert not store.record_steps(conn, run_id=RUN, attempt=1, epoch=2, events=[], current_step="stale")
+        assert _batches(conn) == []
+        assert store.get_run(conn, RUN).current_step == "turn"
+
+
+def test_a_large_batch_is_stored_compressed(pg_dsn: str) -> None:
+    """Every array of a 200-event batch compressed, none moved out of the row (migration 22's storage):
+    steps of 0.3-0.5 ms, each starting 10-20 us after the one before it ended, as a loop's turns do."""
+    events, start = [], T0
+    for i in range(200):
+        duration_us = 300 + i * 7919 % 200
+        events.append({**_event(i), "started_at": start, "duration_seconds": duration_us / 1e6})
+        start += datetime.timedelta(microseconds=duration_us + 10 + i % 11)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        _admitted(conn)
+        store.record_steps(conn, run_id=RUN, attempt=1, epoch=1, events=events, current_step=None)
+        sizes = conn.execute(
+            "SELECT pg_column_size(nodes), pg_column_size(step_deltas), pg_column_size(gaps_us),"
+            " pg_column_size(duration_us), pg_column_size(b.*),"
+            " (SELECT pg_relation_size(reltoastrelid) FROM pg_class WHERE relname = 'agentrun_step_batches')"
+            " FROM agentrun_step_batches b"
+        ).fetchone()
+        assert [e.step for e in store.list_step_events(conn, RUN)] == [f"node:{i}" for i in range(200)]
+    assert sizes is not None
+    nodes, deltas, gaps, durations, row, toasted = sizes
+    # Raw: 8 B an element for nodes and durations, 4 for deltas, 8 for gaps, plus headers.
+    assert nodes < 100 and deltas < 100 and gaps < 400 and durations < 800, sizes
+    assert row < 2000 and toasted == 0, sizes
 
 
 def test_an_event_inserted_or_changed_through_the_view_lands_in_its_batch(pg_dsn: str) -> None:
@@ -120,19 +250,26 @@ def test_an_event_inserted_or_changed_through_the_view_lands_in_its_batch(pg_dsn
             checkpoint_seconds=0.5,
             effect_keys=["k"],
         )
-        conn.execute(
+        store.record_steps(conn, run_id=RUN, attempt=1, epoch=1, events=[_event(2)], current_step=None)
+        conn.execute(  # in the first batch, before 'node:2' of another: no start time moves
             "UPDATE agentrun_step_events SET checkpoint_seconds = 0.25, effect_keys = ARRAY['e'],"
             " checkpoint_id = 'cp-x', duration_seconds = 9 WHERE step = 'node:1'"
         )
+        conn.execute("UPDATE agentrun_step_events SET step = 'renamed' WHERE step = 'node:0'")
         with pytest.raises(psycopg.errors.CheckViolation, match="keeps its run, attempt and id"):
             conn.execute("UPDATE agentrun_step_events SET attempt = 7 WHERE step = 'one'")
-        assert len(_batches(conn)) == 2
+        assert len(_batches(conn)) == 3
         events = store.list_step_events(conn, RUN)
-    got = [(e.step, e.checkpoint_id, e.duration_seconds, e.checkpoint_seconds, e.effect_keys) for e in events]
+    got = [
+        (e.step, e.checkpoint_id, e.started_at, e.duration_seconds, e.checkpoint_seconds, e.effect_keys)
+        for e in events
+    ]
+    ms = datetime.timedelta(milliseconds=1)
     assert got == [
-        ("node:0", None, 0.000123, None, []),
-        ("node:1", "cp-x", 9.0, 0.25, ["e"]),
-        ("one", "cp", 2.5, 0.5, ["k"]),
+        ("renamed", None, T0, 0.000123, None, []),
+        ("node:1", "cp-x", T0 + ms, 9.0, 0.25, ["e"]),
+        ("one", "cp", T0, 2.5, 0.5, ["k"]),
+        ("node:2", None, T0 + 2 * ms, 0.002123, None, []),
     ]
 
 
@@ -154,23 +291,63 @@ SELECT (SELECT count(*) FROM events) AS recorded
 """
 
 
-def test_a_worker_of_the_previous_release_still_records_its_events(pg_dsn: str) -> None:
+# What a worker of the release of migration 21 sends (its record_steps): the plain form of a batch, straight
+# into agentrun_step_batches; migration 22's trigger packs it.
+RECORD_STEPS_21 = """
+WITH e AS (
+    SELECT * FROM jsonb_to_recordset(%(events)s) AS e(
+        n integer, step text, checkpoint_id text, started_at timestamptz, duration_seconds double precision,
+        checkpoint_seconds double precision, effect_keys text[])
+), events AS (
+    INSERT INTO agentrun_step_batches
+        (run_id, attempt, steps, started_at, duration_us, checkpoint_ids, checkpoint_us, effect_keys)
+    SELECT %(run_id)s, %(attempt)s, array_agg(e.step ORDER BY e.n), array_agg(e.started_at ORDER BY e.n),
+           array_agg(round(e.duration_seconds * 1e6)::bigint ORDER BY e.n),
+           CASE WHEN count(e.checkpoint_id) > 0 THEN array_agg(e.checkpoint_id ORDER BY e.n) END,
+           CASE WHEN count(e.checkpoint_seconds) > 0
+                THEN array_agg(round(e.checkpoint_seconds * 1e6)::bigint ORDER BY e.n) END,
+           CASE WHEN bool_or(cardinality(e.effect_keys) > 0)
+                THEN jsonb_agg(to_jsonb(coalesce(e.effect_keys, '{}')) ORDER BY e.n) END
+    FROM e GROUP BY e.n / 65536 ORDER BY e.n / 65536
+    RETURNING cardinality(steps) AS n
+), moved AS (
+    UPDATE agentrun_runs SET current_step = %(current_step)s, updated_at = now()
+    WHERE run_id = %(run_id)s AND lease_epoch = %(epoch)s AND %(current_step)s::text IS NOT NULL
+    RETURNING 1
+)
+SELECT (SELECT coalesce(sum(n), 0) FROM events) AS recorded, (SELECT count(*) FROM moved) AS moved
+"""
+
+
+@pytest.mark.parametrize(
+    ("statement", "batches"),
+    [(PREVIOUS_RECORD_STEPS, 2), (RECORD_STEPS_21, 1)],
+    ids=["before-migration-21", "migration-21"],
+)
+def test_a_worker_of_an_earlier_release_still_records_its_events(
+    pg_dsn: str, statement: str, batches: int
+) -> None:
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         _admitted(conn)
         events = [_event(0), _event(1, effect_keys=["k"], checkpoint_id="cp", checkpoint_seconds=0.001)]
-        params = attempts._steps_params(RUN, 1, 1, events, None)
-        assert conn.execute(PREVIOUS_RECORD_STEPS, params).fetchone() == (2,)
-        assert len(_batches(conn)) == 2  # one batch per event: the previous worker's rows, as they were
-        got = [(e.step, e.checkpoint_id, e.effect_keys) for e in store.list_step_events(conn, RUN)]
-    assert got == [("node:0", None, []), ("node:1", "cp", ["k"])]
+        params = _json_params(events, "node")
+        assert conn.execute(statement, params).fetchone() is not None  # what each read: nothing to check
+        assert len(_batches(conn)) == batches  # before 21: one batch per event, as its rows were
+        got = [
+            (e.step, e.started_at, e.checkpoint_id, e.effect_keys) for e in store.list_step_events(conn, RUN)
+        ]
+    ms = datetime.timedelta(milliseconds=1)
+    assert got == [("node:0", T0, None, []), ("node:1", T0 + ms, "cp", ["k"])]
 
 
+@pytest.mark.parametrize("version", [20, 21])
 def test_events_of_a_database_migrated_before_are_kept(
-    dev_settings_: dev_settings.Settings, dev_postgres: postgres.Info
+    dev_settings_: dev_settings.Settings, dev_postgres: postgres.Info, version: int
 ) -> None:
-    """A database at migration 20 with step events in the old table: migrating keeps every event."""
+    """A database at migration 20 (events in the old table) or 21 (batches in their plain form, and one
+    of them from the view's insert): migrating keeps every event as it was."""
     settings = dev_settings_
-    name = f"agentrun_t_{os.getpid()}_before21"
+    name = f"agentrun_t_{os.getpid()}_before{version + 1}"
     admin = postgres.dsn(settings, "postgres")
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
@@ -182,7 +359,7 @@ def test_events_of_a_database_migrated_before_are_kept(
                 " applied_at timestamptz NOT NULL DEFAULT now())"
             )
             for migration in schema.load_migrations():
-                if migration.version > 20:
+                if migration.version > version:
                     break
                 with conn.transaction():
                     conn.execute(migration.sql.encode())
@@ -198,8 +375,33 @@ def test_events_of_a_database_migrated_before_are_kept(
                 f" ('{RUN}', 2, 'b:2', NULL, %(t)s, 1.25, NULL, '{{}}')",
                 {"t": T0},
             )
-            assert "0021_step_batches.sql" in store.migrate(conn)
-            events = store.list_step_events(conn, RUN)
+            expected = [(1, "a:1", "cp-1", T0, 0.5, 0.001234, ["k1"]), (2, "b:2", None, T0, 1.25, None, [])]
+            if version == 21:
+                events = [
+                    _event(0),
+                    _event(1, effect_keys=["k"], checkpoint_id="cp", checkpoint_seconds=0.001),
+                ]
+                events += [{**_event(2), "step": name} for name in NAMES]
+                conn.execute(RECORD_STEPS_21, _json_params(events, None, attempt=3))
+                expected += [
+                    (
+                        3,
+                        e["step"],
+                        e["checkpoint_id"],
+                        e["started_at"],
+                        round(e["duration_seconds"], 6),
+                        e["checkpoint_seconds"] and round(e["checkpoint_seconds"], 6),
+                        e["effect_keys"],
+                    )
+                    for e in events
+                ]
+            applied = store.migrate(conn)
+            assert ("0021_step_batches.sql" in applied) == (version == 20)
+            assert "0022_step_batches_packed.sql" in applied
+            plain = conn.execute(
+                "SELECT count(*) FROM agentrun_step_batches WHERE steps IS NOT NULL"
+            ).fetchone()
+            events_read = store.list_step_events(conn, RUN)
     finally:
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
@@ -213,6 +415,7 @@ def test_events_of_a_database_migrated_before_are_kept(
             e.checkpoint_seconds,
             e.effect_keys,
         )
-        for e in events
+        for e in events_read
     ]
-    assert got == [(1, "a:1", "cp-1", T0, 0.5, 0.001234, ["k1"]), (2, "b:2", None, T0, 1.25, None, [])]
+    assert plain == (0,)
+    assert got == expected

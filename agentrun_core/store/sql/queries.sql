@@ -347,24 +347,18 @@ VALUES (%(run_id)s, %(attempt)s, %(step)s, %(checkpoint_id)s, %(started_at)s, %(
 -- name: record_steps
 -- Step events and the run's current step in ONE statement (agent_worker/steps.py: one round trip per flush).
 -- The events are history, recorded like attempt rows whatever the epoch; the current step is fenced: only
--- the epoch holding the run moves it. %(events)s is a jsonb array in step order (n keeps that order); it
--- becomes one batch row (migration 21), or one per 65,536 events. Durations are kept in whole microseconds.
-WITH e AS (
-    SELECT * FROM jsonb_to_recordset(%(events)s) AS e(
-        n integer, step text, checkpoint_id text, started_at timestamptz, duration_seconds double precision,
-        checkpoint_seconds double precision, effect_keys text[])
-), events AS (
+-- the epoch holding the run moves it. The events come as one batch row in its stored form (migrations 21,
+-- 22), packed by the worker (agentrun_core/store/step_packing.py): the server parses, sorts and packs
+-- nothing. Empty %(nodes)s: no batch, the current step alone.
+WITH events AS (
     INSERT INTO agentrun_step_batches
-        (run_id, attempt, steps, started_at, duration_us, checkpoint_ids, checkpoint_us, effect_keys)
-    SELECT %(run_id)s, %(attempt)s, array_agg(e.step ORDER BY e.n), array_agg(e.started_at ORDER BY e.n),
-           array_agg(round(e.duration_seconds * 1e6)::bigint ORDER BY e.n),
-           CASE WHEN count(e.checkpoint_id) > 0 THEN array_agg(e.checkpoint_id ORDER BY e.n) END,
-           CASE WHEN count(e.checkpoint_seconds) > 0
-                THEN array_agg(round(e.checkpoint_seconds * 1e6)::bigint ORDER BY e.n) END,
-           CASE WHEN bool_or(cardinality(e.effect_keys) > 0)
-                THEN jsonb_agg(to_jsonb(coalesce(e.effect_keys, '{}')) ORDER BY e.n) END
-    FROM e GROUP BY e.n / 65536 ORDER BY e.n / 65536
-    RETURNING cardinality(steps) AS n
+        (run_id, attempt, nodes, step_deltas, first_started_at, gaps_us, duration_us, checkpoint_ids,
+         checkpoint_us, effect_keys)
+    SELECT %(run_id)s, %(attempt)s, %(nodes)s::text[], %(step_deltas)s::integer[],
+           %(first_started_at)s::timestamptz, %(gaps_us)s::bigint[], %(duration_us)s::bigint[],
+           %(checkpoint_ids)s::text[], %(checkpoint_us)s::bigint[], %(effect_keys)s::jsonb
+    WHERE cardinality(%(nodes)s::text[]) > 0
+    RETURNING cardinality(nodes) AS n
 ), moved AS (
     UPDATE agentrun_runs SET current_step = %(current_step)s, updated_at = now()
     WHERE run_id = %(run_id)s AND lease_epoch = %(epoch)s AND %(current_step)s::text IS NOT NULL
