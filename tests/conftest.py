@@ -118,7 +118,12 @@ def pg_dsn(dev_settings_: dev_settings.Settings, pg_template: str) -> Iterator[s
 def _tenant_roles(dsn: str) -> list[str]:
     """The tenant roles provisioned in the database ``dsn``, their privileges there revoked."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        roles = [str(r) for (r,) in conn.execute("SELECT role_name FROM agentrun_tenants").fetchall()]
+        roles = [
+            str(r)
+            for (r,) in conn.execute(  # a test may have dropped one itself
+                "SELECT role_name FROM agentrun_tenants JOIN pg_roles ON rolname = role_name"
+            ).fetchall()
+        ]
         for role in roles:
             conn.execute(psycopg.sql.SQL("DROP OWNED BY {}").format(psycopg.sql.Identifier(role)))
     return roles

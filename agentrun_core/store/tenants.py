@@ -53,7 +53,7 @@ def provision_random_tenant(conn: db.Conn, namespace: str) -> tuple[str, str]:
 
 
 def tenant_role(conn: db.Conn, namespace: str) -> str | None:
-    """The worker role provisioned for ``namespace`` in this database, if any."""
+    """The worker role provisioned for ``namespace`` in this database, if any and it still exists."""
     row = db.fetch_one(conn, "get_tenant", {"namespace": namespace})
     return str(row["role_name"]) if row else None
 

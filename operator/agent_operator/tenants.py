@@ -5,7 +5,10 @@ Rule: a worker Pod never gets the operator's DSN. Either an admin provisions the
 (``SELECT agentrun_provision_tenant('team-a', 'PASSWORD')`` and a Secret named by
 ``AGENTRUN_WORKER_DSN_SECRET``), or — the default — the operator does it here before the namespace's first
 Pod: a random password, the role (needs CREATEROLE), then the Secret ``agentrun-worker-db`` (key ``dsn``).
-Done once per namespace and process; redone when the role or the Secret has gone missing.
+Done once per namespace and process, and again when the role has gone missing (checked before each Pod:
+roles are global to the Postgres cluster and not in a database's dump, so a database restored into another
+cluster, or a role dropped by hand, leaves the namespace's row without its role and every worker failing
+to log in) or the Secret has (checked at the first Pod of the process).
 
 When a namespace is gone from Kubernetes and retention has purged its last run, the leader drops its role
 (``drop_gone``, migration 0014): a deleted namespace leaves no login behind. Roles an admin provisioned
@@ -64,12 +67,16 @@ class Tenants:
         self._lock = threading.Lock()
 
     def ensure(self, namespace: str) -> None:
-        if self.settings.worker.dsn_secret or namespace in self._ready:
-            return  # an admin-managed Secret, or done already by this process
+        if self.settings.worker.dsn_secret:
+            return  # an admin-managed Secret
+        # One indexed SELECT per Pod: the role is looked for each time (it can go missing under a running
+        # operator), the Secret once per process (an API call).
+        if namespace in self._ready and store.tenant_role(self.db, namespace) is not None:
+            return
         with self._lock:
-            if namespace in self._ready:
-                return
             role = store.tenant_role(self.db, namespace)
+            if role is not None and namespace in self._ready:
+                return
             if role is None or not kube.secret_exists(self.api, namespace, pods.TENANT_SECRET):
                 try:
                     role, password = store.provision_random_tenant(self.db, namespace)

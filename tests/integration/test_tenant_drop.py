@@ -1,10 +1,13 @@
 """Worker roles of gone namespaces are dropped (migration 0014), against the dev cluster and its Postgres:
 a namespace that exists keeps its role; one deleted from Kubernetes keeps it while a run of it is left in
 Postgres; once retention purged that run, the operator's sweep drops the role (it can log in no more) and
-its agentrun_tenants row, and a namespace recreated under that name is provisioned afresh."""
+its agentrun_tenants row, and a namespace recreated under that name is provisioned afresh. And a role gone
+from Postgres while its row stays (a database restored into another cluster: roles are not in its dump; a
+role dropped by hand) is provisioned again before the namespace's next Pod, its Secret renewed."""
 
 from __future__ import annotations
 
+import base64
 import os
 import secrets
 import time
@@ -14,7 +17,7 @@ import kubernetes
 import psycopg
 import pytest
 
-from agent_operator import kube, settings, tenants
+from agent_operator import kube, pods, settings, tenants
 from agentrun_core import store
 
 
@@ -78,4 +81,33 @@ def test_the_role_of_a_gone_namespace_is_dropped_after_its_runs_are_purged(
         assert again == role
         psycopg.connect(tenants.worker_dsn(pg_dsn, role, password), connect_timeout=5).close()
         assert store.drop_tenant(conn, gone_ns)  # cleanup (the store does not ask Kubernetes)
+
+
+def _secret_dsn(core: kubernetes.client.CoreV1Api, namespace: str) -> str:
+    secret = core.read_namespaced_secret(pods.TENANT_SECRET, namespace)
+    return base64.b64decode(secret.data[pods.TENANT_SECRET_KEY]).decode()
+
+
+def test_a_role_gone_from_postgres_is_provisioned_again_before_the_next_pod(
+    kube_api: kubernetes.client.ApiClient, namespace: str, pg_dsn: str
+) -> None:
+    core = kubernetes.client.CoreV1Api(kube_api)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        provisioner = tenants.Tenants(settings.from_env({"AGENTRUN_DSN": pg_dsn}), kube_api, conn)
+        provisioner.ensure(namespace)  # before the namespace's first Pod
+        role = store.tenant_role(conn, namespace)
+        assert role is not None
+        first = _secret_dsn(core, namespace)
+        psycopg.connect(first, connect_timeout=5).close()
+
+        conn.execute(psycopg.sql.SQL("DROP ROLE {}").format(psycopg.sql.Identifier(role)))
+        assert store.tenant_role(conn, namespace) is None  # its row is still there: the role is not
+        with pytest.raises(psycopg.OperationalError, match="does not exist"):
+            psycopg.connect(first, connect_timeout=5).close()
+
+        provisioner.ensure(namespace)  # the next Pod, same operator process
+        assert store.tenant_role(conn, namespace) == role
+        renewed = _secret_dsn(core, namespace)
+        assert renewed != first  # a new password
+        psycopg.connect(renewed, connect_timeout=5).close()
 

@@ -312,7 +312,10 @@ WHERE approval_id = %(approval_id)s AND status <> 'pending'
 SELECT agentrun_provision_tenant(%(namespace)s, %(password)s) AS role_name
 
 -- name: get_tenant
-SELECT * FROM agentrun_tenants WHERE namespace = %(namespace)s
+-- Only while its role exists: roles are global to the Postgres cluster and not in a database's dump, so a
+-- database restored into another cluster (or a role dropped by hand) keeps rows whose roles are gone.
+SELECT t.* FROM agentrun_tenants t JOIN pg_roles r ON r.rolname = t.role_name
+WHERE t.namespace = %(namespace)s
 
 -- name: list_idle_tenants
 -- Namespaces with a worker role and no run left in this database: the ones whose role may be dropped once
