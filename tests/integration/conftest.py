@@ -18,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -323,6 +324,31 @@ def pods(api: kubernetes.client.ApiClient, namespace: str, run: str) -> list[Any
     core = kubernetes.client.CoreV1Api(api)
     found = core.list_namespaced_pod(namespace, label_selector=f"agentrun.dev/run={run}").items
     return sorted(found, key=lambda p: int(p.metadata.labels.get("agentrun.dev/attempt", "0")))
+
+
+@contextlib.contextmanager
+def sampling_live_pods(
+    api: kubernetes.client.ApiClient, namespace: str, observe: Callable[[list[Any]], None]
+) -> Iterator[None]:
+    """While the block runs, ``observe`` gets the namespace's worker Pods that are alive (not Succeeded or
+    Failed) every 0.1 s, on a thread of its own: a limit that a test must never see exceeded is watched the
+    whole time, not at the moments the test looks."""
+    core = kubernetes.client.CoreV1Api(api)
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            found = core.list_namespaced_pod(namespace, label_selector="agentrun.dev/run").items
+            observe([p for p in found if p.status.phase not in ("Succeeded", "Failed")])
+            stop.wait(0.1)
+
+    sampler = threading.Thread(target=sample, name="live-pod-sampler", daemon=True)
+    sampler.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        sampler.join(5)
 
 
 def kubectl(kubeconfig: Path | str, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:

@@ -6,23 +6,15 @@ effect performed once. A sampler lists the namespace's worker Pods the whole tim
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
+from typing import Any
 
 import kubernetes
-from conftest import OperatorHandle, create_run, run_status, wait_for, wait_phase
+from conftest import OperatorHandle, create_run, run_status, sampling_live_pods, wait_for, wait_phase
 
 STEPS = "tests.integration.test_operator_graphs:steps"
 LIMIT = 2
 KEYED = 5
-
-
-def _alive_by_run(api: kubernetes.client.ApiClient, ns: str) -> list[str]:
-    core = kubernetes.client.CoreV1Api(api)
-    found = core.list_namespaced_pod(ns, label_selector="agentrun.dev/run").items
-    return [
-        p.metadata.labels["agentrun.dev/run"] for p in found if p.status.phase not in ("Succeeded", "Failed")
-    ]
 
 
 def test_runs_sharing_a_key_never_exceed_its_limit_and_others_are_not_held(
@@ -40,21 +32,16 @@ def test_runs_sharing_a_key_never_exceed_its_limit_and_others_are_not_held(
     operator.wait_leader(kube, timeout=30)
     peak: list[list[str]] = [[]]
     other_overlapped = threading.Event()
-    stop = threading.Event()
 
-    def sample() -> None:
-        while not stop.is_set():
-            alive = _alive_by_run(kube, ns)
-            keyed = [r for r in alive if r.startswith("keyed-")]
-            if len(keyed) > len(peak[0]):
-                peak[0] = keyed
-            if keyed and any(r.startswith("other-") for r in alive):
-                other_overlapped.set()
-            time.sleep(0.1)
+    def observe(live: list[Any]) -> None:
+        runs = [p.metadata.labels["agentrun.dev/run"] for p in live]
+        keyed = [r for r in runs if r.startswith("keyed-")]
+        if len(keyed) > len(peak[0]):
+            peak[0] = keyed
+        if keyed and any(r.startswith("other-") for r in runs):
+            other_overlapped.set()
 
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    try:
+    with sampling_live_pods(kube, ns, observe):
         for i in range(KEYED):
             spec = {
                 "graph": STEPS,
@@ -77,9 +64,6 @@ def test_runs_sharing_a_key_never_exceed_its_limit_and_others_are_not_held(
         wait_phase(kube, ns, "other-0", "Succeeded", 300, operator)
         for i in range(KEYED):
             wait_phase(kube, ns, f"keyed-{i}", "Succeeded", 300, operator)
-    finally:
-        stop.set()
-        sampler.join(5)
     assert 0 < len(peak[0]) <= LIMIT, peak[0]
     assert other_overlapped.is_set()  # its worker ran while keyed ones did: the key's line held only them
     for name in [f"keyed-{i}" for i in range(KEYED)] + ["other-0"]:  # every effect performed once

@@ -8,23 +8,16 @@ timeouts). Then every finished Pod is deleted once ``AGENTRUN_FINISHED_POD_RETEN
 
 from __future__ import annotations
 
-import threading
-import time
 from pathlib import Path
+from typing import Any
 
 import kubernetes
-from conftest import OperatorHandle, create_run, pods, run_status, wait_for, wait_phase
+from conftest import OperatorHandle, create_run, pods, run_status, sampling_live_pods, wait_for, wait_phase
 
 STEPS = "tests.integration.test_operator_graphs:steps"
 LIMIT = 3
 RUNS = 8
 RETENTION = 5
-
-
-def _alive(api: kubernetes.client.ApiClient, ns: str) -> list[str]:
-    core = kubernetes.client.CoreV1Api(api)
-    found = core.list_namespaced_pod(ns, label_selector="agentrun.dev/run").items
-    return [p.metadata.name for p in found if p.status.phase not in ("Succeeded", "Failed")]
 
 
 def test_more_runs_than_the_limit_never_exceed_it_and_all_finish(
@@ -43,18 +36,12 @@ def test_more_runs_than_the_limit_never_exceed_it_and_all_finish(
     )
     operator.wait_leader(kube, timeout=30)
     peak: list[list[str]] = [[]]
-    stop = threading.Event()
 
-    def sample() -> None:
-        while not stop.is_set():
-            alive = _alive(kube, ns)
-            if len(alive) > len(peak[0]):
-                peak[0] = alive
-            time.sleep(0.1)
+    def observe(live: list[Any]) -> None:
+        if len(live) > len(peak[0]):
+            peak[0] = [p.metadata.name for p in live]
 
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    try:
+    with sampling_live_pods(kube, ns, observe):
         for i in range(RUNS):
             spec = {
                 "graph": STEPS,
@@ -73,9 +60,6 @@ def test_more_runs_than_the_limit_never_exceed_it_and_all_finish(
         assert queued
         for i in range(RUNS):
             wait_phase(kube, ns, f"many-{i}", "Succeeded", 300, operator)
-    finally:
-        stop.set()
-        sampler.join(5)
     assert 0 < len(peak[0]) <= LIMIT, peak[0]
     for i in range(RUNS):  # every effect performed once: nothing ran twice for the queue
         assert len((tmp_path / f"out-{i}").read_text().splitlines()) == 1
