@@ -332,14 +332,27 @@ def sampling_live_pods(
 ) -> Iterator[None]:
     """While the block runs, ``observe`` gets the namespace's worker Pods that are alive (not Succeeded or
     Failed) every 0.1 s, on a thread of its own: a limit that a test must never see exceeded is watched the
-    whole time, not at the moments the test looks."""
+    whole time, not at the moments the test looks. A listing that fails (the API server slow under load) is
+    skipped; what ``observe`` raises is raised here, and a block in which no listing succeeded fails: a
+    sampler that stopped must not pass for one that saw nothing wrong."""
     core = kubernetes.client.CoreV1Api(api)
     stop = threading.Event()
+    errors: list[BaseException] = []
+    samples = [0]
 
     def sample() -> None:
         while not stop.is_set():
-            found = core.list_namespaced_pod(namespace, label_selector="agentrun.dev/run").items
-            observe([p for p in found if p.status.phase not in ("Succeeded", "Failed")])
+            try:
+                found = core.list_namespaced_pod(namespace, label_selector="agentrun.dev/run").items
+            except Exception:  # the next listing counts
+                stop.wait(0.1)
+                continue
+            try:
+                observe([p for p in found if p.status.phase not in ("Succeeded", "Failed")])
+            except BaseException as exc:
+                errors.append(exc)
+                return
+            samples[0] += 1
             stop.wait(0.1)
 
     sampler = threading.Thread(target=sample, name="live-pod-sampler", daemon=True)
@@ -349,6 +362,9 @@ def sampling_live_pods(
     finally:
         stop.set()
         sampler.join(5)
+    if errors:
+        raise errors[0]
+    assert samples[0] > 0, "the live-Pod sampler never got a listing of the namespace's Pods"
 
 
 def kubectl(kubeconfig: Path | str, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
