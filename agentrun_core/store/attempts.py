@@ -145,7 +145,7 @@ def _steps_params(
 ) -> list[dict[str, Any]]:
     """One statement's parameters per batch; the current step moved by the last (no events: by the one
     statement, which inserts no batch)."""
-    batches = step_packing.pack(events) or [{"nodes": [], **dict.fromkeys(_PACKED_COLUMNS)}]
+    batches = step_packing.pack(events) or [step_packing.no_batch()]
     return [
         {
             **batch,
@@ -156,17 +156,6 @@ def _steps_params(
         }
         for i, batch in enumerate(batches)
     ]
-
-
-_PACKED_COLUMNS = (
-    "step_deltas",
-    "first_started_at",
-    "gaps_us",
-    "duration_us",
-    "checkpoint_ids",
-    "checkpoint_us",
-    "effect_keys",
-)
 
 
 def list_step_events(conn: db.Conn, run_id: str) -> list[rows.StepEvent]:

@@ -42,6 +42,22 @@ def micros(seconds: float) -> int:
     return round(seconds * 1e6)
 
 
+def no_batch() -> dict[str, Any]:
+    """The columns of a batch with no events (``record_steps`` then inserts none: the current step alone)."""
+    return {"nodes": [], **dict.fromkeys(_OTHER_COLUMNS)}
+
+
+_OTHER_COLUMNS = (  # what _pack_one returns beside "nodes"
+    "step_deltas",
+    "first_started_at",
+    "gaps_us",
+    "duration_us",
+    "checkpoint_ids",
+    "checkpoint_us",
+    "effect_keys",
+)
+
+
 def pack(events: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The batches (column -> value) for ``events``, dicts of ``record_step_event``'s fields in step order."""
     return [_pack_one(events[i : i + MAX_EVENTS]) for i in range(0, len(events), MAX_EVENTS)]

@@ -91,3 +91,9 @@ def test_more_events_than_a_batch_holds_become_batches_packed_each_on_its_own() 
         second["gaps_us"] == [0, 10] and second["first_started_at"] == T0 + 20 * step_packing.MAX_EVENTS * US
     )
     assert step_packing.pack([]) == []
+
+
+def test_no_batch_has_the_columns_of_a_batch() -> None:
+    (batch,) = step_packing.pack([_event("a:1", 0, 1)])
+    assert step_packing.no_batch().keys() == batch.keys()
+    assert step_packing.no_batch()["nodes"] == []
