@@ -147,6 +147,25 @@ def fresh_database(tag: str, *, agentrun: bool = True) -> Iterator[str]:
                 conn.execute(f'DROP ROLE IF EXISTS "{made.role}"')
 
 
+_RLS_TABLES = (
+    "SELECT c.oid::regclass::text FROM pg_class c"
+    " WHERE c.relrowsecurity AND c.relnamespace = current_schema()::regnamespace"
+)
+
+
+def unguard(dsn: str) -> None:
+    """Turn the safety layers off in a benchmark's own database (``fresh_database``): the checkpoint fence's
+    triggers disabled (migration 16: a deposed worker's writes are refused by them) and row-level security
+    off on every table (tenant isolation). A worker then pays for neither: measured beside one that does,
+    what they cost. The saver still marks its connections (``agentrun_mark_fence`` finds the triggers,
+    disabled or not): only the checks are gone."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for table in ("checkpoints", "checkpoint_writes"):
+            conn.execute(f"ALTER TABLE {table} DISABLE TRIGGER agentrun_fence")
+        for (table,) in conn.execute(_RLS_TABLES).fetchall():
+            conn.execute(f"ALTER TABLE {table} DISABLE ROW LEVEL SECURITY")
+
+
 @dataclasses.dataclass(frozen=True)
 class Tenant:
     """A namespace's worker role, as the operator provisions it: what a worker connects as."""

@@ -9,6 +9,10 @@ durability, as the admin (a bare user has no tenants). Both include opening and 
 Per attempt it splits the wall time into: before the first step (start → first node starts), the steps
 (first node start → last node end, divided by n - 1 for the marginal cost), after the last step (last node
 end → return). Statements per step are counted in a separate, untimed pass.
+
+The marginal step is also split in two, against a third variant: the same worker path on a database with the
+checkpoint fence and row-level security off (``db.unguard``). "vs fence+RLS off" is what those two safety
+layers cost; "fence+RLS off, vs bare" is what the rest of the worker path costs.
 """
 
 from __future__ import annotations
@@ -161,8 +165,16 @@ def run(report: stats.Report, *, quick: bool, reps: int) -> None:
     modes: list[Durability] = ["sync"] if quick else ["sync", "async", "exit"]
     # The baseline writes to a database of its own with PostgresSaver's tables alone: ours carry the
     # fencing triggers (migration 16), which a bare PostgresSaver user would not pay for.
-    with db.fresh_database("p1") as dsn, db.fresh_database("p1bare", agentrun=False) as bare_dsn:
+    # And the worker path once more on a database of its own with the fence and row-level security off
+    # (db.unguard): what those two safety layers cost per step, apart from the rest of the worker path.
+    with (
+        db.fresh_database("p1") as dsn,
+        db.fresh_database("p1bare", agentrun=False) as bare_dsn,
+        db.fresh_database("p1unguarded") as open_dsn,
+    ):
+        db.unguard(open_dsn)
         worker_attempt(dsn, "noop_2", "sync")  # warm imports and the server's caches
+        worker_attempt(open_dsn, "noop_2", "sync")
         for kind, n in sizes:
             graph = f"{kind}_{n}"
             for mode in modes:
@@ -170,10 +182,11 @@ def run(report: stats.Report, *, quick: bool, reps: int) -> None:
                     {
                         "worker": functools.partial(worker_attempt, dsn, graph, mode),
                         "bare": functools.partial(bare_attempt, bare_dsn, graph, mode),
+                        "unguarded": functools.partial(worker_attempt, open_dsn, graph, mode),
                     },
                     reps,
                 )
-                w, b = res["worker"], res["bare"]
+                w, b, u = res["worker"], res["bare"], res["unguarded"]
                 label = f"{n} {'no-op steps' if kind == 'noop' else 'steps, 1 effect each'}, {mode}"
                 report.add(
                     section,
@@ -188,6 +201,22 @@ def run(report: stats.Report, *, quick: bool, reps: int) -> None:
                     stats.Row(
                         f"{label}: marginal step",
                         [1000 * t["marginal"] for t in w],
+                        [1000 * t["marginal"] for t in b],
+                    ),
+                )
+                report.add(
+                    section,
+                    stats.Row(
+                        f"{label}: marginal step vs fence+RLS off",
+                        [1000 * t["marginal"] for t in w],
+                        [1000 * t["marginal"] for t in u],
+                    ),
+                )
+                report.add(
+                    section,
+                    stats.Row(
+                        f"{label}: marginal step, fence+RLS off, vs bare",
+                        [1000 * t["marginal"] for t in u],
                         [1000 * t["marginal"] for t in b],
                     ),
                 )

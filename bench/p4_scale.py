@@ -3,15 +3,19 @@
 For each N: a fresh namespace and database, one ``agentrun operator`` process (scoped to the namespace), N
 AgentRuns created at once (8 creators in parallel). Reported: time until all are parked on approval
 (``bench.graphs:park``) or all succeeded (``bench.graphs:noop_10``), worker Pods still holding a process,
-Pod objects left, runs/min, and the operator's CPU and RSS read from ``/proc`` — for parked runs over a
-window split into 5 slices after they are all parked (the idle cost), compared with the same operator's CPU
-over the same slices before any run existed (its baseline in the same run).
+Pod objects left, runs/min, the operator's RSS, and the load on each part (``bench.load``: the CPU of the
+operator, the API server, Postgres and the worker Pods, and the database's transactions) — for parked runs
+over a window split into 5 slices after they are all parked (the idle cost), compared with the same parts
+over the same slices before any run existed (the baseline in the same run); for active runs as the mean over
+the run.
+Both also give what a run cost in all: CPU-seconds per run, each part, transactions per run.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import dataclasses
 import os
 import signal
 import subprocess
@@ -23,31 +27,15 @@ from typing import Any
 import kubernetes
 import psycopg
 
-from bench import db, stats
+from bench import db, load, stats
 
 GROUP, VERSION, PLURAL = "agentrun.dev", "v1alpha1", "agentruns"
 REPO = Path(__file__).resolve().parents[1]
-_TICKS = os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
-
-
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS  # utime + stime
 
 
 def _rss_mb(pid: int) -> float:
     return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * _PAGE / 2**20
-
-
-def cpu_slices(pid: int, seconds: float, slices: int = 5) -> list[float]:
-    """Percent of one core used by ``pid`` in each of ``slices`` consecutive windows."""
-    out = []
-    for _ in range(slices):
-        c0, t0 = _cpu_seconds(pid), time.monotonic()
-        time.sleep(seconds / slices)
-        out.append(100.0 * (_cpu_seconds(pid) - c0) / (time.monotonic() - t0))
-    return out
 
 
 class Cluster:
@@ -209,21 +197,66 @@ class Cluster:
         self.api.close()
 
 
+_LOAD_LABELS = {
+    "api server": "API server CPU (kube-apiserver + etcd)",
+    "postgres": "Postgres CPU (the whole server)",
+    "pods": "pod runtime + worker Pods CPU",
+}
+
+
+def _per_run(a: load.Sample, b: load.Sample, n: int) -> stats.Row:
+    """CPU-seconds per run between two samples, all parts together; each part in the note."""
+    parts = {part: (b.cpu[part] - a.cpu[part]) / n for part in load.PARTS}
+    return stats.Row(
+        "CPU-seconds per run (operator + API server + Postgres + Pods)",
+        [sum(parts.values())],
+        unit="CPU-s",
+        note=", ".join(f"{part} {v:.3f}" for part, v in parts.items())
+        + f"; {(b.transactions - a.transactions) / n:.1f} transactions per run",
+    )
+
+
 def parked_case(report: stats.Report, section: str, n: int, window: float) -> None:
     with db.fresh_database(f"p4p{n}") as dsn, Cluster(f"parked{n}") as c:
         pid = c.start_operator(dsn)
-        idle = cpu_slices(pid, window)
-        t0 = time.monotonic()
-        c.create_runs(n, "bench.graphs:park")
-        reached = time.monotonic() - t0 + c.wait_all("WaitingApproval", n, timeout=120 + 6.0 * n)
-        time.sleep(5)  # let the last workers exit and their Pods settle
-        busy = cpu_slices(pid, window)
+        with load.meter(dsn, pid) as meter:
+            idle, idle_tx = meter.cpu_slices(window)
+            t0, before = time.monotonic(), meter.sample()
+            c.create_runs(n, "bench.graphs:park")
+            reached = time.monotonic() - t0 + c.wait_all("WaitingApproval", n, timeout=120 + 6.0 * n)
+            parked = meter.sample()
+            # Let the last workers exit and their Pods settle, and Postgres count what the parking did: an
+            # idle backend reports its transactions to the statistics up to 10 s later (bench/load.py).
+            time.sleep(12)
+            busy, busy_tx = meter.cpu_slices(window)
         live, objects = c.pods()
         label = f"{n} runs parked on approval"
         report.add(section, stats.Row(f"{label}: time to all parked", [reached], unit="s"))
         report.add(
-            section, stats.Row(f"{label}: operator CPU while all idle vs with 0 runs", busy, idle, unit="%")
+            section,
+            stats.Row(
+                f"{label}: operator CPU while all idle vs with 0 runs",
+                busy["operator"],
+                idle["operator"],
+                unit="%",
+            ),
         )
+        for part, name in _LOAD_LABELS.items():
+            report.add(
+                section,
+                stats.Row(f"{label}: {name} while all idle vs with 0 runs", busy[part], idle[part], unit="%"),
+            )
+        report.add(
+            section,
+            stats.Row(
+                f"{label}: Postgres transactions/s (this database) while all idle vs with 0 runs",
+                [busy_tx],
+                [idle_tx],
+                unit="/s",
+            ),
+        )
+        cost = _per_run(before, parked, n)
+        report.add(section, dataclasses.replace(cost, figure=f"{label}: until parked, {cost.figure}"))
         report.add(section, stats.Row(f"{label}: operator RSS", [_rss_mb(pid)], unit="MB"))
         report.add(
             section,
@@ -239,22 +272,25 @@ def parked_case(report: stats.Report, section: str, n: int, window: float) -> No
 def active_case(report: stats.Report, section: str, n: int, steps: int) -> None:
     with db.fresh_database(f"p4a{n}") as dsn, Cluster(f"active{n}") as c:
         pid = c.start_operator(dsn)
-        cpu0, t0 = _cpu_seconds(pid), time.monotonic()
-        c.create_runs(n, f"bench.graphs:noop_{steps}")
-        peak_live = 0
-        while True:
-            phases = c.phases()
-            live, objects = c.pods()
-            peak_live = max(peak_live, live)
-            if phases.get("Succeeded", 0) >= n:
-                break
-            if phases.get("Failed", 0):
-                raise RuntimeError(f"runs failed: {phases}; log: {c.log}")
-            if time.monotonic() - t0 > 300 + 20.0 * n:
-                raise TimeoutError(f"{n} active runs not done: {phases}; log: {c.log}")
-            time.sleep(1.0)
-        elapsed = time.monotonic() - t0
-        cpu = 100.0 * (_cpu_seconds(pid) - cpu0) / elapsed
+        with load.meter(dsn, pid) as meter:
+            before = meter.sample()
+            t0 = time.monotonic()
+            c.create_runs(n, f"bench.graphs:noop_{steps}")
+            peak_live = 0
+            while True:
+                phases = c.phases()
+                live, objects = c.pods()
+                peak_live = max(peak_live, live)
+                if phases.get("Succeeded", 0) >= n:
+                    break
+                if phases.get("Failed", 0):
+                    raise RuntimeError(f"runs failed: {phases}; log: {c.log}")
+                if time.monotonic() - t0 > 300 + 20.0 * n:
+                    raise TimeoutError(f"{n} active runs not done: {phases}; log: {c.log}")
+                time.sleep(1.0)
+            elapsed = time.monotonic() - t0
+            after = meter.sample()
+        mean = load.cpu_percent(before, after)
         label = f"{n} concurrent runs of {steps} steps"
         report.add(section, stats.Row(f"{label}: time until all succeeded", [elapsed], unit="s"))
         report.add(section, stats.Row(f"{label}: throughput", [60.0 * n / elapsed], unit="runs/min"))
@@ -271,11 +307,23 @@ def active_case(report: stats.Report, section: str, n: int, steps: int) -> None:
             section,
             stats.Row(
                 f"{label}: operator CPU (mean over the run), RSS",
-                [cpu],
+                [mean["operator"]],
                 unit="%",
                 note=f"RSS {_rss_mb(pid):.0f} MB",
             ),
         )
+        for part, name in _LOAD_LABELS.items():
+            report.add(section, stats.Row(f"{label}: {name} (mean over the run)", [mean[part]], unit="%"))
+        report.add(
+            section,
+            stats.Row(
+                f"{label}: Postgres transactions/s (this database, mean over the run)",
+                [load.transactions_per_second(before, after)],
+                unit="/s",
+            ),
+        )
+        cost = _per_run(before, after, n)
+        report.add(section, dataclasses.replace(cost, figure=f"{label}: {cost.figure}"))
 
 
 def _counts(text: str | None, default: list[int]) -> list[int]:

@@ -54,3 +54,13 @@ def test_quick_p4_runs_an_operator_with_parked_and_active_runs(dev_cluster: Any,
     assert "parked on approval: operator CPU" in figures and "throughput" in figures, figures
     held = next(r for r in rows if "Pods holding a process" in r["figure"] and "parked" in r["figure"])
     assert held["median"] == 0, held  # parked runs hold no Pod: a behaviour, not a number
+    # The load on every part is measured, and what a run cost reaches the parts that did the work: the
+    # workers' processes (children of the pod runtime) and the API server used CPU, the database ran
+    # transactions.
+    for part in ("API server CPU", "Postgres CPU", "worker Pods CPU", "Postgres transactions/s"):
+        for case in ("parked on approval", "concurrent runs"):
+            assert any(case in r["figure"] and part in r["figure"] for r in rows), (case, part, figures)
+    for cost in (r for r in rows if "CPU-seconds per run" in r["figure"]):
+        parts = dict(item.rsplit(" ", 1) for item in cost["note"].split(";")[0].split(", "))
+        assert float(parts["pods"]) > 0 and float(parts["api server"]) > 0, cost
+        assert float(cost["note"].split("; ")[1].split()[0]) > 0, cost  # transactions per run

@@ -1,0 +1,130 @@
+"""The load P4 puts on each part of the dev cluster: CPU from ``/proc``, transactions from Postgres.
+
+A part's CPU is that of its process tree, so that what short-lived processes used is not lost: every live
+process under the part's root (``utime + stime``) plus what its exited descendants used, which the kernel
+adds to the parent that reaped them (``cutime + cstime``). The parts:
+  * ``operator``: the ``agentrun operator`` process the benchmark started;
+  * ``api server``: ``kube-apiserver`` and ``etcd``;
+  * ``postgres``: the postmaster and its backends, one per connection (the whole server: every database);
+  * ``pods``: the pod runtime and the worker processes it runs (its children), i.e. the workers' cost.
+Transactions are the benchmark database's own (``pg_stat_database``: ``xact_commit + xact_rollback``; every
+statement outside a transaction block is one, reads included): unlike the server's CPU, no other database
+counts in them. Backends report them at most once a second, an idle one up to 10 s later, so they are read
+over a whole window, not per slice.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import os
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import psycopg
+
+PARTS = ("operator", "api server", "postgres", "pods")
+_TICKS = os.sysconf("SC_CLK_TCK")
+_TRANSACTIONS = "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()"
+
+
+def _processes() -> dict[int, tuple[int, float]]:
+    """pid -> (parent pid, CPU-seconds of the process and of its reaped children)."""
+    table: dict[int, tuple[int, float]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(entry.path, "stat").read_text()
+        except OSError:  # gone while we looked
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        ticks = int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
+        table[int(entry.name)] = (int(fields[1]), ticks / _TICKS)
+    return table
+
+
+def tree_cpu_seconds(roots: list[int], table: Mapping[int, tuple[int, float]]) -> float:
+    """CPU-seconds of the live processes under ``roots`` (themselves included) and of what they reaped."""
+    children: dict[int, list[int]] = collections.defaultdict(list)
+    for pid, (ppid, _) in table.items():
+        children[ppid].append(pid)
+    total, todo, seen = 0.0, [r for r in roots if r in table], set()
+    while todo:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        total += table[pid][1]
+        todo.extend(children.get(pid, ()))
+    return total
+
+
+@dataclasses.dataclass(frozen=True)
+class Sample:
+    at: float  # monotonic seconds
+    cpu: dict[str, float]  # part -> CPU-seconds so far
+    transactions: int  # of the benchmark's database so far (committed and rolled back)
+
+
+class Meter:
+    """Samples of the parts' CPU and the database's transactions (``cpu_percent``,
+    ``transactions_per_second``: rates between two)."""
+
+    def __init__(self, roots: Mapping[str, list[int]], conn: psycopg.Connection[tuple[int]]) -> None:
+        self.roots = dict(roots)
+        self.conn = conn
+
+    def sample(self) -> Sample:
+        table = _processes()
+        row = self.conn.execute(_TRANSACTIONS).fetchone()
+        return Sample(
+            time.monotonic(),
+            {part: tree_cpu_seconds(pids, table) for part, pids in self.roots.items()},
+            int(row[0]) if row else 0,
+        )
+
+    def cpu_slices(self, seconds: float, slices: int = 5) -> tuple[dict[str, list[float]], float]:
+        """Percent of one core each part used in each of ``slices`` consecutive windows, and the
+        database's transactions per second over all of them."""
+        out: dict[str, list[float]] = {part: [] for part in self.roots}
+        first = prev = self.sample()
+        for _ in range(slices):
+            time.sleep(seconds / slices)
+            now = self.sample()
+            for part, pct in cpu_percent(prev, now).items():
+                out[part].append(pct)
+            prev = now
+        return out, transactions_per_second(first, prev)
+
+
+def cpu_percent(a: Sample, b: Sample) -> dict[str, float]:
+    elapsed = max(b.at - a.at, 1e-9)
+    return {part: 100.0 * (b.cpu[part] - a.cpu[part]) / elapsed for part in b.cpu}
+
+
+def transactions_per_second(a: Sample, b: Sample) -> float:
+    return (b.transactions - a.transactions) / max(b.at - a.at, 1e-9)
+
+
+def cluster_roots(operator_pid: int) -> dict[str, list[int]]:
+    """Each part's root pids on the dev cluster (``agentrun dev status``'s pids)."""
+    from agentrun_dev import cluster
+
+    pids = {part.name: part.pid for part in cluster.status() if part.pid is not None}
+    return {
+        "operator": [operator_pid],
+        "api server": [pids[name] for name in ("kube-apiserver", "etcd") if name in pids],
+        "postgres": [pids["postgres"]] if "postgres" in pids else [],
+        "pods": [pids["pod-runtime"]] if "pod-runtime" in pids else [],
+    }
+
+
+@contextlib.contextmanager
+def meter(dsn: str, operator_pid: int) -> Iterator[Meter]:
+    """A meter of the dev cluster's parts and of the database ``dsn`` (one connection held open, so that
+    sampling starts no backend of its own)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        yield Meter(cluster_roots(operator_pid), conn)
