@@ -47,6 +47,7 @@ from agentrun_core.store.effects_sql import (
     reserve_effect,
 )
 from agentrun_core.store.forks import ForkSource, admit_fork, find_fork_source, list_forks
+from agentrun_core.store.observation import Observation, observe_run
 from agentrun_core.store.retention import fold_runs, mark_for_purge, purge_due
 from agentrun_core.store.rows import Approval, Attempt, Decision, Effect, Heartbeat, Run, StepEvent
 from agentrun_core.store.runs import (
@@ -92,6 +93,7 @@ __all__ = [
     "Head",
     "Heartbeat",
     "Intervention",
+    "Observation",
     "Reservation",
     "Resolution",
     "Run",
@@ -131,6 +133,7 @@ __all__ = [
     "mark_fence",
     "mark_for_purge",
     "migrate",
+    "observe_run",
     "pin_image",
     "provision_random_tenant",
     "provision_tenant",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 from psycopg.types.json import Jsonb
@@ -160,8 +161,13 @@ def list_effects(conn: db.Conn, run_id: str) -> list[rows.Effect]:
 
 def effect_counts(conn: db.Conn, run_id: str) -> dict[str, int]:
     """{pending, sent, confirmed, failed, needsHuman} for the AgentRun status."""
+    return fold_effect_counts(db.fetch_all(conn, "effect_counts", {"run_id": run_id}))
+
+
+def fold_effect_counts(groups: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """The counts of ``effect_counts``' rows ({status, n, needs_human} per status), every status present."""
     counts = {s: 0 for s in rows.EFFECT_STATUSES} | {"needsHuman": 0}
-    for r in db.fetch_all(conn, "effect_counts", {"run_id": run_id}):
+    for r in groups:
         counts[r["status"]] = int(r["n"])
         counts["needsHuman"] += int(r["needs_human"])
     return counts

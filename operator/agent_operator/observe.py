@@ -70,20 +70,11 @@ class Observer:
             run = dataclasses.replace(run, deleting=deleting)
         spec = model.RunSpec.from_body(body.get("spec") or {})
         status = memory.last_status if memory.last_status is not None else dict(body.get("status") or {})
-        db_run, db_now = store.get_run_now(self.db, run.uid)
-        db = db_run
-        approvals: tuple[store.Approval, ...] = ()
-        interventions: tuple[store.Intervention, ...] = ()
-        effects: dict[str, int] = {}
-        if db_run is not None:
-            if db_run.status not in model.DB_FINAL:
-                # The policy a future approval is requested under follows spec.approval (never while one is
-                # pending: that one keeps its snapshot).
-                store.sync_approval_policy(self.db, run.uid, spec.approval.as_json())
-            approvals = tuple(store.list_approvals(self.db, run.uid))
-            effects = store.effect_counts(self.db, run.uid)
-            if db_run.interventions:  # most runs never had one: no fourth query for them
-                interventions = tuple(store.list_interventions(self.db, run.uid))
+        # The run, its approvals, effect counts and interventions, in one round trip; and the policy a future
+        # approval is requested under follows spec.approval (never while one is pending: that one keeps its
+        # snapshot; never for a finished run).
+        seen = store.observe_run(self.db, run.uid, spec.approval.as_json())
+        db, approvals = seen.run, seen.approvals
         by_attempt = {p.attempt: p for p in pod_bodies if p.attempt > 0}
         now_mono = time.monotonic()
         state = memory_.feed_lease(memory, lease, now_mono)
@@ -117,7 +108,7 @@ class Observer:
         memory.unclaimed = memory_.since(memory.unclaimed, pod.name if unclaimed and pod else None, now_mono)
         refused = memory.pod_refused
         fork_source = None
-        if db_run is None and spec.fork_of is not None and not run.deleting:
+        if db is None and spec.fork_of is not None and not run.deleting:
             fork = spec.fork_of
             found = store.find_fork_source(
                 self.db,
@@ -138,8 +129,8 @@ class Observer:
             now=datetime.datetime.now(datetime.UTC),
             db=db,
             approvals=approvals,
-            interventions=interventions,
-            effects=effects,
+            interventions=seen.interventions,
+            effects=seen.effects,
             pods=by_attempt,
             lease_expired_holder=expired_holder,
             lease_holder=holder,
@@ -148,7 +139,7 @@ class Observer:
             last_seen_pod=last_seen,
             # None: not looked at (nothing to guard)
             admission_ok=self.admission_ok(fresh=deciding) if guarded else None,
-            db_now=db_now,
+            db_now=seen.db_now,
             blocked_for=now_mono - memory.blocked[1] if memory.blocked else None,
             unclaimed_for=now_mono - memory.unclaimed[1] if memory.unclaimed else None,
             pod_refused=(refused[0], refused[1], refused[2], now_mono - refused[3]) if refused else None,

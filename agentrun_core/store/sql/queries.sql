@@ -29,6 +29,31 @@ SELECT * FROM agentrun_runs WHERE run_id = %(run_id)s
 -- are compared with Postgres' clock, never with the caller's.
 SELECT r.*, now() AS db_now FROM (SELECT 1) one LEFT JOIN agentrun_runs r ON r.run_id = %(run_id)s
 
+-- name: observe_run
+-- What the operator reads of a run at each reconcile, in ONE statement (one round trip, one transaction;
+-- it took four, for every poll of every idle run): the run (columns NULL when there is none) and Postgres'
+-- now() as get_run_now, its approvals as list_approvals, its effect counts as effect_counts, its
+-- interventions as list_interventions (read only when the run counts some), and spec.approval made the
+-- run's policy as sync_approval_policy does, for a run not finished. One snapshot: the run's columns are
+-- those from before that sync, as when the run was read first and synced after.
+WITH synced AS (
+    UPDATE agentrun_runs r SET approval_policy = %(approval_policy)s, updated_at = now()
+    WHERE r.run_id = %(run_id)s AND r.status <> ALL (%(final_statuses)s::text[])
+      AND r.approval_policy IS DISTINCT FROM %(approval_policy)s
+      AND NOT EXISTS (SELECT 1 FROM agentrun_approvals a WHERE a.run_id = r.run_id AND a.status = 'pending')
+    RETURNING 1
+)
+SELECT r.*, now() AS db_now,
+       (SELECT count(*) FROM synced) AS policy_synced,
+       (SELECT coalesce(jsonb_agg(to_jsonb(a) ORDER BY a.requested_at, a.approval_id), '[]'::jsonb)
+        FROM agentrun_approvals a WHERE a.run_id = %(run_id)s) AS approvals_doc,
+       (SELECT coalesce(jsonb_agg(to_jsonb(c)), '[]'::jsonb)
+        FROM (SELECT status, count(*) AS n, count(*) FILTER (WHERE needs_human) AS needs_human
+              FROM agentrun_effects WHERE run_id = %(run_id)s GROUP BY status) c) AS effect_counts_doc,
+       (SELECT coalesce(jsonb_agg(to_jsonb(i) ORDER BY i.id), '[]'::jsonb)
+        FROM agentrun_interventions i WHERE i.run_id = %(run_id)s AND r.interventions > 0) AS interventions_doc
+FROM (SELECT 1) one LEFT JOIN agentrun_runs r ON r.run_id = %(run_id)s
+
 -- name: list_runs
 SELECT * FROM agentrun_runs
 WHERE (%(namespace)s::text IS NULL OR namespace = %(namespace)s)
