@@ -27,6 +27,7 @@ from typing import Any
 import kubernetes
 import psycopg
 
+from agentrun_dev import finalizers
 from bench import db, load, stats
 
 GROUP, VERSION, PLURAL = "agentrun.dev", "v1alpha1", "agentruns"
@@ -178,48 +179,17 @@ class Cluster:
                 self.operator.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 os.killpg(self.operator.pid, signal.SIGKILL)
-        # No operator any more: drop its finalizer so the namespace can go.
-        with contextlib.suppress(kubernetes.client.ApiException):
-            for r in self.custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL)[
-                "items"
-            ]:
-                with contextlib.suppress(kubernetes.client.ApiException):
-                    self.custom.patch_namespaced_custom_object(
-                        GROUP,
-                        VERSION,
-                        self.namespace,
-                        PLURAL,
-                        r["metadata"]["name"],
-                        {"metadata": {"finalizers": None}},
-                    )
+        # No operator any more: drop its finalizers so the namespace can go (agentrun_dev/finalizers.py).
+        finalizers.release_namespace(self.api, self.namespace)
         with contextlib.suppress(kubernetes.client.ApiException):
             self.core.delete_namespace(self.namespace, propagation_policy="Background")
         self.api.close()
 
 
-_LOAD_LABELS = {
-    "api server": "API server CPU (kube-apiserver + etcd)",
-    "postgres": "Postgres CPU (the whole server)",
-    "pods": "pod runtime + worker Pods CPU",
-}
-
-
-def _per_run(a: load.Sample, b: load.Sample, n: int) -> stats.Row:
-    """CPU-seconds per run between two samples, all parts together; each part in the note."""
-    parts = {part: (b.cpu[part] - a.cpu[part]) / n for part in load.PARTS}
-    return stats.Row(
-        "CPU-seconds per run (operator + API server + Postgres + Pods)",
-        [sum(parts.values())],
-        unit="CPU-s",
-        note=", ".join(f"{part} {v:.3f}" for part, v in parts.items())
-        + f"; {(b.transactions - a.transactions) / n:.1f} transactions per run",
-    )
-
-
 def parked_case(report: stats.Report, section: str, n: int, window: float) -> None:
     with db.fresh_database(f"p4p{n}") as dsn, Cluster(f"parked{n}") as c:
         pid = c.start_operator(dsn)
-        with load.meter(dsn, pid) as meter:
+        with load.meter(dsn, pid, c.api) as meter:
             idle, idle_tx = meter.cpu_slices(window)
             t0, before = time.monotonic(), meter.sample()
             c.create_runs(n, "bench.graphs:park")
@@ -241,7 +211,7 @@ def parked_case(report: stats.Report, section: str, n: int, window: float) -> No
                 unit="%",
             ),
         )
-        for part, name in _LOAD_LABELS.items():
+        for part, name in load.LABELS.items():
             report.add(
                 section,
                 stats.Row(f"{label}: {name} while all idle vs with 0 runs", busy[part], idle[part], unit="%"),
@@ -255,8 +225,8 @@ def parked_case(report: stats.Report, section: str, n: int, window: float) -> No
                 unit="/s",
             ),
         )
-        cost = _per_run(before, parked, n)
-        report.add(section, dataclasses.replace(cost, figure=f"{label}: until parked, {cost.figure}"))
+        for row in (load.cpu_per_run(before, parked, n), load.requests_per_run(before, parked, n)):
+            report.add(section, dataclasses.replace(row, figure=f"{label}: until parked, {row.figure}"))
         report.add(section, stats.Row(f"{label}: operator RSS", [_rss_mb(pid)], unit="MB"))
         report.add(
             section,
@@ -272,7 +242,7 @@ def parked_case(report: stats.Report, section: str, n: int, window: float) -> No
 def active_case(report: stats.Report, section: str, n: int, steps: int) -> None:
     with db.fresh_database(f"p4a{n}") as dsn, Cluster(f"active{n}") as c:
         pid = c.start_operator(dsn)
-        with load.meter(dsn, pid) as meter:
+        with load.meter(dsn, pid, c.api) as meter:
             before = meter.sample()
             t0 = time.monotonic()
             c.create_runs(n, f"bench.graphs:noop_{steps}")
@@ -312,7 +282,7 @@ def active_case(report: stats.Report, section: str, n: int, steps: int) -> None:
                 note=f"RSS {_rss_mb(pid):.0f} MB",
             ),
         )
-        for part, name in _LOAD_LABELS.items():
+        for part, name in load.LABELS.items():
             report.add(section, stats.Row(f"{label}: {name} (mean over the run)", [mean[part]], unit="%"))
         report.add(
             section,
@@ -322,8 +292,8 @@ def active_case(report: stats.Report, section: str, n: int, steps: int) -> None:
                 unit="/s",
             ),
         )
-        cost = _per_run(before, after, n)
-        report.add(section, dataclasses.replace(cost, figure=f"{label}: {cost.figure}"))
+        for row in (load.cpu_per_run(before, after, n), load.requests_per_run(before, after, n)):
+            report.add(section, dataclasses.replace(row, figure=f"{label}: {row.figure}"))
 
 
 def _counts(text: str | None, default: list[int]) -> list[int]:
