@@ -7,6 +7,8 @@ adds to the parent that reaped them (``cutime + cstime``). The parts:
   * ``api server``: ``kube-apiserver`` and ``etcd``;
   * ``postgres``: the postmaster and its backends, one per connection (the whole server: every database);
   * ``pods``: the pod runtime and the worker processes it runs (its children), i.e. the workers' cost.
+API requests are the API server's own count (``apiserver_request_total`` of its ``/metrics``), of every
+client: the operator, the workers' Leases, the pod runtime, the controller-manager, the benchmark itself.
 Transactions are the benchmark database's own (``pg_stat_database``: ``xact_commit + xact_rollback``; every
 statement outside a transaction block is one, reads included): unlike the server's CPU, no other database
 counts in them. Backends report them at most once a second, an idle one up to 10 s later, so they are read
@@ -19,11 +21,15 @@ import collections
 import contextlib
 import dataclasses
 import os
+import re
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import psycopg
+
+from bench import stats
 
 PARTS = ("operator", "api server", "postgres", "pods")
 _TICKS = os.sysconf("SC_CLK_TCK")
@@ -44,6 +50,36 @@ def _processes() -> dict[int, tuple[int, float]]:
         ticks = int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
         table[int(entry.name)] = (int(fields[1]), ticks / _TICKS)
     return table
+
+
+_REQUEST = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE")
+
+
+def parse_requests(metrics: str) -> dict[str, float]:
+    """``apiserver_request_total`` summed by ``"VERB resource[/subresource]"`` (codes, groups, scopes
+    together) from the API server's metrics text."""
+    counts: dict[str, float] = collections.defaultdict(float)
+    for line in metrics.splitlines():
+        match = _REQUEST.match(line)
+        if match is None:
+            continue
+        labels = dict(_LABEL.findall(match["labels"]))
+        what = labels.get("resource") or labels.get("subresource") or "-"
+        if labels.get("resource") and labels.get("subresource"):
+            what += "/" + labels["subresource"]
+        counts[f"{labels.get('verb', '?')} {what}"] += float(match["value"])
+    return dict(counts)
+
+
+def api_requests(api: Any) -> dict[str, float]:
+    """The API server's request counts so far (``parse_requests`` of its ``/metrics``), as ``api`` (an admin
+    ``kubernetes.client.ApiClient``) may read them."""
+    method, url, headers, _, _ = api.param_serialize("GET", "/metrics", auth_settings=["BearerToken"])
+    response = api.call_api(method, url, header_params=headers)
+    response.read()
+    return parse_requests(response.data.decode())
 
 
 def tree_cpu_seconds(roots: list[int], table: Mapping[int, tuple[int, float]]) -> float:
@@ -67,15 +103,19 @@ class Sample:
     at: float  # monotonic seconds
     cpu: dict[str, float]  # part -> CPU-seconds so far
     transactions: int  # of the benchmark's database so far (committed and rolled back)
+    requests: dict[str, float] = dataclasses.field(default_factory=dict)  # the API server's, by kind
 
 
 class Meter:
     """Samples of the parts' CPU and the database's transactions (``cpu_percent``,
     ``transactions_per_second``: rates between two)."""
 
-    def __init__(self, roots: Mapping[str, list[int]], conn: psycopg.Connection[tuple[int]]) -> None:
+    def __init__(
+        self, roots: Mapping[str, list[int]], conn: psycopg.Connection[tuple[int]], api: Any = None
+    ) -> None:
         self.roots = dict(roots)
         self.conn = conn
+        self.api = api  # an admin ApiClient: the API server's request counts are sampled too
 
     def sample(self) -> Sample:
         table = _processes()
@@ -84,6 +124,7 @@ class Meter:
             time.monotonic(),
             {part: tree_cpu_seconds(pids, table) for part, pids in self.roots.items()},
             int(row[0]) if row else 0,
+            api_requests(self.api) if self.api is not None else {},
         )
 
     def cpu_slices(self, seconds: float, slices: int = 5) -> tuple[dict[str, list[float]], float]:
@@ -122,9 +163,44 @@ def cluster_roots(operator_pid: int) -> dict[str, list[int]]:
     }
 
 
+# The figures' names of the parts other than the operator (P4 reports the operator's apart).
+LABELS = {
+    "api server": "API server CPU (kube-apiserver + etcd)",
+    "postgres": "Postgres CPU (the whole server)",
+    "pods": "pod runtime + worker Pods CPU",
+}
+
+
+def cpu_per_run(a: Sample, b: Sample, n: int) -> stats.Row:
+    """CPU-seconds per run between two samples, all parts together; each part in the note."""
+    parts = {part: (b.cpu[part] - a.cpu[part]) / n for part in PARTS}
+    return stats.Row(
+        "CPU-seconds per run (operator + API server + Postgres + Pods)",
+        [sum(parts.values())],
+        unit="CPU-s",
+        note=", ".join(f"{part} {v:.3f}" for part, v in parts.items())
+        + f"; {(b.transactions - a.transactions) / n:.1f} transactions per run",
+    )
+
+
+def requests_per_run(a: Sample, b: Sample, n: int) -> stats.Row:
+    """API writes per run between two samples (what a run makes the cluster store); the kinds in the note,
+    with all requests (reads, lists and watches too, the benchmark's own polling included)."""
+    delta = {k: v - a.requests.get(k, 0.0) for k, v in b.requests.items()}
+    writes = {k: v for k, v in delta.items() if k.split(" ")[0] in WRITE_VERBS and v > 0}
+    kinds = sorted(writes.items(), key=lambda kv: -kv[1])[:6]
+    return stats.Row(
+        "API writes per run (all clients)",
+        [sum(writes.values()) / n],
+        unit="req",
+        note=", ".join(f"{k} {v / n:.1f}" for k, v in kinds)
+        + f"; {sum(delta.values()) / n:.0f} requests per run in all",
+    )
+
+
 @contextlib.contextmanager
-def meter(dsn: str, operator_pid: int) -> Iterator[Meter]:
-    """A meter of the dev cluster's parts and of the database ``dsn`` (one connection held open, so that
-    sampling starts no backend of its own)."""
+def meter(dsn: str, operator_pid: int, api: Any = None) -> Iterator[Meter]:
+    """A meter of the dev cluster's parts, of the database ``dsn`` (one connection held open, so that
+    sampling starts no backend of its own) and, given an admin ``api``, of the API server's requests."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        yield Meter(cluster_roots(operator_pid), conn)
+        yield Meter(cluster_roots(operator_pid), conn, api)

@@ -64,3 +64,5 @@ def test_quick_p4_runs_an_operator_with_parked_and_active_runs(dev_cluster: Any,
         parts = dict(item.rsplit(" ", 1) for item in cost["note"].split(";")[0].split(", "))
         assert float(parts["pods"]) > 0 and float(parts["api server"]) > 0, cost
         assert float(cost["note"].split("; ")[1].split()[0]) > 0, cost  # transactions per run
+    for writes in (r for r in rows if "API writes per run" in r["figure"]):
+        assert writes["median"] >= 2, writes  # at least the AgentRun created and its worker Pod

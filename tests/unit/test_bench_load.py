@@ -41,3 +41,35 @@ def test_this_process_is_in_the_table_with_its_parent() -> None:
     ppid, cpu = table[os.getpid()]
     assert ppid == os.getppid() and cpu >= 0
     assert load.tree_cpu_seconds([os.getppid()], table) >= load.tree_cpu_seconds([os.getpid()], table)
+
+
+def _metric(code: str, resource: str, subresource: str, verb: str, value: int) -> str:
+    labels = (
+        f'code="{code}",component="apiserver",dry_run="",group="",resource="{resource}",scope="namespace",'
+        f'subresource="{subresource}",verb="{verb}",version="v1"'
+    )
+    return f"apiserver_request_total{{{labels}}} {value}"
+
+
+METRICS = "\n".join(
+    [
+        "# HELP apiserver_request_total [STABLE] Counter of apiserver requests",
+        _metric("201", "pods", "", "POST", 4),
+        _metric("409", "pods", "", "POST", 1),  # codes together
+        _metric("200", "pods", "status", "PATCH", 7),
+        _metric("200", "", "/readyz", "GET", 26),  # a path: no resource
+        'apiserver_request_duration_seconds_count{verb="POST"} 99',  # another family
+    ]
+)
+
+
+def test_requests_are_summed_by_verb_and_resource() -> None:
+    assert load.parse_requests(METRICS) == {"POST pods": 5.0, "PATCH pods/status": 7.0, "GET /readyz": 26.0}
+
+
+def test_writes_per_run_count_only_writes_made_between_the_samples() -> None:
+    a = load.Sample(0.0, {}, 0, {"POST pods": 5.0, "GET pods": 100.0})
+    b = load.Sample(1.0, {}, 0, {"POST pods": 9.0, "GET pods": 140.0, "PATCH pods/status": 8.0})
+    row = load.requests_per_run(a, b, 4)
+    assert row.ours == [3.0]  # (4 POST + 8 PATCH) / 4 runs; the reads are in the note only
+    assert row.note == "PATCH pods/status 2.0, POST pods 1.0; 13 requests per run in all"
