@@ -183,6 +183,15 @@ class Cluster:
         finalizers.release_namespace(self.api, self.namespace)
         with contextlib.suppress(kubernetes.client.ApiException):
             self.core.delete_namespace(self.namespace, propagation_policy="Background")
+        # Gone before the next case starts: its Pods' deletions would count in that case's load.
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            try:
+                self.core.read_namespace(self.namespace)
+            except kubernetes.client.ApiException as exc:
+                if exc.status == 404:
+                    break
+            time.sleep(0.5)
         self.api.close()
 
 
