@@ -158,6 +158,11 @@ def _counts(n: int, statements_: int, trips: int) -> Counts:
     )
 
 
+def _ms(timings: list[Timing], key: str, per: int = 1) -> list[float]:
+    """One figure of each attempt's ``Timing``, in milliseconds (``per``: divided by the steps)."""
+    return [1000 * t[key] / per for t in timings]
+
+
 def run(report: stats.Report, *, quick: bool, reps: int) -> None:
     section = "P1 per-step cost: worker path vs bare LangGraph + PostgresSaver"
     report.section(section)
@@ -188,54 +193,15 @@ def run(report: stats.Report, *, quick: bool, reps: int) -> None:
                 )
                 w, b, u = res["worker"], res["bare"], res["unguarded"]
                 label = f"{n} {'no-op steps' if kind == 'noop' else 'steps, 1 effect each'}, {mode}"
-                report.add(
-                    section,
-                    stats.Row(
-                        f"{label}: per step (whole attempt / n)",
-                        [1000 * t["total"] / n for t in w],
-                        [1000 * t["total"] / n for t in b],
-                    ),
-                )
-                report.add(
-                    section,
-                    stats.Row(
-                        f"{label}: marginal step",
-                        [1000 * t["marginal"] for t in w],
-                        [1000 * t["marginal"] for t in b],
-                    ),
-                )
-                report.add(
-                    section,
-                    stats.Row(
-                        f"{label}: marginal step vs fence+RLS off",
-                        [1000 * t["marginal"] for t in w],
-                        [1000 * t["marginal"] for t in u],
-                    ),
-                )
-                report.add(
-                    section,
-                    stats.Row(
-                        f"{label}: marginal step, fence+RLS off, vs bare",
-                        [1000 * t["marginal"] for t in u],
-                        [1000 * t["marginal"] for t in b],
-                    ),
-                )
-                report.add(
-                    section,
-                    stats.Row(
-                        f"{label}: before the first step",
-                        [1000 * t["before"] for t in w],
-                        [1000 * t["before"] for t in b],
-                    ),
-                )
-                report.add(
-                    section,
-                    stats.Row(
-                        f"{label}: after the last step",
-                        [1000 * t["after"] for t in w],
-                        [1000 * t["after"] for t in b],
-                    ),
-                )
+                for figure, mine, theirs in (
+                    ("per step (whole attempt / n)", _ms(w, "total", n), _ms(b, "total", n)),
+                    ("marginal step", _ms(w, "marginal"), _ms(b, "marginal")),
+                    ("marginal step vs fence+RLS off", _ms(w, "marginal"), _ms(u, "marginal")),
+                    ("marginal step, fence+RLS off, vs bare", _ms(u, "marginal"), _ms(b, "marginal")),
+                    ("before the first step", _ms(w, "before"), _ms(b, "before")),
+                    ("after the last step", _ms(w, "after"), _ms(b, "after")),
+                ):
+                    report.add(section, stats.Row(f"{label}: {figure}", mine, theirs))
                 ours, base = statements(dsn, bare_dsn, graph, mode)
                 for key, figure, unit in (
                     ("statements", "statements per step", "stmts"),
