@@ -89,6 +89,8 @@ class LeaseKeeper:
         self._body: kube.LeaseBody | None = None  # last version we wrote or confirmed as ours
         self._epoch: int | None = None
         self._last_renewed: float | None = None  # monotonic start of the last successful write
+        # (renewTime sent, monotonic start) of the last renewal whose answer was lost: see _renew_once
+        self._unconfirmed: tuple[str, float] | None = None
         self._lost: str | None = None
         self._released = False
         self._renewals = 0
@@ -284,18 +286,39 @@ class LeaseKeeper:
             return lease_cas.Renewal(lost="no lease body")
         outcome = lease_cas.renew(self.config, self.api, body, epoch, self.timeout)
         if outcome.written is None:
-            if outcome.adopt is not None:  # still ours at our epoch, at a newer version: renew on that
-                with self._lock:
+            with self._lock:
+                if outcome.sent is not None:
+                    self._unconfirmed = (outcome.sent, started)
+                if outcome.adopt is not None:  # still ours at our epoch, at a newer version: renew on that
                     self._body = outcome.adopt
+                    self._confirm_lost_answer(outcome.adopt)
             return outcome
         with self._lock:
             if self._lost is not None or self._released:
                 return outcome
             self._body = outcome.written
             self._last_renewed = started
+            self._unconfirmed = None
             self._renewals += 1
         self._renewed.set()
         return outcome
+
+    def _confirm_lost_answer(self, current: kube.LeaseBody) -> None:
+        """Under the lock. A renewal whose answer was lost (a timeout under load) may have been applied: the
+        next renewal then conflicts with it, and the re-read (``current``, still ours at our epoch) shows
+        the renewTime it sent. Then it renewed the Lease, and did so no earlier than when it was sent: it
+        counts from that moment, as a renewal answered in time would (lease_math.renew_deadline's argument
+        needs only that start). Without this, a holder whose renewal outlived its request timeout lost
+        the Lease at the renew deadline although the API server had renewed it."""
+        pending, self._unconfirmed = self._unconfirmed, None
+        if pending is None or self._lost is not None or self._released:
+            return
+        sent, started = pending
+        if (current.get("spec") or {}).get("renewTime") != sent:
+            return  # somebody else's write since: ours did not take, or was overwritten
+        if self._last_renewed is None or started > self._last_renewed:
+            self._last_renewed = started
+            self._renewals += 1
 
     def _hook_loop(self) -> None:
         # Coalescing: a slow heartbeat write skips renewals instead of queueing them or delaying renewal.

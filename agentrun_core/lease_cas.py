@@ -52,6 +52,9 @@ class Renewal:
     lost: str | None = None  # deposed or deleted: why
     error: str | None = None  # could not tell (transient): try again while the deadline allows
     adopt: kube.LeaseBody | None = None  # with ``error``: still ours, retry on this newer version
+    # with ``error``: the renewTime this step sent without learning whether the write took (its answer
+    # lost: a timeout). Should a later re-read show it, that write renewed the Lease when it was sent.
+    sent: str | None = None
 
 
 def read(cfg: LeaseConfig, api: kubernetes.client.ApiClient, timeout: float) -> kube.LeaseBody | None:
@@ -111,7 +114,7 @@ def renew(
 ) -> Renewal:
     """One CAS renewal of ``body`` (our last version): a new ``renewTime``, nothing else changed."""
     body = copy.deepcopy(body)
-    body.setdefault("spec", {})["renewTime"] = kube.micro_time()
+    renew_time = body.setdefault("spec", {})["renewTime"] = kube.micro_time()
     try:
         return Renewal(written=kube.replace_lease(api, cfg.namespace, cfg.name, body, timeout=timeout))
     except kube.NotFound:
@@ -131,7 +134,7 @@ def renew(
         return Renewal(lost=f"the Lease is now held by {summary.holder!r} at epoch {summary.transitions}")
     except kube.KubeError as exc:
         logger.warning("lease %s/%s renewal failed: %s", cfg.namespace, cfg.name, exc)
-        return Renewal(error=str(exc))
+        return Renewal(error=str(exc), sent=renew_time)
 
 
 def release(

@@ -127,6 +127,44 @@ def test_renewal_adopts_a_write_that_kept_us_as_holder(leases: FakeLeases) -> No
     assert a.renewals == 1
 
 
+def test_a_renewal_applied_although_its_answer_was_lost_counts_from_when_it_was_sent(
+    leases: FakeLeases, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under load a renewal can outlive its request timeout yet be applied. The next renewal conflicts
+    with it; the re-read shows our own renewTime: the Lease was renewed when that write was sent."""
+    real_replace = leases.replace
+
+    def answer_lost(api: Any, namespace: str, name: str, body: dict[str, Any], **kw: Any) -> dict[str, Any]:
+        real_replace(api, namespace, name, body, **kw)  # applied...
+        raise kube.KubeError("read timed out")  # ...but the client never hears so
+
+    a = _keeper("pod-a", duration=60)
+    a.acquire(wait_seconds=0)
+    acquired = a.last_renewed
+    assert acquired is not None
+    monkeypatch.setattr(kube, "replace_lease", answer_lost)
+    sent_at = time.monotonic()
+    lost_answer = a._renew_once(sent_at)
+    assert lost_answer.error and lost_answer.sent and a.last_renewed == acquired  # not known yet
+    monkeypatch.setattr(kube, "replace_lease", real_replace)
+    conflicted = a._renew_once(time.monotonic())
+    assert conflicted.adopt is not None and conflicted.written is None
+    assert a.last_renewed == sent_at and a.renewals == 1  # counted from when it was sent
+    assert a._renew_once(time.monotonic()).written is not None  # and renewing goes on from there
+
+    # Not ours: a timed-out write that did not take, then somebody else's write (our renewTime absent).
+    def not_applied(api: Any, namespace: str, name: str, body: dict[str, Any], **kw: Any) -> dict[str, Any]:
+        raise kube.KubeError("read timed out")
+
+    before = a.last_renewed
+    monkeypatch.setattr(kube, "replace_lease", not_applied)
+    assert a._renew_once(time.monotonic()).error
+    monkeypatch.setattr(kube, "replace_lease", real_replace)
+    leases.edit("agentrun-r", renewTime="someone else's")
+    assert a._renew_once(time.monotonic()).adopt is not None
+    assert a.last_renewed == before and a.renewals == 2
+
+
 def test_conflicting_renewals_are_bounded_and_end_in_loss(
     leases: FakeLeases, monkeypatch: pytest.MonkeyPatch
 ) -> None:
