@@ -12,15 +12,12 @@ second and a third of the API server's core). In a real cluster this is an unins
 from __future__ import annotations
 
 import contextlib
-from typing import Any
 
 import kubernetes
 
-from agentrun_core import protocol
-from agentrun_core.kube import pods
-
-RUN_FINALIZER = "agentrun.dev/finalizer"
-_GROUP, _VERSION, _PLURAL = "agentrun.dev", "v1alpha1", "agentruns"
+from agent_operator import model
+from agentrun_core import kube, protocol
+from agentrun_core.kube import pods, runs
 
 
 def release_namespace(api: kubernetes.client.ApiClient, namespace: str) -> int:
@@ -45,26 +42,19 @@ def _release_pods(api: kubernetes.client.ApiClient, namespace: str) -> int:
 
 
 def _release_runs(api: kubernetes.client.ApiClient, namespace: str) -> int:
-    custom: Any = kubernetes.client.CustomObjectsApi(api)  # dict bodies
     try:
-        runs = custom.list_namespaced_custom_object(_GROUP, _VERSION, namespace, _PLURAL)
-    except kubernetes.client.ApiException:
+        found = runs.list_(api, namespace, timeout=30)
+    except kube.KubeError:
         return 0  # no CRD (a test that deleted it) or no namespace: nothing holds it
     released = 0
-    for run in runs.get("items", []):
+    for run in found:
         meta = run["metadata"]
         finalizers = meta.get("finalizers") or []
-        if RUN_FINALIZER not in finalizers:
+        if model.FINALIZER not in finalizers:
             continue
-        keep = [f for f in finalizers if f != RUN_FINALIZER]
-        with contextlib.suppress(kubernetes.client.ApiException):  # changed meanwhile: its operator is back
-            custom.patch_namespaced_custom_object(
-                _GROUP,
-                _VERSION,
-                namespace,
-                _PLURAL,
-                meta["name"],
-                {"metadata": {"finalizers": keep, "resourceVersion": meta["resourceVersion"]}},
-            )
+        keep = [f for f in finalizers if f != model.FINALIZER]
+        with contextlib.suppress(kube.KubeError):  # changed meanwhile: its operator is back
+            precondition = {"finalizers": keep, "resourceVersion": meta["resourceVersion"]}
+            runs.patch(api, namespace, meta["name"], {"metadata": precondition}, timeout=30)
             released += 1
     return released
