@@ -3,34 +3,51 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import kubernetes
 import pytest
+from conftest import wait_for
 
+from agent_operator import model
 from agentrun_core import protocol
 from agentrun_dev import finalizers
 
 pytestmark = pytest.mark.slow
 
 
-def _gone(read: Any, deadline_s: float = 120.0) -> bool:
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        try:
-            read()
-        except kubernetes.client.ApiException as exc:
-            if exc.status == 404:
-                return True
-            raise
-        time.sleep(0.2)
-    return False
+def _answers(read: Any, unavailable: int) -> bool:
+    """Whether ``read()`` succeeds; False while it fails with ``unavailable``; any other failure raised."""
+    try:
+        read()
+    except kubernetes.client.ApiException as exc:
+        if exc.status == unavailable:
+            return False
+        raise
+    return True
 
 
 def test_a_namespace_with_a_held_pod_and_run_goes_once_released(kube: Any, namespace: str) -> None:
     core: Any = kubernetes.client.CoreV1Api(kube)  # dict bodies
     custom: Any = kubernetes.client.CustomObjectsApi(kube)
+
+    def pod() -> Any:
+        return core.read_namespaced_pod("held-1", namespace)
+
+    def create_run() -> Any:
+        return custom.create_namespaced_custom_object(
+            "agentrun.dev",
+            "v1alpha1",
+            namespace,
+            "agentruns",
+            {
+                "apiVersion": "agentrun.dev/v1alpha1",
+                "kind": "AgentRun",
+                "metadata": {"name": "held", "finalizers": [model.FINALIZER]},
+                "spec": {"graph": "m:g", "input": {}},
+            },
+        )
+
     core.create_namespaced_pod(
         namespace,
         {
@@ -39,27 +56,17 @@ def test_a_namespace_with_a_held_pod_and_run_goes_once_released(kube: Any, names
             "spec": {"nodeName": "agentrun-test-nowhere", "containers": [{"name": "c", "image": "x"}]},
         },
     )
-    custom.create_namespaced_custom_object(
-        "agentrun.dev",
-        "v1alpha1",
-        namespace,
-        "agentruns",
-        {
-            "apiVersion": "agentrun.dev/v1alpha1",
-            "kind": "AgentRun",
-            "metadata": {"name": "held", "finalizers": [finalizers.RUN_FINALIZER]},
-            "spec": {"graph": "m:g", "input": {}},
-        },
-    )
+    # Right after `agentrun dev up` the AgentRun kind may not be served yet (503: CRD not yet available).
+    wait_for(lambda: _answers(create_run, 503), 60, "the AgentRun created")
     core.delete_namespaced_pod("held-1", namespace, grace_period_seconds=0)
-    held = core.read_namespaced_pod("held-1", namespace)
+    held = pod()
     assert held.metadata.deletion_timestamp is not None  # deleted, yet kept by the finalizer
 
     assert finalizers.release_namespace(kube, namespace) == 2
-    assert _gone(lambda: core.read_namespaced_pod("held-1", namespace))
+    wait_for(lambda: not _answers(pod, 404), 120, "the released Pod gone")
     run = custom.get_namespaced_custom_object("agentrun.dev", "v1alpha1", namespace, "agentruns", "held")
     assert not run["metadata"].get("finalizers")
     assert finalizers.release_namespace(kube, namespace) == 0  # nothing left to release
 
     core.delete_namespace(namespace, propagation_policy="Background")
-    assert _gone(lambda: core.read_namespace(namespace)), "the namespace stayed Terminating"
+    wait_for(lambda: not _answers(lambda: core.read_namespace(namespace), 404), 120, "the namespace gone")
