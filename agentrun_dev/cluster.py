@@ -337,6 +337,8 @@ def down(s: settings_mod.Settings | None = None, purge: bool = False, out: TextI
         importlib.import_module("agentrun_dev.node.lifecycle").down(s, out)
     with state.locked(s):
         _stop(s, {p.name for p in parts(s)}, out)
+        if postgres.stop(postgres.durable(s)):  # the benchmark's, left running by a killed benchmark
+            print("stopped the durable postgres", file=out)
         if purge:
             for child in s.state_dir.iterdir():
                 if child.name != ".lock":

@@ -9,7 +9,10 @@ on first use); its data directory is owned by that user and the directories abov
 reach it.
 
 Durability is traded for speed on purpose (``fsync=off`` …): this is a throwaway development database, and the
-chaos tests kill workers, never Postgres.
+chaos tests kill workers, never Postgres. The benchmark also starts a **durable** server beside it
+(``durable``: data under ``<state>/durable-postgres``, ``fsync``, ``synchronous_commit`` and
+``full_page_writes`` on, as a production server runs): what a commit costs there is what a user's runs pay.
+``agentrun dev down`` stops it too.
 """
 
 from __future__ import annotations
@@ -41,6 +44,19 @@ fsync = off
 synchronous_commit = off
 full_page_writes = off
 max_connections = 400
+shared_buffers = 64MB
+unix_socket_directories = ''
+log_min_messages = warning
+"""
+# The durable server's (``durable``): Postgres's own defaults for durability, stated so that a changed
+# default cannot make the benchmark's "durable" figures silently something else (and checked at each start).
+_DURABLE_SETTINGS = ("fsync", "synchronous_commit", "full_page_writes")
+_DURABLE_CONF = """
+# --- agentrun benchmark settings (a server as production runs it: every commit flushed) ---
+fsync = on
+synchronous_commit = on
+full_page_writes = on
+max_connections = 100
 shared_buffers = 64MB
 unix_socket_directories = ''
 log_min_messages = warning
@@ -169,8 +185,27 @@ def _clear_stale_pidfile(s: settings_mod.Settings) -> None:
         (data_dir(s) / "postmaster.pid").unlink(missing_ok=True)
 
 
-def ensure_running(s: settings_mod.Settings) -> Info:
-    """Init (first time) and start the server unless it already answers.
+def durable(s: settings_mod.Settings) -> settings_mod.Settings:
+    """The settings of the durable server beside the dev cluster's (its own data, port and log)."""
+    return dataclasses.replace(s, state_dir=s.state_dir / "durable-postgres")
+
+
+def ensure_durable(s: settings_mod.Settings) -> Info:
+    """The durable server of the dev cluster ``s`` (made at the first call), started unless it answers.
+    Nothing else uses it: the benchmark starts it and stops it (``stop(durable(s))``), as ``down`` does."""
+    d = durable(s)
+    with state.locked(d):
+        info_ = ensure_running(d, conf=_DURABLE_CONF)
+    with psycopg.connect(dsn(d, "postgres"), autocommit=True) as conn:
+        found = {name: conn.execute(f"SHOW {name}").fetchone() for name in _DURABLE_SETTINGS}
+    if any(value != ("on",) for value in found.values()):  # its figures would be named for what they are not
+        raise RuntimeError(f"the durable postgres of {s.state_dir} does not flush its commits: {found}")
+    return info_
+
+
+def ensure_running(s: settings_mod.Settings, *, conf: str = _CONF) -> Info:
+    """Init (first time, ``conf`` appended to its postgresql.conf) and start the server unless it already
+    answers.
 
     Idempotent; call under ``state.locked``."""
     port = state.port(s, "postgres")
@@ -204,7 +239,7 @@ def ensure_running(s: settings_mod.Settings) -> Info:
                 user,
             )
             with open(data / "postgresql.conf", "a") as fh:
-                fh.write(_CONF)
+                fh.write(conf)
         _clear_stale_pidfile(s)
         _tenant_passwords(data)
         _pg(
@@ -269,10 +304,11 @@ def info(s: settings_mod.Settings) -> Info:
     return Info(port=state.port(s, "postgres"), pid=_postmaster_pid(s), dsn=dsn(s))
 
 
-def stop(s: settings_mod.Settings) -> None:
+def stop(s: settings_mod.Settings) -> bool:
+    """Stop the server of ``s`` if it runs; whether there was one to stop."""
     data = data_dir(s)
     if not (data / "postmaster.pid").exists():
-        return
+        return False
     user = _run_as()
     try:
         _pg("pg_ctl", ["-D", str(data), "-m", "fast", "-w", "-t", "30", "stop"], user, timeout=60)
@@ -280,6 +316,7 @@ def stop(s: settings_mod.Settings) -> None:
         pid = _postmaster_pid(s)
         if pid is not None and state.pid_alive(pid):
             state.stop_pid(pid)
+    return True
 
 
 def purge(s: settings_mod.Settings) -> None:

@@ -1,7 +1,8 @@
 """``agentrun bench [p1 p2 p3 p4 p5 | all] [--quick] [--reps N] [--json PATH]`` (also ``python -m bench``).
 
-Needs the dev cluster's Postgres (started if needed); P3 uses the API server when it is up, P4 needs the
-whole dev cluster (``agentrun dev up``). ``--quick`` is CI's mode: small sizes, 3 repetitions (CI passes
+Needs the dev cluster's Postgres (started if needed); P1 and P2 also start a durable Postgres beside it (every
+commit flushed) and stop it when done; P3 uses the API server when it is up, P4 needs the whole dev cluster
+(``agentrun dev up``). ``--quick`` is CI's mode: small sizes, 3 repetitions (CI passes
 ``--reps 1``), P4 with a handful of runs; it proves the scripts run, its numbers are not figures.
 """
 
@@ -12,7 +13,7 @@ import importlib
 import sys
 import time
 
-from bench import stats
+from bench import db, stats
 
 BENCHMARKS = {
     "p1": "bench.p1_steps",
@@ -60,14 +61,17 @@ def main(argv: list[str]) -> int:
         f"agentrun bench {' '.join(which)}{' --quick' if args.quick else ''}, {reps} repetitions per variant"
     )
     started = time.monotonic()
-    for name in which:
-        module = importlib.import_module(BENCHMARKS[name])
-        t0 = time.monotonic()
-        kwargs = {}
-        if name == "p4":
-            kwargs = {"parked": args.p4_parked, "active": args.p4_active}
-        module.run(report, quick=args.quick, reps=reps, **kwargs)
-        print(f"  ({name} took {time.monotonic() - t0:.0f}s)", flush=True)
+    try:
+        for name in which:
+            module = importlib.import_module(BENCHMARKS[name])
+            t0 = time.monotonic()
+            kwargs = {}
+            if name == "p4":
+                kwargs = {"parked": args.p4_parked, "active": args.p4_active}
+            module.run(report, quick=args.quick, reps=reps, **kwargs)
+            print(f"  ({name} took {time.monotonic() - t0:.0f}s)", flush=True)
+    finally:
+        db.stop_durable()  # P1 and P2 start it; nothing else uses it
     report.close()
     print(f"\ndone in {time.monotonic() - started:.0f}s")
     return 0

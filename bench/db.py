@@ -116,12 +116,17 @@ def counting_round_trips() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def fresh_database(tag: str, *, agentrun: bool = True) -> Iterator[str]:
+def fresh_database(tag: str, *, agentrun: bool = True, durable: bool = False) -> Iterator[str]:
     """DSN of a new database with agentrun's schema and PostgresSaver's tables; with ``agentrun=False``
     PostgresSaver's tables alone (a baseline must not pay for our triggers on them, migration 16). The
-    worker roles ``tenant`` made for it are dropped with it."""
+    worker roles ``tenant`` made for it are dropped with it. ``durable``: on the durable server
+    (``postgres.ensure_durable``: every commit flushed, as production runs), not the dev cluster's."""
     settings = dev_settings.from_env()
-    postgres.ensure_running(settings)
+    if durable:
+        postgres.ensure_durable(settings)
+        settings = postgres.durable(settings)
+    else:
+        postgres.ensure_running(settings)
     name = f"agentrun_bench_{tag}_{os.getpid()}"
     admin = postgres.dsn(settings, "postgres")
     with psycopg.connect(admin, autocommit=True) as conn:
@@ -145,6 +150,12 @@ def fresh_database(tag: str, *, agentrun: bool = True) -> Iterator[str]:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
             if made is not None:  # roles are the cluster's, not the database's: nothing else drops it
                 conn.execute(f'DROP ROLE IF EXISTS "{made.role}"')
+
+
+def stop_durable() -> None:
+    """Stop the durable server ``fresh_database(..., durable=True)`` starts, if it runs (its data stays, for
+    the next benchmark; ``agentrun dev down`` stops it too, ``--purge`` removes it)."""
+    postgres.stop(postgres.durable(dev_settings.from_env()))
 
 
 _RLS_TABLES = (

@@ -13,6 +13,10 @@ end → return). Statements per step are counted in a separate, untimed pass.
 The marginal step is also split in two, against a third variant: the same worker path on a database with the
 checkpoint fence and row-level security off (``db.unguard``). "vs fence+RLS off" is what those two safety
 layers cost; "fence+RLS off, vs bare" is what the rest of the worker path costs.
+
+The dev cluster's Postgres does not flush commits (``fsync=off``): its figures are CPU and round trips. The
+``sync`` attempts run once more on a durable server (every commit flushed, as production runs): "durable
+server" rows, worker and bare each on it.
 """
 
 from __future__ import annotations
@@ -192,7 +196,7 @@ def run(report: stats.Report, *, quick: bool, reps: int) -> None:
                     reps,
                 )
                 w, b, u = res["worker"], res["bare"], res["unguarded"]
-                label = f"{n} {'no-op steps' if kind == 'noop' else 'steps, 1 effect each'}, {mode}"
+                label = f"{_label(kind, n)}, {mode}"
                 for figure, mine, theirs in (
                     ("per step (whole attempt / n)", _ms(w, "total", n), _ms(b, "total", n)),
                     ("marginal step", _ms(w, "marginal"), _ms(b, "marginal")),
@@ -210,3 +214,35 @@ def run(report: stats.Report, *, quick: bool, reps: int) -> None:
                     ("trips_after", "round trips after the last step", "trips"),
                 ):
                     report.add(section, stats.Row(f"{label}: {figure}", [ours[key]], [base[key]], unit=unit))
+    durable(report, section, sizes, reps)
+
+
+def _label(kind: str, n: int) -> str:
+    return f"{n} {'no-op steps' if kind == 'noop' else 'steps, 1 effect each'}"
+
+
+def durable(report: stats.Report, section: str, sizes: list[tuple[str, int]], reps: int) -> None:
+    """The worker and bare attempts once more, ``sync``, on the durable server (``db.fresh_database(...,
+    durable=True)``: every commit flushed, as production runs; the dev cluster's server skips the flush, so
+    the figures above are CPU and round trips alone). ``sync`` only: the mode that commits at every step."""
+    with (
+        db.fresh_database("p1durable", durable=True) as dsn,
+        db.fresh_database("p1durablebare", agentrun=False, durable=True) as bare_dsn,
+    ):
+        worker_attempt(dsn, "noop_2", "sync")
+        for kind, n in sizes:
+            graph = f"{kind}_{n}"
+            res = stats.alternate(
+                {
+                    "worker": functools.partial(worker_attempt, dsn, graph, "sync"),
+                    "bare": functools.partial(bare_attempt, bare_dsn, graph, "sync"),
+                },
+                reps,
+            )
+            w, b = res["worker"], res["bare"]
+            label = f"{_label(kind, n)}, sync, durable server"
+            for figure, mine, theirs in (
+                ("per step (whole attempt / n)", _ms(w, "total", n), _ms(b, "total", n)),
+                ("marginal step", _ms(w, "marginal"), _ms(b, "marginal")),
+            ):
+                report.add(section, stats.Row(f"{label}: {figure}", mine, theirs))

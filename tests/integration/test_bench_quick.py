@@ -11,6 +11,9 @@ from typing import Any
 
 import pytest
 
+from agentrun_dev import postgres
+from agentrun_dev import settings as dev_settings
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -41,6 +44,12 @@ def test_quick_p1_p2_p3_p5_print_every_figure_with_its_baseline(
     assert p1 and all(r["baseline_median"] is not None and r["ratio"] is not None for r in p1), p1
     trips = next(r for r in rows if r["figure"].startswith("round trips per new effect"))
     assert trips["median"] > 0
+    # P1 and P2 are measured once more on the durable server (every commit flushed; ensure_durable checks the
+    # server's settings), with their baselines on it; the benchmark stops that server when done.
+    for section in ("P1", "P2"):
+        durable = [r for r in rows if r["section"].startswith(section) and "durable server" in r["figure"]]
+        assert durable and all(r["baseline_median"] is not None for r in durable), (section, durable)
+    assert not postgres.healthy(postgres.durable(dev_settings.from_env()))
     # Retention leaves nothing of a finished run in any table with a run id: a behaviour, not a number.
     purged = next(r for r in rows if "rows left after retention" in r["figure"])
     assert purged["median"] == 0, purged

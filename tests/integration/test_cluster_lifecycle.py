@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import kubernetes
+import psycopg
 import pytest
 
 from agentrun_dev import cluster, postgres, procs, state
@@ -110,3 +111,21 @@ def test_up_is_idempotent_and_recovers_after_processes_die(private: dev_settings
         assert pid is not None and not state.pid_alive(pid), (name, said.getvalue())
         assert f"stopped {name} (pid {pid}, not in its pid file)" in said.getvalue()
     assert not [pid for part in cluster.parts(s) for pid in procs.strays(s, part.marker)]
+
+
+def test_down_stops_the_durable_postgres_the_benchmark_left(private: dev_settings.Settings) -> None:
+    """The benchmark's durable server (every commit flushed) runs beside the dev cluster's; a benchmark killed
+    before its own teardown leaves it running, and ``down`` stops it."""
+    s = private
+    durable = postgres.durable(s)
+    postgres.ensure_durable(s)
+    assert postgres.healthy(durable)
+    with psycopg.connect(postgres.dsn(durable, "postgres"), autocommit=True) as conn:
+        assert conn.execute("SHOW fsync").fetchone() == ("on",)
+    pid = postgres.info(durable).pid
+    assert pid is not None and state.pid_alive(pid)
+
+    said = io.StringIO()
+    cluster.down(s, out=said)
+    assert "stopped the durable postgres" in said.getvalue()
+    assert not postgres.healthy(durable) and not state.pid_alive(pid)
