@@ -178,6 +178,11 @@ class Plan:
     # The run wants to start an attempt and its namespace has no free worker slot (agent_operator.throttle):
     # it waits in the namespace's queue; nothing was created.
     queued: bool = False
+    # The run waits on something outside it (a human's approval, spec.suspend, the TTL of a finished run): the
+    # look it asked for with ``idle`` is only the fallback for a missed wake-up, and ``stretch_idle`` lets it
+    # grow while the run stays quiet. ``timer``: the earliest ``soon`` (a deadline, a backoff), which stands.
+    idle_after: float | None = None
+    timer: float | None = dataclasses.field(default=None, repr=False)
 
     def warn(self, reason: str, message: str) -> None:
         self.events.append(Event("Warning", reason, message))
@@ -188,5 +193,25 @@ class Plan:
     def soon(self, seconds: float) -> None:
         """Look again within ``seconds`` (the earliest of all the asks wins over the default)."""
         seconds = max(0.0, seconds)
+        self.timer = seconds if self.timer is None else min(self.timer, seconds)
+        self._ask(seconds)
+
+    def idle(self, seconds: float) -> None:
+        """Look again within ``seconds`` in case a wake-up was missed: the run waits on something that wakes
+        its loop when it happens (a watch event, a slot) or on a ``soon`` of its own (a deadline)."""
+        seconds = max(0.0, seconds)
+        self.idle_after = seconds if self.idle_after is None else min(self.idle_after, seconds)
+        self._ask(seconds)
+
+    def stretch_idle(self, quiet_rounds: int, cap: float) -> None:
+        """After ``quiet_rounds`` quiet rounds in a row, the idle look doubles for each, up to ``cap`` (never
+        below the idle poll itself); a ``soon`` still wins. 1,000 parked runs polled every 30 s cost the
+        operator CPU and Postgres transactions in proportion to their number (bench P4)."""
+        if self.idle_after is None or quiet_rounds <= 0:
+            return
+        stretched = max(self.idle_after, min(cap, self.idle_after * 2.0 ** min(quiet_rounds, 32)))
+        self.requeue_after = stretched if self.timer is None else min(self.timer, stretched)
+
+    def _ask(self, seconds: float) -> None:
         self.requeue_after = min(self.requeue_after, seconds) if self.asked else seconds
         self.asked = True

@@ -108,7 +108,7 @@ def _ended(w: walk.Walk, current: int, pod: model.PodInfo | None) -> dict[str, A
             )
             st.next_attempt_at = None
             w.show()
-            plan.soon(w.settings.idle_poll_seconds)
+            plan.idle(w.settings.idle_poll_seconds)  # the decision arrives as a watch event
             return None
         start(w, current + 1, "deadline" if _last_expired(world) else "approval")
         return None

@@ -57,7 +57,7 @@ def finish(w: walk.Walk, outcome: tuple[str, str, str], pod: model.PodInfo | Non
             plan.done = True
     w.show()
     ttl = world.spec.ttl_seconds_after_finished
-    plan.soon(w.settings.idle_poll_seconds)
+    plan.idle(w.settings.idle_poll_seconds)
     if ttl is not None and not world.run.deleting:
         # One clock: Postgres' finished_at against Postgres' now(); only a finish the operator decided
         # (no finished_at) uses the operator's clock, which wrote that completionTime.
@@ -118,4 +118,4 @@ def stop(w: walk.Walk, pod: model.PodInfo | None) -> None:
     st.phase, st.reason, st.message = "Suspended", "Suspended", "suspended (spec.suspend); no worker runs"
     st.next_attempt_at = None
     w.show()
-    plan.soon(w.settings.idle_poll_seconds)
+    plan.idle(w.settings.idle_poll_seconds)  # resumed by a spec change: a watch event

@@ -47,6 +47,7 @@ class RunMemory:
     terminated_seen: dict[str, float] = dataclasses.field(default_factory=dict)  # pod name -> monotonic
     notify_problem: tuple[str, str] | None = None  # (reason, message): the NotificationFailed condition
     notify_warned: set[str] = dataclasses.field(default_factory=set)  # notification Warnings already posted
+    quiet_rounds: int = 0  # reconciles in a row that waited and changed nothing (reconcile.quiet)
 
 
 def pod_deleted(memory: RunMemory, body: Mapping[str, Any]) -> None:

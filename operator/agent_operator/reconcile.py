@@ -55,6 +55,24 @@ def decide(world: model.World, settings: settings_.ReconcileSettings = DEFAULTS)
     return w.plan
 
 
+# Conditions True while a run waits on something no watch of the run reports (the cluster's admission
+# policies; a notification receiver or its Secret): only a look notices it is back, so no stretching.
+_POLLED_CONDITIONS = frozenset({"ApprovalPolicyMissing", "NotificationFailed"})
+
+
+def quiet(world: model.World, plan: actions.Plan) -> bool:
+    """A round of a run that waits (``Plan.idle``) and changed nothing: no action, no Event, its status as it
+    was, and no problem only a look can see go away. The runner counts these in a row to stretch the idle
+    look (``Plan.stretch_idle``)."""
+    if plan.idle_after is None or plan.actions or plan.events or plan.queued:
+        return False
+    status = world.status if plan.status is None else plan.status
+    conditions = status.get("conditions") or ()
+    if any(c.get("type") in _POLLED_CONDITIONS and c.get("status") == "True" for c in conditions):
+        return False
+    return plan.status is None or phases.status_patch(world.status, plan.status) is None
+
+
 def _walk(w: walk.Walk) -> None:
     world, plan, st = w.world, w.plan, w.st
     run, spec, db = world.run, world.spec, world.db
@@ -117,7 +135,7 @@ def _admit(w: walk.Walk) -> None:
         st.message = problem or st.message
         st.completion_time = st.completion_time or phases.iso(world.now)
         w.show()
-        plan.soon(w.settings.idle_poll_seconds)
+        plan.idle(w.settings.idle_poll_seconds)
         return
     if spec.fork_of is not None and fork is not None and fork.checkpoint_id and fork.run_id:
         plan.actions.append(actions.Admit(fork_source=fork.run_id, fork_checkpoint=fork.checkpoint_id))

@@ -115,6 +115,8 @@ class Runner:
         self._release(world, plan)
         self._account(world, plan, memory)
         self._notify(world, plan, memory)
+        memory.quiet_rounds = memory.quiet_rounds + 1 if reconcile.quiet(world, plan) else 0
+        plan.stretch_idle(memory.quiet_rounds, self.settings.reconcile.idle_poll_max_seconds)
         return plan
 
     def _slot(

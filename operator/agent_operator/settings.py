@@ -43,6 +43,11 @@ class WorkerDefaults:
 class ReconcileSettings:
     poll_seconds: float = 2.0  # AGENTRUN_POLL_SECONDS: max time between two looks at an active run
     idle_poll_seconds: float = 30.0  # AGENTRUN_IDLE_POLL_SECONDS: same, for finished/parked runs
+    # A waiting run (parked, suspended, finished) that stays quiet is looked at after the idle poll, then
+    # twice that, and so on up to this (seconds): a watch event or a deadline of its own still wakes it at
+    # once. The idle poll alone cost the operator CPU and Postgres transactions in proportion to the number of
+    # waiting runs.
+    idle_poll_max_seconds: float = 300.0  # AGENTRUN_IDLE_POLL_MAX_SECONDS
     # Wait this long after creating a run's Pod before treating "no Pod in the cache" as "Pod deleted":
     # the watch may lag the create by a moment.
     pod_cache_grace_seconds: float = 5.0  # AGENTRUN_POD_CACHE_GRACE_SECONDS
@@ -140,6 +145,9 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
     reconcile = ReconcileSettings(
         poll_seconds=_number(env, "AGENTRUN_POLL_SECONDS", ReconcileSettings.poll_seconds),
         idle_poll_seconds=_number(env, "AGENTRUN_IDLE_POLL_SECONDS", ReconcileSettings.idle_poll_seconds),
+        idle_poll_max_seconds=_number(
+            env, "AGENTRUN_IDLE_POLL_MAX_SECONDS", ReconcileSettings.idle_poll_max_seconds
+        ),
         pod_cache_grace_seconds=_number(
             env, "AGENTRUN_POD_CACHE_GRACE_SECONDS", ReconcileSettings.pod_cache_grace_seconds
         ),

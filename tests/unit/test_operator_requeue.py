@@ -6,9 +6,10 @@ and finished run was reconciled every ~2 s: at 1,000 parked runs the operator us
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 
-from agent_operator import actions, reconcile, settings
+from agent_operator import actions, model, reconcile, settings
 from agentrun_core import store
 from tests.unit import rowmaker
 from tests.unit.reconcile_world import NOW, pod, world
@@ -81,3 +82,79 @@ def test_a_finished_run_with_a_ttl_is_looked_at_when_it_expires() -> None:
 def test_a_running_run_keeps_the_active_poll() -> None:
     w = world(db="running", status={"attempts": 1}, pods=[pod(phase="Running")])
     assert reconcile.decide(w, POLLS).requeue_after == ACTIVE
+
+
+# --- a waiting run that stays quiet is looked at less and less often ----------------------------------------
+
+CAP = 300.0
+
+
+def _parked(status: dict[str, object], deadline: float = 86400) -> model.World:
+    return world(
+        db="parked",
+        status=status,
+        pods=[pod(phase="Failed", exit_code=10)],
+        approvals=(pending(deadline),),
+    )
+
+
+def _settled(w: model.World, rounds: int) -> tuple[actions.Plan, int]:
+    """One reconcile as the runner ends it: count the quiet round, stretch the idle look."""
+    plan = reconcile.decide(w, POLLS)
+    rounds = rounds + 1 if reconcile.quiet(w, plan) else 0
+    plan.stretch_idle(rounds, CAP)
+    return plan, rounds
+
+
+def test_a_parked_run_that_stays_quiet_is_looked_at_after_doubling_idle_polls_up_to_the_cap() -> None:
+    first, rounds = _settled(_parked({"attempts": 1, "phase": "Running"}), 0)
+    assert rounds == 0 and first.requeue_after == IDLE  # the round that parked it changed its status
+    assert first.status is not None
+    waiting = _parked(first.status)  # the next rounds see the status it wrote
+    looks = []
+    for _ in range(6):
+        plan, rounds = _settled(waiting, rounds)
+        looks.append(plan.requeue_after)
+    assert looks == [60.0, 120.0, 240.0, CAP, CAP, CAP]
+
+
+def test_a_deadline_of_its_own_still_wins_over_the_stretched_look() -> None:
+    first = reconcile.decide(_parked({"attempts": 1, "phase": "Running"}, deadline=100), POLLS)
+    assert first.status is not None
+    plan, rounds = _settled(_parked(first.status, deadline=100), 5)
+    assert rounds == 6 and plan.requeue_after == 100.0  # the approval deadline, not 300 s
+
+
+def test_a_round_that_changes_something_starts_over_at_the_idle_poll() -> None:
+    first = reconcile.decide(_parked({"attempts": 1, "phase": "Running"}), POLLS)
+    assert first.status is not None
+    changed = {**first.status, "message": "an older message"}  # e.g. a status another writer changed
+    plan, rounds = _settled(_parked(changed), 7)
+    assert rounds == 0 and plan.requeue_after == IDLE
+
+
+def test_an_active_run_is_never_stretched() -> None:
+    w = world(db="running", status={"attempts": 1}, pods=[pod(phase="Running")])
+    plan = reconcile.decide(w, POLLS)
+    assert not reconcile.quiet(w, plan)
+    plan.stretch_idle(10, CAP)
+    assert plan.requeue_after == ACTIVE
+
+
+def test_stretching_never_shortens_an_idle_poll_set_above_the_cap() -> None:
+    plan = actions.Plan(requeue_after=ACTIVE)
+    plan.idle(600.0)
+    plan.stretch_idle(3, CAP)
+    assert plan.requeue_after == 600.0
+
+
+def test_a_run_refusing_decisions_for_want_of_the_admission_policies_keeps_the_plain_idle_poll() -> None:
+    """Their return is no event of the run: only a look sees it (test_approval_safety: the condition goes
+    back to False within the idle poll)."""
+    first = reconcile.decide(_parked({"attempts": 1, "phase": "Running"}), POLLS)
+    assert first.status is not None
+    no_policies = dataclasses.replace(_parked(first.status), admission_ok=False)
+    missing = reconcile.decide(no_policies, POLLS)
+    assert missing.status is not None
+    plan, rounds = _settled(dataclasses.replace(_parked(missing.status), admission_ok=False), 4)
+    assert rounds == 0 and plan.requeue_after == IDLE
