@@ -6,8 +6,9 @@ AgentRuns created at once (8 creators in parallel). Reported: time until all are
 Pod objects left, runs/min, the operator's RSS, and the load on each part (``bench.load``: the CPU of the
 operator, the API server, Postgres and the worker Pods, and the database's transactions) — for parked runs
 over a window split into 5 slices after they are all parked (the idle cost), compared with the same parts
-over the same slices before any run existed (the baseline in the same run); for active runs as the mean over
-the run.
+over the same slices before any run existed (the baseline in the same run), and once more 8 minutes after the
+last one parked (full mode: the operator's idle poll of a quiet run has stretched to its longest by then); for
+active runs as the mean over the run.
 Both also give what a run cost in all: CPU-seconds per run, each part, transactions per run.
 """
 
@@ -195,7 +196,7 @@ class Cluster:
         self.api.close()
 
 
-def parked_case(report: stats.Report, section: str, n: int, window: float) -> None:
+def parked_case(report: stats.Report, section: str, n: int, window: float, settle: float) -> None:
     with db.fresh_database(f"p4p{n}") as dsn, Cluster(f"parked{n}") as c:
         pid = c.start_operator(dsn)
         with load.meter(dsn, pid, c.api) as meter:
@@ -203,11 +204,15 @@ def parked_case(report: stats.Report, section: str, n: int, window: float) -> No
             t0, before = time.monotonic(), meter.sample()
             c.create_runs(n, "bench.graphs:park")
             reached = time.monotonic() - t0 + c.wait_all("WaitingApproval", n, timeout=120 + 6.0 * n)
-            parked = meter.sample()
+            parked_at, parked = time.monotonic(), meter.sample()
             # Let the last workers exit and their Pods settle, and Postgres count what the parking did: an
             # idle backend reports its transactions to the statistics up to 10 s later (bench/load.py).
             time.sleep(12)
             busy, busy_tx = meter.cpu_slices(window)
+            settled: tuple[dict[str, list[float]], float] | None = None
+            if settle > 0:  # once every run's idle poll has stretched to its longest (operator.md)
+                time.sleep(max(0.0, parked_at + settle - time.monotonic()))
+                settled = meter.cpu_slices(window)
         live, objects = c.pods()
         label = f"{n} runs parked on approval"
         report.add(section, stats.Row(f"{label}: time to all parked", [reached], unit="s"))
@@ -234,6 +239,23 @@ def parked_case(report: stats.Report, section: str, n: int, window: float) -> No
                 unit="/s",
             ),
         )
+        if settled is not None:
+            late, late_tx = settled
+            when = f"idle {settle / 60:.0f} min after the last parked"
+            for part, name in (("operator", "operator CPU"), *load.LABELS.items()):
+                report.add(
+                    section,
+                    stats.Row(f"{label}: {name}, {when}, vs with 0 runs", late[part], idle[part], unit="%"),
+                )
+            report.add(
+                section,
+                stats.Row(
+                    f"{label}: Postgres transactions/s (this database), {when}, vs with 0 runs",
+                    [late_tx],
+                    [idle_tx],
+                    unit="/s",
+                ),
+            )
         for row in (load.cpu_per_run(before, parked, n), load.requests_per_run(before, parked, n)):
             report.add(section, dataclasses.replace(row, figure=f"{label}: until parked, {row.figure}"))
         report.add(section, stats.Row(f"{label}: operator RSS", [_rss_mb(pid)], unit="MB"))
@@ -317,8 +339,11 @@ def run(
     section = "P4 scale: parked and concurrent runs with a real operator"
     report.section(section)
     window = 5.0 if quick else 30.0
+    # The operator's idle poll of a quiet waiting run doubles from 30 s to 300 s (AGENTRUN_IDLE_POLL_MAX_
+    # SECONDS): 450 s after its last change a run is at the longest; measured once more after that.
+    settle = 0.0 if quick else 480.0
     for n in _counts(parked, [3] if quick else [50, 200, 1000]):
-        parked_case(report, section, n, window)
+        parked_case(report, section, n, window, settle)
     for n in _counts(active, [2] if quick else [10, 25, 50, 100]):
         active_case(report, section, n, 10)
 
