@@ -37,30 +37,40 @@ SYSTEM_USER = "agentrun-postgres"
 SUPERUSER = "postgres"
 DATABASE = "agentrun"
 
-# Appended to postgresql.conf once, after initdb. Many test sessions with pools share this server.
-_CONF = """
-# --- agentrun dev settings (a throwaway development database: speed over durability) ---
-fsync = off
-synchronous_commit = off
-full_page_writes = off
-max_connections = 400
-shared_buffers = 64MB
-unix_socket_directories = ''
-log_min_messages = warning
-"""
-# The durable server's (``durable``): Postgres's own defaults for durability, stated so that a changed
-# default cannot make the benchmark's "durable" figures silently something else (and checked at each start).
-_DURABLE_SETTINGS = ("fsync", "synchronous_commit", "full_page_writes")
-_DURABLE_CONF = """
-# --- agentrun benchmark settings (a server as production runs it: every commit flushed) ---
-fsync = on
-synchronous_commit = on
-full_page_writes = on
-max_connections = 100
-shared_buffers = 64MB
-unix_socket_directories = ''
-log_min_messages = warning
-"""
+# What a commit costs hangs on these: off on the dev server (a throwaway development database: speed over
+# durability), on for the durable one (``durable``: Postgres's own defaults, stated so that a changed default
+# cannot make the benchmark's "durable" figures silently something else; checked at each start).
+_DURABILITY = ("fsync", "synchronous_commit", "full_page_writes")
+
+
+def _conf(title: str, *, durable: bool, max_connections: int) -> str:
+    """What is appended to postgresql.conf once, after initdb."""
+    flag = "on" if durable else "off"
+    return "\n".join(
+        [
+            "",
+            f"# --- {title} ---",
+            *(f"{name} = {flag}" for name in _DURABILITY),
+            f"max_connections = {max_connections}",
+            "shared_buffers = 64MB",
+            "unix_socket_directories = ''",
+            "log_min_messages = warning",
+            "",
+        ]
+    )
+
+
+# Many test sessions with pools share the dev server.
+_CONF = _conf(
+    "agentrun dev settings (a throwaway development database: speed over durability)",
+    durable=False,
+    max_connections=400,
+)
+_DURABLE_CONF = _conf(
+    "agentrun benchmark settings (a server as production runs it: every commit flushed)",
+    durable=True,
+    max_connections=100,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,7 +207,7 @@ def ensure_durable(s: settings_mod.Settings) -> Info:
     with state.locked(d):
         info_ = ensure_running(d, conf=_DURABLE_CONF)
     with psycopg.connect(dsn(d, "postgres"), autocommit=True) as conn:
-        found = {name: conn.execute(f"SHOW {name}").fetchone() for name in _DURABLE_SETTINGS}
+        found = {name: conn.execute(f"SHOW {name}").fetchone() for name in _DURABILITY}
     if any(value != ("on",) for value in found.values()):  # its figures would be named for what they are not
         raise RuntimeError(f"the durable postgres of {s.state_dir} does not flush its commits: {found}")
     return info_

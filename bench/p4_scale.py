@@ -216,46 +216,10 @@ def parked_case(report: stats.Report, section: str, n: int, window: float, settl
         live, objects = c.pods()
         label = f"{n} runs parked on approval"
         report.add(section, stats.Row(f"{label}: time to all parked", [reached], unit="s"))
-        report.add(
-            section,
-            stats.Row(
-                f"{label}: operator CPU while all idle vs with 0 runs",
-                busy["operator"],
-                idle["operator"],
-                unit="%",
-            ),
-        )
-        for part, name in load.LABELS.items():
-            report.add(
-                section,
-                stats.Row(f"{label}: {name} while all idle vs with 0 runs", busy[part], idle[part], unit="%"),
-            )
-        report.add(
-            section,
-            stats.Row(
-                f"{label}: Postgres transactions/s (this database) while all idle vs with 0 runs",
-                [busy_tx],
-                [idle_tx],
-                unit="/s",
-            ),
-        )
+        _idle_rows(report, section, label, "while all idle", busy, busy_tx, idle, idle_tx)
         if settled is not None:
-            late, late_tx = settled
             when = f"idle {settle / 60:.0f} min after the last parked"
-            for part, name in (("operator", "operator CPU"), *load.LABELS.items()):
-                report.add(
-                    section,
-                    stats.Row(f"{label}: {name}, {when}, vs with 0 runs", late[part], idle[part], unit="%"),
-                )
-            report.add(
-                section,
-                stats.Row(
-                    f"{label}: Postgres transactions/s (this database), {when}, vs with 0 runs",
-                    [late_tx],
-                    [idle_tx],
-                    unit="/s",
-                ),
-            )
+            _idle_rows(report, section, label, when, *settled, idle, idle_tx)
         for row in (load.cpu_per_run(before, parked, n), load.requests_per_run(before, parked, n)):
             report.add(section, dataclasses.replace(row, figure=f"{label}: until parked, {row.figure}"))
         report.add(section, stats.Row(f"{label}: operator RSS", [_rss_mb(pid)], unit="MB"))
@@ -268,6 +232,34 @@ def parked_case(report: stats.Report, section: str, n: int, window: float, settl
                 note=f"{objects} Pod objects",
             ),
         )
+
+
+def _idle_rows(
+    report: stats.Report,
+    section: str,
+    label: str,
+    when: str,
+    cpu: dict[str, list[float]],
+    tx: float,
+    baseline: dict[str, list[float]],
+    baseline_tx: float,
+) -> None:
+    """Each part's CPU and the database's transactions/s over the slices ``cpu`` / ``tx`` (taken ``when``)
+    against the same before any run existed."""
+    for part, name in (("operator", "operator CPU"), *load.LABELS.items()):
+        report.add(
+            section,
+            stats.Row(f"{label}: {name} {when} vs with 0 runs", cpu[part], baseline[part], unit="%"),
+        )
+    report.add(
+        section,
+        stats.Row(
+            f"{label}: Postgres transactions/s (this database) {when} vs with 0 runs",
+            [tx],
+            [baseline_tx],
+            unit="/s",
+        ),
+    )
 
 
 def active_case(report: stats.Report, section: str, n: int, steps: int) -> None:
