@@ -11,6 +11,8 @@ from conftest import wait_for
 
 from agent_operator import model
 from agentrun_core import protocol
+from agentrun_core.kube import errors as kube_errors
+from agentrun_core.kube import runs
 from agentrun_dev import finalizers
 
 pytestmark = pytest.mark.slow
@@ -20,7 +22,7 @@ def _answers(read: Any, unavailable: int) -> bool:
     """Whether ``read()`` succeeds; False while it fails with ``unavailable``; any other failure raised."""
     try:
         read()
-    except kubernetes.client.ApiException as exc:
+    except (kubernetes.client.ApiException, kube_errors.KubeError) as exc:
         if exc.status == unavailable:
             return False
         raise
@@ -29,23 +31,21 @@ def _answers(read: Any, unavailable: int) -> bool:
 
 def test_a_namespace_with_a_held_pod_and_run_goes_once_released(kube: Any, namespace: str) -> None:
     core: Any = kubernetes.client.CoreV1Api(kube)  # dict bodies
-    custom: Any = kubernetes.client.CustomObjectsApi(kube)
 
     def pod() -> Any:
         return core.read_namespaced_pod("held-1", namespace)
 
     def create_run() -> Any:
-        return custom.create_namespaced_custom_object(
-            "agentrun.dev",
-            "v1alpha1",
+        return runs.create(
+            kube,
             namespace,
-            "agentruns",
             {
-                "apiVersion": "agentrun.dev/v1alpha1",
+                "apiVersion": runs.API_VERSION,
                 "kind": "AgentRun",
                 "metadata": {"name": "held", "finalizers": [model.FINALIZER]},
                 "spec": {"graph": "m:g", "input": {}},
             },
+            timeout=30,
         )
 
     core.create_namespaced_pod(
@@ -64,7 +64,7 @@ def test_a_namespace_with_a_held_pod_and_run_goes_once_released(kube: Any, names
 
     assert finalizers.release_namespace(kube, namespace) == 2
     wait_for(lambda: not _answers(pod, 404), 120, "the released Pod gone")
-    run = custom.get_namespaced_custom_object("agentrun.dev", "v1alpha1", namespace, "agentruns", "held")
+    run = runs.get(kube, namespace, "held", timeout=30)
     assert not run["metadata"].get("finalizers")
     assert finalizers.release_namespace(kube, namespace) == 0  # nothing left to release
 
