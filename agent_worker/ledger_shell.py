@@ -245,7 +245,9 @@ class Execution:
         outcome = value if isinstance(value, calls.Outcome) else calls.Outcome(value)
         result = calls.jsonable(outcome.result, f"the result of tool {self.tool.name!r}")
         status = "confirmed" if outcome.confirmed else "sent"
-        self._record(status, count, result=result, provider_ref=outcome.provider_ref)
+        # Its commit does not wait for the flush: lost only with the server, it leaves the row pending,
+        # which is reconciled (store.record_effect).
+        self._record(status, count, result=result, provider_ref=outcome.provider_ref, flush=False)
         return result
 
     def _exception(self, action: ledger.Raise) -> BaseException:

@@ -120,6 +120,7 @@ def run(report: stats.Report, *, quick: bool, reps: int) -> None:
             stats.Row("round trips per new effect (floor 2: reserve, record)", [trips], [2.0], unit="trips"),
         )
     # The dev cluster's server does not flush commits: what a commit costs there is CPU. Once more where every
-    # commit is flushed, as production runs (a raw commit then pays the flush, and an effect two of them).
+    # commit is flushed, as production runs (a raw commit then pays the flush, and an effect one: its
+    # reserve's; the success record does not wait for it, store.record_effect).
     with db.fresh_database("p2durable", durable=True) as dsn:
         throughput(report, section, dsn, n, reps, where=", durable server")

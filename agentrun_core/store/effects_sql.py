@@ -106,13 +106,24 @@ def record_effect(
     deadline_seconds: float | None = None,
     args: Any = None,
     args_hash: str | None = None,
+    flush: bool = True,
 ) -> rows.Effect:
     """Move ``key`` to ``status`` (fenced, one statement). ``calls``: provider calls since last record.
 
     ``deadline_seconds``: a call is about to be issued; it may take effect until now + this (Postgres clock).
-    ``args``/``args_hash``: the arguments of that call, when they differ from the stored ones."""
+    ``args``/``args_hash``: the arguments of that call, when they differ from the stored ones.
+
+    ``flush=False`` (a success only): the commit does not wait for the WAL flush. Safe because losing it
+    in a server crash leaves the row ``pending`` with its call deadline: the state a worker killed between
+    the provider call and this record leaves, which the next attempt reconciles (lookup, re-issue under
+    the key, or a human), never guesses. Visible to everyone at once; on disk with the next commit that
+    waits (WAL order: the next reserve, the step's checkpoint) or the WAL writer's next round (a fraction of
+    a second), whichever is first. What is recorded before a call (a reserve, a re-issue's deadline and
+    arguments) and a failure always wait for the flush."""
     if status not in _FROM:
         raise ValueError(f"unknown effect status {status!r}")
+    if not flush and status not in ("sent", "confirmed"):
+        raise ValueError(f"effect {key}: a {status!r} record must be flushed (only a success may wait)")
     row = db.fetch_one(
         conn,
         "record_effect",
@@ -130,6 +141,7 @@ def record_effect(
             "deadline_seconds": deadline_seconds,
             "args": None if args is None else Jsonb(args),
             "args_hash": args_hash,
+            "flush": flush,
         },
     )
     checked = rows.fenced(row, run_id=run_id, epoch=epoch, refused=f"effect {key}: record")

@@ -55,7 +55,7 @@ def pool(pg_dsn: str) -> Iterator[psycopg_pool.ConnectionPool[Any]]:
         yield p
 
 
-def _charge_tool(url: str, calls: list[str]) -> effects.Tool[Any, Any]:
+def charge_tool(url: str, calls: list[str]) -> effects.Tool[Any, Any]:
     @effects.tool(name="charge", dedupes_by_key=True, retry=effects.RetryPolicy(initial_backoff=0.01))
     def charge(call: effects.Call, *, cents: int) -> Any:
         calls.append(call.idempotency_key)
@@ -69,7 +69,7 @@ def _charge_tool(url: str, calls: list[str]) -> effects.Tool[Any, Any]:
     return charge
 
 
-def _graph(tool: effects.Tool[Any, Any], n: int = 1) -> Any:
+def pay_graph(tool: effects.Tool[Any, Any], n: int = 1) -> Any:
     def node(state: State) -> State:
         return {"out": [tool(cents=i) for i in range(n)]}
 
@@ -92,7 +92,7 @@ def test_happy_path_is_two_round_trips_and_replay_one(
     global EXECUTES
     ctx = _setup(pool)
     calls: list[str] = []
-    graph = _graph(_charge_tool(provider, calls), n=5)
+    graph = pay_graph(charge_tool(provider, calls), n=5)
     with context.activate(ctx):
         EXECUTES = 0
         graph.invoke({}, {"configurable": {"thread_id": "a"}})
@@ -116,7 +116,7 @@ def test_two_identical_calls_in_one_step_are_two_effects(
 ) -> None:
     ctx = _setup(pool)
     calls: list[str] = []
-    tool = _charge_tool(provider, calls)
+    tool = charge_tool(provider, calls)
 
     def node(state: State) -> State:
         return {"out": [tool(cents=1), tool(cents=1)]}
@@ -137,7 +137,7 @@ def test_zombie_epoch_write_is_refused_before_any_provider_call(
     zombie = _setup(pool, epoch=1)
     store.claim_run(pool, run_id="r", epoch=2, holder="newer")  # a newer attempt took the run
     calls: list[str] = []
-    graph = _graph(_charge_tool(provider, calls))
+    graph = pay_graph(charge_tool(provider, calls))
     with context.activate(zombie), pytest.raises(errors.Fenced):
         graph.invoke({}, {"configurable": {"thread_id": "a"}})
     assert calls == []
@@ -153,7 +153,7 @@ def test_lease_past_renew_deadline_stops_effects(
     ctx.may_act = lambda: False
     calls: list[str] = []
     with context.activate(ctx), pytest.raises(errors.Fenced, match="lease not held"):
-        _graph(_charge_tool(provider, calls)).invoke({}, {"configurable": {"thread_id": "a"}})
+        pay_graph(charge_tool(provider, calls)).invoke({}, {"configurable": {"thread_id": "a"}})
     assert calls == [] and store.list_effects(pool, "r") == []
 
 
@@ -168,7 +168,7 @@ def test_retry_after_429_is_honoured_and_attempts_are_in_the_ledger(
     )
     calls: list[str] = []
     with context.activate(ctx):
-        _graph(_charge_tool(provider, calls)).invoke({}, {"configurable": {"thread_id": "a"}})
+        pay_graph(charge_tool(provider, calls)).invoke({}, {"configurable": {"thread_id": "a"}})
     (effect,) = store.list_effects(pool, "r")
     assert effect.status == "sent" and effect.attempts == 3 and effect.provider_ref
     assert len(calls) == 3 and len(slept) == 2 and all(1.5 <= s <= 1.66 for s in slept)
@@ -184,7 +184,7 @@ def test_non_retryable_error_fails_fast(pool: psycopg_pool.ConnectionPool[Any]) 
         raise effects.Permanent("HTTP 400 invalid")
 
     with context.activate(ctx), pytest.raises(errors.EffectFailed, match="non-retryable"):
-        _graph(bad).invoke({}, {"configurable": {"thread_id": "a"}})  # type: ignore[arg-type]
+        pay_graph(bad).invoke({}, {"configurable": {"thread_id": "a"}})  # type: ignore[arg-type]
     (effect,) = store.list_effects(pool, "r")
     assert calls == [0] and effect.status == "failed" and effect.attempts == 1
 
@@ -194,7 +194,7 @@ def test_read_only_run_refuses_new_effects(pool: psycopg_pool.ConnectionPool[Any
     store.set_read_only(pool, "r", True)
     calls: list[str] = []
     with context.activate(ctx), pytest.raises(errors.ReadOnlyRun):
-        _graph(_charge_tool(provider, calls)).invoke({}, {"configurable": {"thread_id": "a"}})
+        pay_graph(charge_tool(provider, calls)).invoke({}, {"configurable": {"thread_id": "a"}})
     assert calls == []
 
 
@@ -235,7 +235,7 @@ def test_ambiguous_failure_is_reconciled_by_lookup_not_blind_retry(
         raise TimeoutError("read timed out after sending")
 
     with context.activate(ctx):
-        out = _graph(flaky).invoke({}, {"configurable": {"thread_id": "a"}})  # type: ignore[arg-type]
+        out = pay_graph(flaky).invoke({}, {"configurable": {"thread_id": "a"}})  # type: ignore[arg-type]
     assert out["out"] == [{"found": True}]
     assert len(lookups) == 2 and len(performed) == 1  # never a third blind call
     (effect,) = store.list_effects(pool, "r")
@@ -254,6 +254,6 @@ def test_ambiguous_failure_without_budget_fails_after_lookup(pool: psycopg_pool.
         raise TimeoutError("timed out")
 
     with context.activate(ctx), pytest.raises(errors.EffectFailed, match="out of attempts"):
-        _graph(down).invoke({}, {"configurable": {"thread_id": "a"}})  # type: ignore[arg-type]
+        pay_graph(down).invoke({}, {"configurable": {"thread_id": "a"}})  # type: ignore[arg-type]
     (effect,) = store.list_effects(pool, "r")
     assert calls == [1, 2] and effect.status == "failed" and effect.attempts == 2

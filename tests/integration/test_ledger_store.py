@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import psycopg
 import pytest
 
@@ -139,6 +141,41 @@ def test_reserve_record_and_fencing(conn: psycopg.Connection[object]) -> None:
         "failed": 0,
         "needsHuman": 0,
     }
+
+
+def _waits_for_flush(conn: psycopg.Connection[object], write: Callable[[], object]) -> bool:
+    """Whether the transaction of ``write`` (writing through ``conn``) waits for its WAL flush at commit,
+    on a server that flushes (the dev server does not: turned on for this transaction)."""
+    with conn.transaction():
+        conn.execute("SET LOCAL synchronous_commit = on")
+        write()
+        row = conn.execute("SHOW synchronous_commit").fetchone()
+    return row == ("on",)
+
+
+def test_only_a_success_record_commits_without_waiting_for_the_flush(
+    conn: psycopg.Connection[object],
+) -> None:
+    """What is written before a provider call (the reserve, a re-issue's deadline) and a failure are on disk
+    at commit; a success record (lost only with the server, it leaves the row pending: reconciled) is not
+    waited for, and the setting ends with its transaction."""
+    server_default = conn.execute("SHOW synchronous_commit").fetchone()
+    _admit(conn)
+    store.claim_run(conn, run_id="r1", epoch=1, holder="a")
+    fence = {"run_id": "r1", "epoch": 1}
+    assert _waits_for_flush(conn, lambda: _reserve(conn))
+    assert _waits_for_flush(
+        conn, lambda: store.record_effect(conn, key="k1", **fence, status="pending", deadline_seconds=5.0)
+    )
+    assert not _waits_for_flush(
+        conn, lambda: store.record_effect(conn, key="k1", **fence, status="sent", result=1, flush=False)
+    )
+    assert (got := store.get_effect(conn, "k1")) is not None and got.status == "sent"
+    _reserve(conn, key="k2")
+    with pytest.raises(ValueError, match="must be flushed"):
+        store.record_effect(conn, key="k2", **fence, status="failed", error="e", flush=False)
+    assert _waits_for_flush(conn, lambda: store.record_effect(conn, key="k2", **fence, status="failed"))
+    assert conn.execute("SHOW synchronous_commit").fetchone() == server_default
 
 
 def test_read_only_refuses_new_effects_but_returns_recorded(conn: psycopg.Connection[object]) -> None:

@@ -240,7 +240,10 @@ WITH run AS (
     RETURNING e.*
 )
 SELECT run.lease_epoch AS current_epoch, (SELECT to_jsonb(upd) FROM upd) AS updated,
-       (SELECT e.status FROM agentrun_effects e WHERE e.idempotency_key = %(key)s) AS previous_status
+       (SELECT e.status FROM agentrun_effects e WHERE e.idempotency_key = %(key)s) AS previous_status,
+       -- not flush: this transaction's commit does not wait for its WAL to reach the disk (effects_sql.
+       -- record_effect says when that is safe). Read at commit, reset after it: nothing else is affected.
+       CASE WHEN %(flush)s THEN NULL ELSE set_config('synchronous_commit', 'off', true) END AS commit_wait
 FROM run
 
 -- name: confirm_effect
