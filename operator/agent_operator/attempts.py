@@ -38,6 +38,10 @@ def _check_worker(w: walk.Walk, current: int, pod: model.PodInfo | None) -> dict
         w.show()  # just created; the watch has not delivered it yet
         plan.soon(min(0.5, grace - world.pod_created_ago))
         return None
+    if pod is None and world.parked_waiting:
+        # Waiting needs no Pod (the parked attempt's is deleted after the retention, agent_operator.cleanup),
+        # so no fresh read of it at every look: nothing starts until the decision, a round that reads fresh.
+        return _ended(w, current, None)
     if pod is None and not world.live:
         missing = protocol.pod_name(world.run.name, current)
         w.confirm(f"worker Pod {missing} is not in the watch cache")

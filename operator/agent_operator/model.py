@@ -395,6 +395,12 @@ class World:
                 return approval
         return None
 
+    @property
+    def parked_waiting(self) -> bool:
+        """The last attempt parked the run on an approval still pending: no worker runs, none is started
+        until a human decides (or the deadline does)."""
+        return self.db is not None and self.db.status == "parked" and self.pending_approval is not None
+
     def approval(self, approval_id: str) -> store.Approval | None:
         for approval in self.approvals:
             if approval.approval_id == approval_id:

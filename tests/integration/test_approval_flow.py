@@ -18,6 +18,7 @@ from conftest import (
     create_run,
     events,
     kubectl,
+    pods,
     run_status,
     wait_for,
     wait_phase,
@@ -107,6 +108,37 @@ def test_approve_happy_path(
         .get("annotations", {})
     )
     assert "agentrun.dev/approve" not in ann  # consumed
+
+
+def test_a_waiting_runs_pod_goes_after_the_retention_and_the_approval_still_resumes_it(
+    kube: kubernetes.client.ApiClient, operator: OperatorHandle, people: dict[str, Path], tmp_path: Path
+) -> None:
+    """A run may wait for days: its parked attempt's Pod (the worker exited) is deleted after
+    ``AGENTRUN_FINISHED_POD_RETENTION_SECONDS``, as a finished run's is; the run goes on waiting (no attempt
+    judged lost), and the approval resumes it with its effect done once."""
+    operator.restart(hard=False, extra_env={"AGENTRUN_FINISHED_POD_RETENTION_SECONDS": "3"})
+    operator.wait_leader(kube, timeout=30)
+    ns, out = operator.namespace, tmp_path / "effects.txt"
+    create_run(kube, ns, "days", spec(out))
+    approval_id = waiting(kube, operator, "days")
+    wait_for(
+        lambda: not pods(kube, ns, "days"),
+        90,
+        "the parked attempt's Pod deleted after the retention",
+        on_timeout=operator.logs,
+    )
+    status = run_status(kube, ns, "days")
+    assert (status["phase"], status["attempts"], status["pendingApproval"]["id"]) == (
+        "WaitingApproval",
+        1,
+        approval_id,
+    )
+    assert "AttemptLost" not in [e.reason for e in events(kube, ns, "days")]
+    code, text = annotate(people["manager"], ns, "days", f"agentrun.dev/approve={approval_id}")
+    assert code == 0, text
+    status = wait_phase(kube, ns, "days", "Succeeded", 90, operator)
+    assert len(lines(out)) == 1
+    assert status["attempts"] == 2 and status["attemptReason"] == "approval"
 
 
 def test_double_annotate_one_resume_one_effect(

@@ -39,6 +39,20 @@ def annotated(
     )  # type: ignore[arg-type]
 
 
+def test_a_run_waiting_for_approval_needs_no_pod_and_no_fresh_read_of_it() -> None:
+    """The parked attempt's Pod is deleted after the retention (agent_operator.cleanup); the run goes on
+    waiting without reading the API server at each look. Once decided, the round that starts the next
+    attempt reads fresh first, as for any vanished Pod."""
+    waiting = reconcile.decide(world(db="parked", status={"attempts": 1}, approvals=(PENDING,)))
+    assert waiting.confirm is None and waiting.actions == []
+    assert waiting.status is not None and waiting.status["phase"] == "WaitingApproval"
+    assert waiting.idle_after is not None
+    approved = dataclasses.replace(PENDING, status="approved", decided_by="manager", decided_at=NOW)
+    decided = reconcile.decide(world(db="parked", status={"attempts": 1}, approvals=(approved,)))
+    assert decided.confirm is not None
+    assert not [a for a in decided.actions if isinstance(a, actions.CreatePod)]
+
+
 def decides(plan: actions.Plan) -> list[actions.Decide]:
     return [a for a in plan.actions if isinstance(a, actions.Decide)]
 

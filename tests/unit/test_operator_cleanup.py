@@ -4,6 +4,8 @@ and when a deleted Pod's finalizer (``protocol.POD_FINALIZER``) is released."""
 from __future__ import annotations
 
 from agent_operator import actions, cleanup, model
+from agentrun_core import store
+from tests.unit import rowmaker
 from tests.unit.reconcile_world import pod, world
 
 
@@ -35,13 +37,32 @@ def test_the_last_pod_of_a_finished_run_is_kept_for_the_retention() -> None:
     assert cleaned(plan) == ["r-1", "r-2"]
 
 
-def test_a_parked_runs_pod_and_a_deleting_run_are_left_alone() -> None:
-    parked = world(
-        db="parked", status={"attempts": 1}, pods=[pod(1, phase="Succeeded")], pods_terminated_for={1: 1e6}
+def _parked(approval: store.Approval, terminated_for: float) -> model.World:
+    return world(
+        db="parked",
+        status={"attempts": 1},
+        pods=[pod(1, phase="Succeeded", exit_code=10)],
+        approvals=(approval,),
+        pods_terminated_for={1: terminated_for},
     )
+
+
+def test_a_parked_runs_pod_is_kept_for_the_retention_while_its_approval_is_pending() -> None:
+    """A run parked on approval may wait for days; its worker exited: the Pod only keeps its log."""
+    pending = rowmaker.approval("a-1")
     plan = actions.Plan()
-    cleanup.finished_pods(parked, plan, 0)
+    cleanup.finished_pods(_parked(pending, 100.0), plan, 600)
+    assert cleaned(plan) == [] and plan.requeue_after == 500  # look again when it is due
+    plan = actions.Plan()
+    cleanup.finished_pods(_parked(pending, 600.0), plan, 600)
+    assert plan.actions == [actions.CleanupPod("r-1", "run waits for an approval; kept 600s for its log")]
+    # Decided: the next attempt is about to start, and the round that starts it reads this Pod.
+    plan = actions.Plan()
+    cleanup.finished_pods(_parked(rowmaker.approval("a-1", status="approved"), 1e6), plan, 0)
     assert cleaned(plan) == []
+
+
+def test_a_deleting_runs_pods_are_left_alone() -> None:
     deleting = world(
         db="succeeded",
         status={"attempts": 1, "phase": "Succeeded"},
