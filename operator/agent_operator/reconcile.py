@@ -63,8 +63,11 @@ _POLLED_CONDITIONS = frozenset({"ApprovalPolicyMissing", "NotificationFailed"})
 def quiet(world: model.World, plan: actions.Plan) -> bool:
     """A round of a run that waits (``Plan.idle``) and changed nothing: no action, no Event, its status as it
     was, and no problem only a look can see go away. The runner counts these in a row to stretch the idle
-    look (``Plan.stretch_idle``)."""
-    if plan.idle_after is None or plan.actions or plan.events or plan.queued:
+    look (``Plan.stretch_idle``). Deleting a finished Pod (``cleanup``) does not count as a change: the run
+    waits as before, and the Pod's deletion wakes its loop anyway (a watch event); otherwise every run
+    whose Pod went after the retention would start over at the shortest look."""
+    housekeeping = all(isinstance(a, actions.CleanupPod) for a in plan.actions)
+    if plan.idle_after is None or not housekeeping or plan.events or plan.queued:
         return False
     status = world.status if plan.status is None else plan.status
     conditions = status.get("conditions") or ()

@@ -61,8 +61,9 @@ class ReconcileSettings:
     # Worker Pods alive at once per namespace (a count; 0 = no limit). Runs beyond it wait, first come
     # first served, and start as slots free (agent_operator.throttle).
     max_workers_per_namespace: int = 50  # AGENTRUN_MAX_WORKERS_PER_NAMESPACE
-    # How long the last attempt's Pod of a finished run is kept for its log (seconds, from when the
-    # operator saw it terminated); earlier attempts' Pods go once a later one started (cleanup.py).
+    # How long the last attempt's Pod of a finished run, or of a run parked on an approval, is kept for its
+    # log (seconds, from when the operator saw it terminated); earlier attempts' Pods go once a later one
+    # started (cleanup.py).
     finished_pod_retention_seconds: float = 600.0  # AGENTRUN_FINISHED_POD_RETENTION_SECONDS
 
 

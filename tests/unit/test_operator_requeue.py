@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 
-from agent_operator import actions, model, reconcile, settings
+from agent_operator import actions, cleanup, model, reconcile, settings
 from agentrun_core import store
 from tests.unit import rowmaker
 from tests.unit.reconcile_world import NOW, pod, world
@@ -131,6 +131,19 @@ def test_a_round_that_changes_something_starts_over_at_the_idle_poll() -> None:
     changed = {**first.status, "message": "an older message"}  # e.g. a status another writer changed
     plan, rounds = _settled(_parked(changed), 7)
     assert rounds == 0 and plan.requeue_after == IDLE
+
+
+def test_deleting_a_waiting_runs_pod_after_the_retention_does_not_start_over() -> None:
+    """Housekeeping, not a change: the run waits as before (its Pod's deletion wakes it anyway)."""
+    first = reconcile.decide(_parked({"attempts": 1, "phase": "Running"}), POLLS)
+    assert first.status is not None
+    due = dataclasses.replace(_parked(first.status), pods_terminated_for={1: 600.0})
+    plan = reconcile.decide(due, POLLS)
+    cleanup.finished_pods(due, plan, 600)
+    assert [type(a) for a in plan.actions] == [actions.CleanupPod]
+    assert reconcile.quiet(due, plan)
+    plan.actions.append(actions.DeletePod("r-1", "another action"))
+    assert not reconcile.quiet(due, plan)
 
 
 def test_an_active_run_is_never_stretched() -> None:
