@@ -64,19 +64,37 @@ class Stream:
         # The graph's values once a stream ended with nothing left to run (its last checkpoint event named
         # no next task): the state LangGraph would read back from the saver, without reading it back.
         self.finished_values: Any = None
+        # With finished_values: the step events (and current step) still unrecorded, for the outcome's own
+        # statement to carry (runner: store.finish_attempt), one round trip fewer after the last step.
+        self.last_steps: steps.Batch = ([], None)
 
     def run(
         self, run: store.Run, compiled: Any, config: RunnableConfig, start: Any, resumed: str | None
     ) -> bool:
         """Run the graph, recording step events; True when stopped by a drain at a step boundary."""
+        succeeded = False
         try:
             with context.activate(self.ctx):
-                return self._consume(run, compiled, config, start, resumed)
+                drained = self._consume(run, compiled, config, start, resumed)
+            succeeded = not drained and self.ctx.stop is None and self.finished_values is not None
+            return drained
         finally:
-            try:
-                self.steps.flush(final=True)  # the stream has ended: every write it made is done
+            try:  # the stream has ended: every write it made is done
+                if succeeded:
+                    self.last_steps = self.steps.take_final()
+                else:
+                    self.steps.flush(final=True)
             except Exception:  # history only: never mask the outcome (e.g. Postgres gone)
                 logger.exception("could not record the last step events")
+
+    def record_last_steps(self) -> None:
+        """The run finished but its outcome is not written (the attempt was stopped after its stream ended):
+        ``last_steps`` in a statement of their own."""
+        batch, self.last_steps = self.last_steps, ([], None)
+        try:
+            self.steps.write_taken(batch)
+        except Exception:  # history only: never mask the stop
+            logger.exception("could not record the last step events")
 
     def _consume(
         self, run: store.Run, compiled: Any, config: RunnableConfig, start: Any, resumed: str | None

@@ -206,6 +206,7 @@ class Attempt:
         stream = drive.Stream(self.pool, self.ctx, self.steps, self.beat, self.drain)
         drained = stream.run(run, compiled, config, start[0], start[1])
         if self.ctx.stop is not None:
+            stream.record_last_steps()  # stopped after a finished stream: no outcome to carry them
             raise self.ctx.stop
         if drained:
             store.finish_run(
@@ -215,7 +216,7 @@ class Attempt:
             self._end_attempt("drained")
             return protocol.EXIT_DRAINED
         if stream.finished_values is not None:  # the last step left nothing to run: done, as streamed
-            return self._succeed(stream.finished_values)
+            return self._succeed(stream.finished_values, stream.last_steps)
         state = compiled.get_state(config)
         if state.interrupts:
             return self._park(run, compiled, config)
@@ -253,8 +254,9 @@ class Attempt:
         logger.info("run %s parked on approval %s", self.run_id, approval_id)
         return protocol.EXIT_PARKED
 
-    def _succeed(self, values: Any) -> int:
-        store.finish_attempt(  # the outcome and this attempt's end: one statement
+    def _succeed(self, values: Any, last_steps: steps.Batch = ([], None)) -> int:
+        events, current_step = last_steps
+        store.finish_attempt(  # the outcome, this attempt's end and its last step events: one statement
             self.pool,
             run_id=self.run_id,
             epoch=self.epoch,
@@ -262,6 +264,8 @@ class Attempt:
             status="succeeded",
             outcome="succeeded",
             result=_result(values),
+            step_events=events,
+            current_step=current_step,
         )
         self._release()
         return protocol.EXIT_SUCCEEDED

@@ -18,7 +18,9 @@ recorder's own thread, beside the running node (never in its way). Fast steps so
 step rides on its own checkpoint's neighbour. ``current_step`` and the trace lag the graph by at most
 ``batch_seconds``; the events are history, and a crash loses at most that window of them (never a
 checkpoint). The current step is written only when it changes. ``batch_seconds`` 0 writes at every
-``flush`` instead (tests, and callers with no saver to ride on). The thread's write meeting a lost Postgres
+``flush`` instead (tests, and callers with no saver to ride on). When the stream ends with the run
+finished, what is left goes in the outcome's own statement (``take_final``, ``store.finish_attempt``): the
+attempt's last events cost no round trip either. The thread's write meeting a lost Postgres
 stops the attempt (``on_lost``) as a write on the graph's path would: it is retried, but the attempt ends as
 lost to infrastructure (exit 14). The current step is fenced by the attempt's epoch in the statement: a
 deposed worker never moves it.
@@ -115,6 +117,27 @@ class StepRecorder:
         else:
             self._ensure_thread()
 
+    def take_final(self) -> Batch:
+        """The stream has ended and the attempt's outcome is written next: close, and hand over everything
+        still unrecorded (events, and the current step to move) for the outcome's own statement
+        (``store.finish_attempt``), instead of a statement of its own. ``([], None)``: nothing left."""
+        self._close()
+        with self._cond:  # a batch riding a write, or the thread's, finishes first: order
+            self._cond.wait_for(lambda: not self._busy)
+        batch = self._take(final=True)
+        if batch is None:
+            return [], None
+        with self._cond:  # handed over: the recorder, closed, writes nothing more
+            self._busy = False
+        return batch
+
+    def write_taken(self, batch: Batch) -> None:
+        """A batch ``take_final`` handed over for an outcome that is not written after all (the attempt was
+        stopped meanwhile): recorded in a statement of its own, as history is, whatever the epoch."""
+        events, current = batch
+        if events or current is not None:
+            self._record(batch)
+
     # --- riding on the saver's writes ---------------------------------------------------------------------
 
     def ride(self, conn: Any) -> Callable[[bool], None] | None:
@@ -188,21 +211,24 @@ class StepRecorder:
         batch = self._take(final=final)
         if batch is None:
             return False
-        events, current = batch
         try:
-            store.record_steps(
-                self.conn,
-                run_id=self.run_id,
-                attempt=self.attempt,
-                epoch=self.epoch,
-                events=events,
-                current_step=current,
-            )
+            self._record(batch)
         except BaseException:
             self._done(batch, written=False)
             raise
         self._done(batch, written=True)
         return True
+
+    def _record(self, batch: Batch) -> None:
+        events, current = batch
+        store.record_steps(
+            self.conn,
+            run_id=self.run_id,
+            attempt=self.attempt,
+            epoch=self.epoch,
+            events=events,
+            current_step=current,
+        )
 
     def _ensure_thread(self) -> None:
         with self._cond:

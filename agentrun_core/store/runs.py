@@ -9,12 +9,17 @@ statement, so nothing that ran before it can write after it.
 from __future__ import annotations
 
 import datetime
+import logging
+from collections.abc import Sequence
 from typing import Any, NoReturn
 
+import psycopg
 from psycopg.types.json import Jsonb
 
 from agentrun_core import errors
-from agentrun_core.store import db, rows
+from agentrun_core.store import attempts, db, rows, step_packing
+
+logger = logging.getLogger(__name__)
 
 
 def admit_run(
@@ -143,7 +148,8 @@ def finish_run(
 ) -> rows.Run:
     """Set the run's outcome (fenced). ``Fenced`` when a newer epoch holds it or it is already final."""
     params = _outcome(status, result, error, reason, current_step, run_id, epoch)
-    row = db.fetch_one(conn, "finish_run", {**params, "attempt": None, "outcome": None, "detail": None})
+    params.update(step_packing.no_batch(), attempt=None, outcome=None, detail=None)
+    row = db.fetch_one(conn, "finish_run", params)
     if row is None:
         _refuse_outcome(conn, run_id, epoch, status)
     return rows.pack(rows.Run, row)
@@ -161,13 +167,35 @@ def finish_attempt(
     result: Any = None,
     error: str | None = None,
     reason: str | None = None,
+    step_events: Sequence[dict[str, Any]] = (),
+    current_step: str | None = None,
 ) -> rows.Run:
     """``finish_run`` and ``record_attempt_end(outcome, detail)`` in one round trip; the attempt's end is
-    written only when the fenced outcome took. ``Fenced`` as ``finish_run`` (nothing written then)."""
-    params = _outcome(status, result, error, reason, None, run_id, epoch)
-    row = db.fetch_one(
-        conn, "finish_run", {**params, "attempt": attempt, "outcome": outcome, "detail": detail}
-    )
+    written only when the fenced outcome took. ``Fenced`` as ``finish_run`` (nothing written then).
+
+    ``step_events`` (``record_steps``' events) go in the same statement, recorded whatever the outcome
+    (history, as ``record_steps`` records them), so the attempt's last events cost no round trip of their
+    own; more than one batch of them are recorded first, apart. ``current_step`` moves with the outcome.
+    History never costs the outcome: a batch the table refuses (its statement rolled back whole) is dropped,
+    logged, and the outcome written alone (``conn``: autocommit, as the worker's pool is)."""
+    batches = step_packing.pack(step_events)
+    if len(batches) > 1:
+        attempts.record_steps(
+            conn, run_id=run_id, attempt=attempt, epoch=epoch, events=list(step_events), current_step=None
+        )
+        batches = []
+    params = _outcome(status, result, error, reason, current_step, run_id, epoch)
+    params.update(batches[0] if batches else step_packing.no_batch())
+    params.update(attempt=attempt, outcome=outcome, detail=detail)
+    try:
+        row = db.fetch_one(conn, "finish_run", params)
+    except (psycopg.errors.DataError, psycopg.errors.IntegrityError) as exc:
+        if not batches:
+            raise
+        # The events are the likely cause, not the only one: a retry that fails again raises its own error.
+        logger.error("run %s: the outcome with its last step events failed (%s); now alone", run_id, exc)
+        params.update(step_packing.no_batch())
+        row = db.fetch_one(conn, "finish_run", params)
     if row is None:
         _refuse_outcome(conn, run_id, epoch, status)
     return rows.pack(rows.Run, row)

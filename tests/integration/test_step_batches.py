@@ -16,8 +16,8 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from agentrun_core import store
-from agentrun_core.store import schema
+from agentrun_core import errors, store
+from agentrun_core.store import schema, step_packing
 from agentrun_dev import postgres
 from agentrun_dev import settings as dev_settings
 
@@ -206,6 +206,57 @@ def test_no_events_moves_the_current_step_alone(pg_dsn: str) -> None:
         assert not store.record_steps(conn, run_id=RUN, attempt=1, epoch=2, events=[], current_step="stale")
         assert _batches(conn) == []
         assert store.get_run(conn, RUN).current_step == "turn"
+
+
+def _succeed(conn: psycopg.Connection[Any], epoch: int, events: list[dict[str, Any]], step: str) -> store.Run:
+    return store.finish_attempt(
+        conn,
+        run_id=RUN,
+        epoch=epoch,
+        attempt=1,
+        status="succeeded",
+        outcome="succeeded",
+        step_events=events,
+        current_step=step,
+    )
+
+
+def test_the_outcome_carries_the_last_events_and_step_in_its_statement(pg_dsn: str) -> None:
+    events = [_event(i) for i in range(3)]
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        _admitted(conn)
+        run = _succeed(conn, 1, events, "node")
+        assert run.status == "succeeded" and run.current_step == "node"
+        assert [(e.step, e.started_at) for e in store.list_step_events(conn, RUN)] == [
+            (e["step"], e["started_at"]) for e in events
+        ]
+
+
+def test_a_refused_outcome_still_records_the_events_and_moves_no_step(pg_dsn: str) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        _admitted(conn)
+        store.claim_run(conn, run_id=RUN, epoch=2, holder="q")  # a takeover: epoch 1 is deposed
+        with pytest.raises(errors.Fenced):
+            _succeed(conn, 1, [_event(0), _event(1)], "stale")
+        run = store.get_run(conn, RUN)
+        assert run is not None and run.status != "succeeded" and run.current_step is None
+        assert [e.step for e in store.list_step_events(conn, RUN)] == ["node:0", "node:1"]  # history
+
+
+def test_a_batch_the_table_refuses_never_costs_the_outcome(
+    pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_pack = step_packing.pack
+
+    def misshapen(events: Any) -> list[dict[str, Any]]:
+        return [{**batch, "duration_us": batch["duration_us"][:-1]} for batch in real_pack(events)]
+
+    monkeypatch.setattr(step_packing, "pack", misshapen)  # one duration short: the shape check refuses it
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        _admitted(conn)
+        run = _succeed(conn, 1, [_event(0), _event(1)], "node")
+        assert run.status == "succeeded" and run.current_step == "node"
+        assert store.list_step_events(conn, RUN) == []  # history lost, logged; never the outcome
 
 
 def test_a_large_batch_is_stored_compressed(pg_dsn: str) -> None:

@@ -19,9 +19,9 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.pregel import Pregel
 from langgraph.types import Send, interrupt
 
-from agent_worker import runner
+from agent_worker import drive, runner, steps
 from agent_worker import settings as settings_mod
-from agentrun_core import protocol, results, store
+from agentrun_core import errors, protocol, results, store
 from tests.chaos import worker_harness
 
 pytestmark = pytest.mark.postgres
@@ -170,3 +170,52 @@ def test_a_stream_ending_with_work_left_reads_the_state_and_parks(
         approvals = store.list_approvals(conn, "outcome-park")
     assert run is not None and run.status == "parked"
     assert [a.prompt for a in approvals] == [{"ask": "ok?"}]
+
+
+@pytest.mark.parametrize("durability", ["sync", "async", "exit"])
+def test_a_succeeded_attempts_last_step_events_ride_in_its_outcome_statement(
+    pg_dsn: str, durability: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The events and current step still unrecorded when the stream ends go in the outcome's statement
+    (store.finish_attempt), not a statement of their own after the last step: every step is recorded, the
+    run row shows the last step, and the recorder never wrote a final batch itself."""
+    finals: list[bool] = []
+    original = steps.StepRecorder._write
+
+    def counted(self: steps.StepRecorder, *, final: bool) -> bool:
+        finals.append(final)
+        return original(self, final=final)
+
+    monkeypatch.setattr(steps.StepRecorder, "_write", counted)
+    run_id = f"outcome-last-events-{durability}"
+    worker_harness.admit(pg_dsn, run_id, graph=f"{__name__}:builder", durability=durability)
+    assert _attempt(pg_dsn, run_id) == protocol.EXIT_SUCCEEDED
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        run = store.get_run(conn, run_id)
+        events = store.list_step_events(conn, run_id)
+    assert run is not None and run.status == "succeeded" and run.current_step == "gate"
+    assert True not in finals  # the thread may have written a batch beside a slow step; never the last
+    assert [e.step.rpartition(":")[0] for e in events][:2] == ["plan", "work"]
+    assert events[-1].step.startswith("gate:") and len({e.step for e in events}) == len(events) >= 6
+
+
+def test_an_attempt_stopped_after_its_stream_finished_still_records_its_last_step_events(
+    pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its Lease lost between the stream's end and the outcome: no outcome is written, so the events handed
+    to it are recorded on their own (history, as a fenced attempt's are)."""
+    original = drive.Stream.run
+
+    def then_fenced(self: drive.Stream, *args: Any, **kwargs: Any) -> bool:
+        drained = original(self, *args, **kwargs)
+        self.ctx.set_stop(errors.Fenced("lease lost: taken over right after the stream ended"))
+        return drained
+
+    monkeypatch.setattr(drive.Stream, "run", then_fenced)
+    worker_harness.admit(pg_dsn, "outcome-stopped", graph=f"{__name__}:builder")
+    assert _attempt(pg_dsn, "outcome-stopped") == protocol.EXIT_FENCED
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        run = store.get_run(conn, "outcome-stopped")
+        events = store.list_step_events(conn, "outcome-stopped")
+    assert run is not None and run.status != "succeeded"
+    assert len(events) >= 6 and events[-1].step.startswith("gate:")

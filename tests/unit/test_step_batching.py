@@ -228,3 +228,28 @@ def test_exit_records_untimed_events_at_the_end(monkeypatch: pytest.MonkeyPatch)
 def test_batch_seconds_per_durability() -> None:
     assert set(steps.BATCH_SECONDS) == {"sync", "async", "exit"}
     assert all(0 < s <= 1.0 for s in steps.BATCH_SECONDS.values())  # current_step lags at most a second
+
+
+def test_the_final_batch_is_handed_over_after_a_ride_in_flight_and_written_by_no_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = Clock()
+    rec, calls = _recorder(monkeypatch, 2, {"cp1"}, clock)  # cp2 never timed: an exit-mode checkpoint
+    _add(rec, 1)
+    clock.now += 1
+    done = rec.ride(object())
+    assert done is not None
+    _add(rec, 2)
+    taken: list[steps.Batch] = []
+    taker = threading.Thread(target=lambda: taken.append(rec.take_final()))
+    taker.start()
+    time.sleep(0.05)
+    assert not taken  # order: the ride in flight ends first
+    done(False)  # rolled back: its events are handed over too, first in line
+    taker.join(timeout=30)
+    assert [(e["step"], e["checkpoint_id"]) for e in taken[0][0]] == [("s:1", "cp1"), ("s:2", None)]
+    assert taken[0][1] == "s2"
+    assert calls.made == [("ride", ["s:1"], "s1")]  # nothing written on its own: the outcome carries it
+    assert rec.take_final() == ([], None)  # handed over once
+    rec.write_taken(taken[0])  # the outcome was not written after all
+    assert calls.made[-1] == ("own", ["s:1", "s:2"], "s2")

@@ -84,8 +84,18 @@ SELECT * FROM claimed
 -- Fenced: only the current epoch's worker may set the outcome. Final statuses are never overwritten.
 -- With %(attempt)s (store.finish_attempt) the same statement ends that attempt's row (outcome, detail), only
 -- when the outcome took (a refused one is the caller's Fenced path, which records "fenced" itself): one
--- round trip after the last step.
-WITH finished AS (
+-- round trip after the last step. The attempt's last step events may come with it (a batch as record_steps
+-- takes it, packed by store.step_packing; none: empty %(nodes)s): history, inserted whatever the epoch, as
+-- record_steps does; %(current_step)s moves with the fenced outcome.
+WITH events AS (
+    INSERT INTO agentrun_step_batches
+        (run_id, attempt, nodes, step_deltas, first_started_at, gaps_us, duration_us, checkpoint_ids,
+         checkpoint_us, effect_keys)
+    SELECT %(run_id)s, %(attempt)s::integer, %(nodes)s::text[], %(step_deltas)s::integer[],
+           %(first_started_at)s::timestamptz, %(gaps_us)s::bigint[], %(duration_us)s::bigint[],
+           %(checkpoint_ids)s::text[], %(checkpoint_us)s::bigint[], %(effect_keys)s::jsonb
+    WHERE cardinality(%(nodes)s::text[]) > 0
+), finished AS (
     UPDATE agentrun_runs
     SET status = %(status)s, result = coalesce(%(result)s, result), error = %(error)s,
         status_reason = %(reason)s, current_step = coalesce(%(current_step)s, current_step), updated_at = now(),
