@@ -122,13 +122,10 @@ class StepRecorder:
         still unrecorded (events, and the current step to move) for the outcome's own statement
         (``store.finish_attempt``), instead of a statement of its own. ``([], None)``: nothing left."""
         self._close()
-        with self._cond:  # a batch riding a write, or the thread's, finishes first: order
-            self._cond.wait_for(lambda: not self._busy)
-        batch = self._take(final=True)
+        batch = self._take_last()
         if batch is None:
             return [], None
-        with self._cond:  # handed over: the recorder, closed, writes nothing more
-            self._busy = False
+        self._done(batch, written=True)  # handed over: the recorder, closed, writes nothing more
         return batch
 
     def write_taken(self, batch: Batch) -> None:
@@ -189,6 +186,12 @@ class StepRecorder:
             self._busy = True
             return ready, current
 
+    def _take_last(self) -> Batch | None:
+        """``_take(final=True)`` once any batch in flight (riding a write, or the thread's) ended: order."""
+        with self._cond:
+            self._cond.wait_for(lambda: not self._busy)
+        return self._take(final=True)
+
     def _done(self, batch: Batch, *, written: bool) -> None:
         with self._cond:
             self._busy = False
@@ -205,10 +208,7 @@ class StepRecorder:
 
     def _write(self, *, final: bool) -> bool:
         """Write the ready batch in a statement of its own; False if there was none to take."""
-        if final:
-            with self._cond:  # a batch riding a write, or the thread's, finishes first: order
-                self._cond.wait_for(lambda: not self._busy)
-        batch = self._take(final=final)
+        batch = self._take_last() if final else self._take(final=False)
         if batch is None:
             return False
         try:
