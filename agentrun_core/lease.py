@@ -201,6 +201,9 @@ class LeaseKeeper:
             self._body = written
             self._epoch = lease_math.LeaseSummary.from_body(written).transitions
             self._last_renewed = started
+            self._renewals = 0
+            # A renewal answer lost under an earlier acquisition is no evidence about this one.
+            self._unconfirmed = None
             self._lost = None
             self._released = False
         logger.info("lease %s/%s acquired by %s, epoch %d", cfg.namespace, cfg.name, cfg.holder, self._epoch)

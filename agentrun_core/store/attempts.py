@@ -114,7 +114,28 @@ def record_steps(
     """Insert ``events`` (dicts of ``record_step_event``'s fields, in step order) as one batch row and, fenced
     by ``epoch``, set the run's current step, in one statement (more than ``step_packing.MAX_EVENTS``
     events: a statement per batch, in one transaction). True if the current step moved."""
-    statements = _steps_params(run_id, attempt, epoch, events, current_step)
+    return record_batches(
+        conn,
+        run_id=run_id,
+        attempt=attempt,
+        epoch=epoch,
+        batches=step_packing.pack(events),
+        current_step=current_step,
+    )
+
+
+def record_batches(
+    conn: db.Conn,
+    *,
+    run_id: str,
+    attempt: int,
+    epoch: int | None,
+    batches: list[dict[str, Any]],
+    current_step: str | None,
+) -> bool:
+    """``record_steps`` for events already packed (``step_packing.pack``): a caller that packed them to
+    count the batches does not pack them twice."""
+    statements = _steps_params(run_id, attempt, epoch, batches, current_step)
     if len(statements) == 1:
         row = db.fetch_one(conn, "record_steps", statements[0])
     else:
@@ -136,16 +157,16 @@ def send_steps(
     transaction (the checkpointer's pipeline), where they cost no round trip and commit or roll back with
     that write."""
     with conn.cursor() as cur:
-        for params in _steps_params(run_id, attempt, epoch, events, current_step):
+        for params in _steps_params(run_id, attempt, epoch, step_packing.pack(events), current_step):
             cur.execute(queries.get("record_steps"), params)
 
 
 def _steps_params(
-    run_id: str, attempt: int, epoch: int | None, events: list[dict[str, Any]], current_step: str | None
+    run_id: str, attempt: int, epoch: int | None, batches: list[dict[str, Any]], current_step: str | None
 ) -> list[dict[str, Any]]:
-    """One statement's parameters per batch; the current step moved by the last (no events: by the one
-    statement, which inserts no batch)."""
-    batches = step_packing.pack(events) or [step_packing.no_batch()]
+    """One statement's parameters per packed batch; the current step moved by the last (no batch: by the
+    one statement, which inserts none)."""
+    batches = batches or [step_packing.no_batch()]
     return [
         {
             **batch,

@@ -180,8 +180,8 @@ def finish_attempt(
     logged, and the outcome written alone (``conn``: autocommit, as the worker's pool is)."""
     batches = step_packing.pack(step_events)
     if len(batches) > 1:
-        attempts.record_steps(
-            conn, run_id=run_id, attempt=attempt, epoch=epoch, events=list(step_events), current_step=None
+        attempts.record_batches(
+            conn, run_id=run_id, attempt=attempt, epoch=epoch, batches=batches, current_step=None
         )
         batches = []
     params = _outcome(status, result, error, reason, current_step, run_id, epoch)

@@ -232,6 +232,26 @@ def test_the_outcome_carries_the_last_events_and_step_in_its_statement(pg_dsn: s
         ]
 
 
+def test_last_events_beyond_one_batch_are_recorded_first_and_packed_once(
+    pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_pack, packed = step_packing.pack, []
+
+    def counting(events: Any) -> list[dict[str, Any]]:
+        packed.append(len(events))
+        return real_pack(events)
+
+    monkeypatch.setattr(step_packing, "pack", counting)
+    n = step_packing.MAX_EVENTS + 2
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        _admitted(conn)
+        run = _succeed(conn, 1, [{**_event(0), "step": f"s:{i}"} for i in range(n)], "node")
+        assert run.status == "succeeded" and run.current_step == "node"
+        assert [b[0] for b in _batches(conn)] == [step_packing.MAX_EVENTS, 2]
+        assert [e.step for e in store.list_step_events(conn, RUN)] == [f"s:{i}" for i in range(n)]
+    assert packed == [n]  # once, not once to count the batches and again to write them
+
+
 def test_a_refused_outcome_still_records_the_events_and_moves_no_step(pg_dsn: str) -> None:
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         _admitted(conn)

@@ -165,6 +165,28 @@ def test_a_renewal_applied_although_its_answer_was_lost_counts_from_when_it_was_
     assert a.last_renewed == before and a.renewals == 2
 
 
+def test_a_new_acquisition_starts_its_own_count_and_forgets_a_lost_answer(
+    leases: FakeLeases, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``renewals`` counts since acquisition, and a renewal answer lost under an earlier acquisition is not
+    carried into the next one (it would be compared with that acquisition's Lease)."""
+    real_replace = leases.replace
+
+    def answer_lost(api: Any, namespace: str, name: str, body: dict[str, Any], **kw: Any) -> dict[str, Any]:
+        real_replace(api, namespace, name, body, **kw)
+        raise kube.KubeError("read timed out")
+
+    a = _keeper("pod-a", duration=60)
+    a.acquire(wait_seconds=0)
+    assert a._renew_once(time.monotonic()).written is not None and a.renewals == 1
+    monkeypatch.setattr(kube, "replace_lease", answer_lost)
+    assert a._renew_once(time.monotonic()).sent is not None and a._unconfirmed is not None
+    monkeypatch.setattr(kube, "replace_lease", real_replace)
+    assert a.release()
+    a.acquire(wait_seconds=0)
+    assert a.renewals == 0 and a._unconfirmed is None
+
+
 def test_conflicting_renewals_are_bounded_and_end_in_loss(
     leases: FakeLeases, monkeypatch: pytest.MonkeyPatch
 ) -> None:
