@@ -107,8 +107,9 @@ def record_effect(
     args: Any = None,
     args_hash: str | None = None,
     flush: bool = True,
-) -> rows.Effect:
+) -> None:
     """Move ``key`` to ``status`` (fenced, one statement). ``calls``: provider calls since last record.
+    Nothing of the row comes back: read it with ``get_effect``.
 
     ``deadline_seconds``: a call is about to be issued; it may take effect until now + this (Postgres clock).
     ``args``/``args_hash``: the arguments of that call, when they differ from the stored ones.
@@ -145,9 +146,8 @@ def record_effect(
         },
     )
     checked = rows.fenced(row, run_id=run_id, epoch=epoch, refused=f"effect {key}: record")
-    if checked["updated"] is None:
+    if checked["updated_status"] is None:
         raise RuntimeError(f"effect {key}: illegal transition {checked['previous_status']!r} -> {status!r}")
-    return rows.pack_json(rows.Effect, checked["updated"])
 
 
 def confirm_effect(

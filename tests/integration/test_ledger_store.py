@@ -116,14 +116,16 @@ def test_reserve_record_and_fencing(conn: psycopg.Connection[object]) -> None:
     assert first.outcome == "reserved" and first.effect.status == "pending"
     second = _reserve(conn)
     assert second.outcome == "existing" and second.effect.status == "pending"
-    sent = store.record_effect(
+    store.record_effect(
         conn, key="k1", run_id="r1", epoch=1, status="sent", calls=1, result={"id": 7}, provider_ref="p7"
     )
-    assert sent.status == "sent" and sent.attempts == 1 and sent.result == {"id": 7} and sent.sent_at
+    sent = store.get_effect(conn, "k1")  # nothing of the row comes back from the record
+    assert sent is not None and sent.status == "sent" and sent.attempts == 1 and sent.sent_at
+    assert sent.result == {"id": 7} and sent.provider_ref == "p7"
     hit = _reserve(conn)
     assert hit.outcome == "existing" and hit.effect.result == {"id": 7}
     assert hit.effect.duplicates_prevented == 1
-    with pytest.raises(RuntimeError, match="illegal transition"):
+    with pytest.raises(RuntimeError, match="illegal transition 'sent' -> 'failed'"):  # the status before
         store.record_effect(conn, key="k1", run_id="r1", epoch=1, status="failed")
     # A newer worker takes over: the old epoch can neither reserve nor record.
     store.claim_run(conn, run_id="r1", epoch=2, holder="b")
@@ -132,8 +134,9 @@ def test_reserve_record_and_fencing(conn: psycopg.Connection[object]) -> None:
     assert store.get_effect(conn, "k2") is None
     with pytest.raises(errors.Fenced):
         store.record_effect(conn, key="k1", run_id="r1", epoch=1, status="confirmed")
-    confirmed = store.record_effect(conn, key="k1", run_id="r1", epoch=2, status="confirmed")
-    assert confirmed.status == "confirmed" and confirmed.confirmed_at
+    store.record_effect(conn, key="k1", run_id="r1", epoch=2, status="confirmed")
+    confirmed = store.get_effect(conn, "k1")
+    assert confirmed is not None and confirmed.status == "confirmed" and confirmed.confirmed_at
     assert store.effect_counts(conn, "r1") == {
         "pending": 0,
         "sent": 0,

@@ -247,10 +247,13 @@ WITH run AS (
     -- generic plan made on an empty table otherwise may, reading every effect of the run per record).
     WHERE e.idempotency_key = %(key)s AND e.run_id IS NOT DISTINCT FROM %(run_id)s
       AND run.lease_epoch = %(epoch)s AND e.status = ANY(%(from_statuses)s)
-    RETURNING e.*
+    RETURNING e.status
 )
-SELECT run.lease_epoch AS current_epoch, (SELECT to_jsonb(upd) FROM upd) AS updated,
-       (SELECT e.status FROM agentrun_effects e WHERE e.idempotency_key = %(key)s) AS previous_status,
+-- Nothing of the row comes back (the worker reads nothing of it); the status before is read only when
+-- nothing was updated, for the illegal transition's error (an uncorrelated NOT EXISTS: a one-time filter).
+SELECT run.lease_epoch AS current_epoch, (SELECT upd.status FROM upd) AS updated_status,
+       (SELECT e.status FROM agentrun_effects e
+        WHERE e.idempotency_key = %(key)s AND NOT EXISTS (SELECT 1 FROM upd)) AS previous_status,
        -- not flush: this transaction's commit does not wait for its WAL to reach the disk (effects_sql.
        -- record_effect says when that is safe). Read at commit, reset after it: nothing else is affected.
        CASE WHEN %(flush)s THEN NULL ELSE set_config('synchronous_commit', 'off', true) END AS commit_wait
