@@ -147,9 +147,9 @@ class Execution:
             )
         except errors.Fenced as exc:
             raise self.ctx.set_stop(exc) from None
-        row = self.row = reservation.effect
-        self.result = row.result
-        if reservation.outcome != "existing":
+        row = self.row = reservation.effect  # None for a new row: it holds what we sent
+        self.result = None if row is None else row.result
+        if reservation.outcome != "existing" or row is None:
             return ledger.Event(ledger.EventKind.RESERVED_NEW, key=self.key, read_only=reservation.read_only)
         return ledger.Event(
             _RESERVED[row.status],

@@ -113,9 +113,9 @@ def test_reserve_record_and_fencing(conn: psycopg.Connection[object]) -> None:
     _admit(conn)
     store.claim_run(conn, run_id="r1", epoch=1, holder="a")
     first = _reserve(conn)
-    assert first.outcome == "reserved" and first.effect.status == "pending"
+    assert first.outcome == "reserved" and first.effect is None  # nothing of a new row comes back
     second = _reserve(conn)
-    assert second.outcome == "existing" and second.effect.status == "pending"
+    assert second.outcome == "existing" and second.effect is not None and second.effect.status == "pending"
     store.record_effect(
         conn, key="k1", run_id="r1", epoch=1, status="sent", calls=1, result={"id": 7}, provider_ref="p7"
     )
@@ -123,7 +123,7 @@ def test_reserve_record_and_fencing(conn: psycopg.Connection[object]) -> None:
     assert sent is not None and sent.status == "sent" and sent.attempts == 1 and sent.sent_at
     assert sent.result == {"id": 7} and sent.provider_ref == "p7"
     hit = _reserve(conn)
-    assert hit.outcome == "existing" and hit.effect.result == {"id": 7}
+    assert hit.outcome == "existing" and hit.effect is not None and hit.effect.result == {"id": 7}
     assert hit.effect.duplicates_prevented == 1
     with pytest.raises(RuntimeError, match="illegal transition 'sent' -> 'failed'"):  # the status before
         store.record_effect(conn, key="k1", run_id="r1", epoch=1, status="failed")

@@ -164,8 +164,8 @@ SELECT * FROM agentrun_attempts WHERE run_id = %(run_id)s ORDER BY attempt
 
 -- name: reserve_effect
 -- ONE round trip: fencing check + insert-or-return. Outcomes (decided in Python from the returned row):
--- no row → run not admitted; current_epoch <> epoch → fenced; inserted → new pending row (its call deadline
--- set: the call follows at once); existing → the earlier row (a hit on sent/confirmed counts a prevented
+-- no row → run not admitted; current_epoch <> epoch → fenced; inserted → a new pending row (its call
+-- deadline set: the call follows at once; nothing of it comes back); existing → the earlier row (a hit on sent/confirmed counts a prevented
 -- duplicate; other arguments than stored count a divergence and, with on_divergence=needs_human, flag the
 -- row for a human the first time); neither → read-only refused.
 -- in_flight_seconds: how long the earlier call may still take effect, by Postgres's clock: its recorded
@@ -181,7 +181,7 @@ WITH run AS (
            now() + make_interval(secs => %(timeout_seconds)s::double precision)
     FROM run WHERE run.lease_epoch = %(epoch)s AND NOT run.read_only
     ON CONFLICT (idempotency_key) DO NOTHING
-    RETURNING *
+    RETURNING 1
 ), hit AS (
     UPDATE agentrun_effects e
     SET duplicates_prevented = e.duplicates_prevented
@@ -206,7 +206,8 @@ WITH run AS (
     WHERE e.idempotency_key = %(key)s AND NOT EXISTS (SELECT 1 FROM hit)
 )
 SELECT run.lease_epoch AS current_epoch, run.read_only,
-       (SELECT to_jsonb(ins) FROM ins) AS inserted,
+       -- a new row is what the caller sent: only whether it was inserted comes back
+       EXISTS (SELECT 1 FROM ins) AS inserted,
        (SELECT doc FROM existing) AS existing,
        (SELECT greatest(0, extract(epoch FROM greatest(
                 x.call_deadline,
