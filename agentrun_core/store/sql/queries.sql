@@ -165,9 +165,9 @@ SELECT * FROM agentrun_attempts WHERE run_id = %(run_id)s ORDER BY attempt
 -- name: reserve_effect
 -- ONE round trip: fencing check + insert-or-return. Outcomes (decided in Python from the returned row):
 -- no row → run not admitted; current_epoch <> epoch → fenced; inserted → a new pending row (its call
--- deadline set: the call follows at once; nothing of it comes back); existing → the earlier row (a hit on sent/confirmed counts a prevented
--- duplicate; other arguments than stored count a divergence and, with on_divergence=needs_human, flag the
--- row for a human the first time); neither → read-only refused.
+-- deadline set: the call follows at once; nothing of it comes back); existing → the earlier row (a hit on
+-- sent/confirmed counts a prevented duplicate; other arguments than stored count a divergence and, with
+-- on_divergence=needs_human, flag the row for a human the first time); neither → read-only refused.
 -- in_flight_seconds: how long the earlier call may still take effect, by Postgres's clock: its recorded
 -- deadline and, when an older epoch wrote the row (takeover), the start of our epoch's attempt + timeout
 -- (the deposed holder could issue a call until its lease ended, before we started).
