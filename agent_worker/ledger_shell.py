@@ -147,10 +147,11 @@ class Execution:
             )
         except errors.Fenced as exc:
             raise self.ctx.set_stop(exc) from None
-        row = self.row = reservation.effect  # None for a new row: it holds what we sent
-        self.result = None if row is None else row.result
-        if reservation.outcome != "existing" or row is None:
+        row = self.row = reservation.effect
+        if row is None:  # reserved: a new row, which holds what we sent
+            self.result = None
             return ledger.Event(ledger.EventKind.RESERVED_NEW, key=self.key, read_only=reservation.read_only)
+        self.result = row.result
         return ledger.Event(
             _RESERVED[row.status],
             key=self.key,
