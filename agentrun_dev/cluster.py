@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import importlib.util
+import json
 import os
 import shutil
 import socket
@@ -237,6 +238,30 @@ def kubectl(s: settings_mod.Settings, *args: str, check: bool = True, timeout: f
     return res.stdout
 
 
+def wait_established(s: settings_mod.Settings, crd: Path, timeout: float = 60.0) -> None:
+    """Until every CRD in ``crd`` says Established. Not ``kubectl wait --for=condition=Established``: on a
+    CRD just created, before the API server wrote any condition, it fails at once ("accessor error: <nil>")
+    instead of waiting, which broke a CI run's `dev up`."""
+    deadline = time.monotonic() + timeout
+    while not established(kubectl(s, "get", "-f", str(crd), "-o", "json", timeout=30)):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the CRDs of {crd} are not Established within {timeout:.0f}s")
+        time.sleep(0.2)
+
+
+def established(answer: str) -> bool:
+    """Whether ``kubectl get -o json`` of CRDs (one object, or a List) shows each of them Established."""
+    doc = json.loads(answer)
+    items = (doc.get("items") or []) if doc.get("kind") == "List" else [doc]
+    return bool(items) and all(
+        any(
+            c.get("type") == "Established" and c.get("status") == "True"
+            for c in (item.get("status") or {}).get("conditions") or ()
+        )
+        for item in items
+    )
+
+
 def _apply_manifests(s: settings_mod.Settings, out: TextIO, t0: float) -> None:
     """Server-side apply crds/ then deploy/admission/; skipped when unchanged since the last apply."""
     files = _manifests()
@@ -257,7 +282,7 @@ def _apply_manifests(s: settings_mod.Settings, out: TextIO, t0: float) -> None:
             s, "apply", "--server-side", "--force-conflicts", "--field-manager=agentrun-dev", "-f", str(f)
         )
         if f.parent.name == "crds":
-            kubectl(s, "wait", "--for=condition=Established", "--timeout=60s", "-f", str(f))
+            wait_established(s, f)
     stamp.write_text(digest + "\n")
     _say(out, t0, f"applied {len(files)} manifest(s) from {', '.join('/'.join(d) for d in MANIFEST_DIRS)}")
 
