@@ -2,6 +2,8 @@
 
 * ``noop_<n>``: one node looping ``n`` times — ``n`` steps, each one checkpoint, no work;
 * ``effect_<n>``: the same loop with one no-op effect through the ledger per step (``effects.tool``);
+* ``pair_<n>``: the same loop with one raw INSERT and one raw UPDATE per step, each its own commit, through
+  ``PAIR_POOL`` (the floor of a ledger that commits before a call and after it, with none of its checks);
 * ``burst_<n>``: one step making ``n`` effects (ledger throughput), marking after each (``EFFECT_MARKS``);
 * ``chat_<n>``: ``n`` turns appending two messages each with ``add_messages`` (storage growth);
 * ``slow_<n>``: ``n`` steps of 0.2 s each (a run to evict mid-way);
@@ -17,6 +19,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from typing import Annotated, Any, TypedDict
 
@@ -31,6 +34,11 @@ EFFECT_MARKS: list[float] = []  # burst_<n>: perf_counter before the first effec
 # While a benchmark counts round trips (bench/p1_steps.py), the count at each mark, beside MARKS.
 TRIP_MARKS: list[int] = []
 trip_count: Callable[[], int] | None = None
+# pair_<n>: the pool its raw commits go through (set by the benchmark; its database has PAIR_TABLE).
+PAIR_POOL: Any = None
+PAIR_TABLE = "CREATE TABLE IF NOT EXISTS bench_pair (id bigserial PRIMARY KEY, k text UNIQUE, v jsonb)"
+_PAIR_INSERT = "INSERT INTO bench_pair (k, v) VALUES (%s, %s::jsonb) RETURNING id"
+_PAIR_UPDATE = "UPDATE bench_pair SET v = %s::jsonb WHERE id = %s"
 # Set in a worker subprocess's environment: nodes print "BENCH_MARK start|end <unix time>" to stderr.
 _PRINT_MARKS = bool(os.environ.get("AGENTRUN_BENCH_MARKS"))
 
@@ -57,12 +65,20 @@ def noop_effect(call: effects.Call, *, i: int) -> dict[str, int]:
     return {"i": i}
 
 
-def _loop(n: int, with_effect: bool, sleep: float = 0.0) -> StateGraph[Loop]:
+def _raw_pair(i: int) -> None:
+    with PAIR_POOL.connection() as conn:  # autocommit: each statement its own commit, as reserve and record
+        row = conn.execute(_PAIR_INSERT, (f"{uuid.uuid4().hex}-{i}", '{"status": "pending"}')).fetchone()
+        conn.execute(_PAIR_UPDATE, ('{"status": "sent"}', row[0]))
+
+
+def _loop(n: int, with_effect: bool, sleep: float = 0.0, pair: bool = False) -> StateGraph[Loop]:
     def step(state: Loop) -> Loop:
         _mark("start")
         i = state.get("i", 0)
         if with_effect:
             noop_effect(i=i)
+        if pair:
+            _raw_pair(i)
         if sleep:
             time.sleep(sleep)
         _mark("end")
@@ -129,16 +145,16 @@ def build(name: str) -> StateGraph[Any]:
     if name == "park":
         return _park()
     kind, _, count = name.rpartition("_")
-    if not count.isdigit() or kind not in ("noop", "effect", "burst", "chat", "slow"):
+    if not count.isdigit() or kind not in ("noop", "effect", "pair", "burst", "chat", "slow"):
         raise AttributeError(
-            f"bench.graphs has no graph {name!r} (noop_N, effect_N, burst_N, chat_N, slow_N, park)"
+            f"bench.graphs has no graph {name!r} (noop_N, effect_N, pair_N, burst_N, chat_N, slow_N, park)"
         )
     n = int(count)
     if kind == "burst":
         return _burst(n)
     if kind == "chat":
         return _chat(n)
-    return _loop(n, with_effect=kind == "effect", sleep=0.2 if kind == "slow" else 0.0)
+    return _loop(n, with_effect=kind == "effect", sleep=0.2 if kind == "slow" else 0.0, pair=kind == "pair")
 
 
 def __getattr__(name: str) -> Any:

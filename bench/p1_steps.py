@@ -14,6 +14,11 @@ The marginal step is also split in two, against a third variant: the same worker
 checkpoint fence and row-level security off (``db.unguard``). "vs fence+RLS off" is what those two safety
 layers cost; "fence+RLS off, vs bare" is what the rest of the worker path costs.
 
+The steps with an effect are measured once more against the floor of the ledger's order: the bare steps, each
+making one raw INSERT and one raw UPDATE of a one-index table, each its own commit (``bench.graphs:pair_n``):
+what any ledger that commits before a call and after it costs at least. "vs bare + raw pair" is what ours
+costs beyond that floor; "bare + raw pair vs bare" is that floor itself, against the target's baseline.
+
 The dev cluster's Postgres does not flush commits (``fsync=off``): its figures are CPU and round trips. The
 ``sync`` attempts run once more on a durable server (every commit flushed, as production runs): "durable
 server" rows, worker and bare each on it.
@@ -93,15 +98,39 @@ def worker_attempt(
     return _split(t0, t1, _steps(graph))
 
 
-def bare_attempt(dsn: str, graph: str, durability: Durability, counting: bool = False) -> Timing:
+def bare_attempt(
+    dsn: str, graph: str, durability: Durability, counting: bool = False, pairs: bool = False
+) -> Timing:
+    """The same steps with bare ``PostgresSaver``, without the effect (the ledger is what is measured against
+    it); ``pairs``: each step makes a raw INSERT + UPDATE pair instead (``pair_n``: the ledger's floor)."""
+    kind, _, n = graph.rpartition("_")
+    name = f"pair_{n}" if pairs else f"{'noop' if kind == 'effect' else kind}_{n}"
     graphs.MARKS.clear()
     t0 = time.perf_counter()
     with db.pool(dsn, counting=counting, size=4) as p:
-        # The same steps without the effect: the ledger is what is being measured against.
-        compiled = graphs.build(graph.replace("effect_", "noop_")).compile(checkpointer=PostgresSaver(p))
-        compiled.invoke({}, {"configurable": {"thread_id": str(uuid.uuid4())}}, durability=durability)
+        graphs.PAIR_POOL = p
+        try:
+            compiled = graphs.build(name).compile(checkpointer=PostgresSaver(p))
+            compiled.invoke({}, {"configurable": {"thread_id": str(uuid.uuid4())}}, durability=durability)
+        finally:
+            graphs.PAIR_POOL = None
     t1 = time.perf_counter()
     return _split(t0, t1, _steps(graph))
+
+
+def _floor_table(bare_dsn: str) -> None:
+    """The raw pairs' table, in the bare database (``bench.graphs.PAIR_TABLE``)."""
+    with db.pool(bare_dsn, size=1) as p, p.connection() as conn:
+        conn.execute(graphs.PAIR_TABLE)
+
+
+def _floor_rows(label: str, w: list[Timing], b: list[Timing], f: list[Timing], n: int) -> list[stats.Row]:
+    """The steps with an effect against the ledger's floor (``pairs``), and that floor against bare."""
+    return [
+        stats.Row(f"{label}: per step vs bare + raw pair", _ms(w, "total", n), _ms(f, "total", n)),
+        stats.Row(f"{label}: marginal step vs bare + raw pair", _ms(w, "marginal"), _ms(f, "marginal")),
+        stats.Row(f"{label}: marginal step, bare + raw pair vs bare", _ms(f, "marginal"), _ms(b, "marginal")),
+    ]
 
 
 def _steps(graph: str) -> int:
@@ -182,19 +211,20 @@ def run(report: stats.Report, *, quick: bool, reps: int) -> None:
         db.fresh_database("p1unguarded") as open_dsn,
     ):
         db.unguard(open_dsn)
+        _floor_table(bare_dsn)
         worker_attempt(dsn, "noop_2", "sync")  # warm imports and the server's caches
         worker_attempt(open_dsn, "noop_2", "sync")
         for kind, n in sizes:
             graph = f"{kind}_{n}"
             for mode in modes:
-                res = stats.alternate(
-                    {
-                        "worker": functools.partial(worker_attempt, dsn, graph, mode),
-                        "bare": functools.partial(bare_attempt, bare_dsn, graph, mode),
-                        "unguarded": functools.partial(worker_attempt, open_dsn, graph, mode),
-                    },
-                    reps,
-                )
+                variants = {
+                    "worker": functools.partial(worker_attempt, dsn, graph, mode),
+                    "bare": functools.partial(bare_attempt, bare_dsn, graph, mode),
+                    "unguarded": functools.partial(worker_attempt, open_dsn, graph, mode),
+                }
+                if kind == "effect":
+                    variants["floor"] = functools.partial(bare_attempt, bare_dsn, graph, mode, pairs=True)
+                res = stats.alternate(variants, reps)
                 w, b, u = res["worker"], res["bare"], res["unguarded"]
                 label = f"{_label(kind, n)}, {mode}"
                 for figure, mine, theirs in (
@@ -206,6 +236,8 @@ def run(report: stats.Report, *, quick: bool, reps: int) -> None:
                     ("after the last step", _ms(w, "after"), _ms(b, "after")),
                 ):
                     report.add(section, stats.Row(f"{label}: {figure}", mine, theirs))
+                for row in _floor_rows(label, w, b, res["floor"], n) if kind == "effect" else ():
+                    report.add(section, row)
                 ours, base = statements(dsn, bare_dsn, graph, mode)
                 for key, figure, unit in (
                     ("statements", "statements per step", "stmts"),
@@ -229,16 +261,17 @@ def durable(report: stats.Report, section: str, sizes: list[tuple[str, int]], re
         db.fresh_database("p1durable", durable=True) as dsn,
         db.fresh_database("p1durablebare", agentrun=False, durable=True) as bare_dsn,
     ):
+        _floor_table(bare_dsn)
         worker_attempt(dsn, "noop_2", "sync")
         for kind, n in sizes:
             graph = f"{kind}_{n}"
-            res = stats.alternate(
-                {
-                    "worker": functools.partial(worker_attempt, dsn, graph, "sync"),
-                    "bare": functools.partial(bare_attempt, bare_dsn, graph, "sync"),
-                },
-                reps,
-            )
+            variants = {
+                "worker": functools.partial(worker_attempt, dsn, graph, "sync"),
+                "bare": functools.partial(bare_attempt, bare_dsn, graph, "sync"),
+            }
+            if kind == "effect":
+                variants["floor"] = functools.partial(bare_attempt, bare_dsn, graph, "sync", pairs=True)
+            res = stats.alternate(variants, reps)
             w, b = res["worker"], res["bare"]
             label = f"{_label(kind, n)}, sync, durable server"
             for figure, mine, theirs in (
@@ -246,3 +279,5 @@ def durable(report: stats.Report, section: str, sizes: list[tuple[str, int]], re
                 ("marginal step", _ms(w, "marginal"), _ms(b, "marginal")),
             ):
                 report.add(section, stats.Row(f"{label}: {figure}", mine, theirs))
+            for row in _floor_rows(label, w, b, res["floor"], n) if kind == "effect" else ():
+                report.add(section, row)

@@ -42,6 +42,10 @@ def test_quick_p1_p2_p3_p5_print_every_figure_with_its_baseline(
     p1 = [r for r in rows if r["section"].startswith("P1")]
     # Every P1 figure has its bare-PostgresSaver baseline and a ratio, measured in the same run.
     assert p1 and all(r["baseline_median"] is not None and r["ratio"] is not None for r in p1), p1
+    # The steps with an effect against the ledger's floor (bare steps each making a raw INSERT + UPDATE
+    # pair), on both servers, and that floor against bare.
+    floor = [r["figure"] for r in p1 if "bare + raw pair" in r["figure"]]
+    assert any("durable server" in f for f in floor) and any("pair vs bare" in f for f in floor), floor
     trips = next(r for r in rows if r["figure"].startswith("round trips per new effect"))
     assert trips["median"] > 0
     # P1 and P2 are measured once more on the durable server (every commit flushed; ensure_durable checks the

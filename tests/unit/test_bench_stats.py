@@ -34,6 +34,7 @@ def test_report_prints_figure_baseline_and_ratio() -> None:
 
 def test_graph_names_are_validated() -> None:
     assert callable(graphs.noop_3)  # type: ignore[attr-defined]
+    assert callable(graphs.pair_3)  # type: ignore[attr-defined]  # the ledger's floor (P1)
     with pytest.raises(AttributeError, match="no graph 'bogus_3'"):
         graphs.bogus_3  # type: ignore[attr-defined]  # noqa: B018
     with pytest.raises(AttributeError):
