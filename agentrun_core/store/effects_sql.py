@@ -1,4 +1,5 @@
-"""The effect ledger's SQL: reserve and record are ONE statement (one round trip) each, fencing included."""
+"""The effect ledger's SQL: reserve and record are ONE statement (one round trip) each, fencing included
+(a reserve of a key that has a row already: two)."""
 
 from __future__ import annotations
 
@@ -53,25 +54,29 @@ def reserve_effect(
 
     ``timeout_seconds``: the tool's bound on a call taking effect (sets the new row's call deadline);
     an existing row with another ``args_hash`` counts a divergence (``divergence_needs_human``: the first
-    one flags the row for a human)."""
-    row = db.fetch_one(
-        conn,
-        "reserve_effect",
-        {
-            "key": key,
-            "run_id": run_id,
-            "epoch": epoch,
-            "step": step,
-            "action": action,
-            "tool": tool,
-            "occurrence": occurrence,
-            "args_hash": args_hash,
-            "args": Jsonb(args),
-            "key_version": key_version,
-            "timeout_seconds": timeout_seconds,
-            "divergence_needs_human": divergence_needs_human,
-        },
-    )
+    one flags the row for a human).
+
+    A new key costs one statement (``reserve_new_effect``: fence and insert); only a key that has a row
+    already (a replay, a retry) or a read-only run costs the second, ``reserve_effect``, which inserts or
+    returns the row as one statement of its own, so its answer never rests on the first one's."""
+    params = {
+        "key": key,
+        "run_id": run_id,
+        "epoch": epoch,
+        "step": step,
+        "action": action,
+        "tool": tool,
+        "occurrence": occurrence,
+        "args_hash": args_hash,
+        "args": Jsonb(args),
+        "key_version": key_version,
+        "timeout_seconds": timeout_seconds,
+        "divergence_needs_human": divergence_needs_human,
+    }
+    first = db.fetch_one(conn, "reserve_new_effect", params)
+    if rows.fenced(first, run_id=run_id, epoch=epoch, refused=f"effect {key}: write")["inserted"]:
+        return Reservation("reserved", None)
+    row = db.fetch_one(conn, "reserve_effect", params)
     return reservation_from_row(row, key=key, run_id=run_id, epoch=epoch)
 
 

@@ -30,6 +30,8 @@ pytestmark = pytest.mark.postgres
 # statement -> {table: the unique indexes it may read that table through}
 BY_KEY: dict[str, dict[str, set[str]]] = {
     "reserve_effect": {"agentrun_effects": {"agentrun_effects_pkey"}},
+    # inserts its row (no read of the effects) after reading the run by its key
+    "reserve_new_effect": {"agentrun_runs": {"agentrun_runs_pkey"}},
     "record_effect": {"agentrun_effects": {"agentrun_effects_pkey"}},
     "confirm_effect": {"agentrun_effects": {"agentrun_effects_pkey"}},
     "get_effect": {"agentrun_effects": {"agentrun_effects_pkey"}},
