@@ -34,11 +34,12 @@ EFFECT_MARKS: list[float] = []  # burst_<n>: perf_counter before the first effec
 # While a benchmark counts round trips (bench/p1_steps.py), the count at each mark, beside MARKS.
 TRIP_MARKS: list[int] = []
 trip_count: Callable[[], int] | None = None
-# pair_<n>: the pool its raw commits go through (set by the benchmark; its database has PAIR_TABLE).
+# pair_<n>: the pool its raw commits go through (set by the benchmark; its database has RAW_TABLE).
 PAIR_POOL: Any = None
-PAIR_TABLE = "CREATE TABLE IF NOT EXISTS bench_pair (id bigserial PRIMARY KEY, k text UNIQUE, v jsonb)"
-_PAIR_INSERT = "INSERT INTO bench_pair (k, v) VALUES (%s, %s::jsonb) RETURNING id"
-_PAIR_UPDATE = "UPDATE bench_pair SET v = %s::jsonb WHERE id = %s"
+# Raw commits, the ledger's floor: P1's pair_<n> and P2's baselines (raw_commits).
+RAW_TABLE = "CREATE TABLE IF NOT EXISTS bench_raw (id bigserial PRIMARY KEY, k text UNIQUE, v jsonb)"
+_RAW_INSERT = "INSERT INTO bench_raw (k, v) VALUES (%s, %s::jsonb) RETURNING id"
+_RAW_UPDATE = "UPDATE bench_raw SET v = %s::jsonb WHERE id = %s"
 # Set in a worker subprocess's environment: nodes print "BENCH_MARK start|end <unix time>" to stderr.
 _PRINT_MARKS = bool(os.environ.get("AGENTRUN_BENCH_MARKS"))
 
@@ -65,10 +66,17 @@ def noop_effect(call: effects.Call, *, i: int) -> dict[str, int]:
     return {"i": i}
 
 
+def raw_commits(conn: Any, key: str, *, pair: bool) -> None:
+    """One raw INSERT of a row of ``RAW_TABLE`` and, with ``pair``, one UPDATE of it: on an autocommit
+    connection each its own commit, as the ledger's reserve and record."""
+    row = conn.execute(_RAW_INSERT, (key, '{"status": "pending"}')).fetchone()
+    if pair and row is not None:
+        conn.execute(_RAW_UPDATE, ('{"status": "sent"}', row[0]))
+
+
 def _raw_pair(i: int) -> None:
-    with PAIR_POOL.connection() as conn:  # autocommit: each statement its own commit, as reserve and record
-        row = conn.execute(_PAIR_INSERT, (f"{uuid.uuid4().hex}-{i}", '{"status": "pending"}')).fetchone()
-        conn.execute(_PAIR_UPDATE, ('{"status": "sent"}', row[0]))
+    with PAIR_POOL.connection() as conn:
+        raw_commits(conn, f"{uuid.uuid4().hex}-{i}", pair=True)
 
 
 def _loop(n: int, with_effect: bool, sleep: float = 0.0, pair: bool = False) -> StateGraph[Loop]:

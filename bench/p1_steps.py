@@ -119,9 +119,9 @@ def bare_attempt(
 
 
 def _floor_table(bare_dsn: str) -> None:
-    """The raw pairs' table, in the bare database (``bench.graphs.PAIR_TABLE``)."""
+    """The raw pairs' table, in the bare database (``bench.graphs.RAW_TABLE``)."""
     with db.pool(bare_dsn, size=1) as p, p.connection() as conn:
-        conn.execute(graphs.PAIR_TABLE)
+        conn.execute(graphs.RAW_TABLE)
 
 
 def _floor_rows(label: str, w: list[Timing], b: list[Timing], f: list[Timing], n: int) -> list[stats.Row]:

@@ -26,10 +26,6 @@ from agent_worker import context
 from agentrun_core import store
 from bench import db, graphs, stats
 
-_RAW_TABLE = "CREATE TABLE IF NOT EXISTS bench_raw (id bigserial PRIMARY KEY, k text UNIQUE, v jsonb)"
-_RAW_INSERT = "INSERT INTO bench_raw (k, v) VALUES (%s, %s::jsonb) RETURNING id"
-_RAW_UPDATE = "UPDATE bench_raw SET v = %s::jsonb WHERE id = %s"
-
 
 def ledger(dsn: str, n: int, counting: bool = False) -> float:
     """Seconds for one step making ``n`` new effects."""
@@ -67,13 +63,11 @@ def growth(n: int) -> tuple[float, float]:
 
 def raw(dsn: str, n: int, pairs: bool) -> float:
     with db.pool(dsn, size=4) as p, p.connection() as conn:
-        conn.execute(_RAW_TABLE)
+        conn.execute(graphs.RAW_TABLE)
         tag = uuid.uuid4().hex
         t0 = time.perf_counter()
         for i in range(n):
-            row = conn.execute(_RAW_INSERT, (f"{tag}-{i}", '{"status": "pending"}')).fetchone()
-            if pairs and row is not None:
-                conn.execute(_RAW_UPDATE, ('{"status": "sent"}', row[0]))
+            graphs.raw_commits(conn, f"{tag}-{i}", pair=pairs)
         return time.perf_counter() - t0
 
 
