@@ -9,6 +9,9 @@ effect's cost grows with the effects its run already holds: one step of ``4 n`` 
 (as a new install: the statements are prepared, and their plans cached, while the table is empty), its last
 tenth against its second (the first holds the statements' preparation); 1.0x: it does not grow. A
 statement that found its row through the run's index made it grow (tests/integration/test_statement_plans.py).
+And how much of an effect is the worker's own Python: the same step with the ledger's two statements
+answered in process (``statements_answered_in_process``: psycopg, the round trips and the server left out)
+against the whole effect.
 
 The dev cluster's server does not flush commits (``fsync=off``), so there a commit costs CPU alone; the
 throughput figures are measured once more on the durable server ("durable server": every commit flushed, as
@@ -17,13 +20,18 @@ production runs), the ledger and both baselines on it.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
+from collections.abc import Iterator, Mapping
+from typing import Any
+from unittest import mock
 
 from langgraph.checkpoint.memory import InMemorySaver
 
 from agent_worker import context
 from agentrun_core import store
+from agentrun_core.store import db as store_db
 from bench import db, graphs, stats
 
 
@@ -50,6 +58,31 @@ def ledger(dsn: str, n: int, counting: bool = False) -> float:
             t0 = time.perf_counter()
             compiled.invoke({}, {"configurable": {"thread_id": run_id}})
             return time.perf_counter() - t0
+
+
+@contextlib.contextmanager
+def statements_answered_in_process() -> Iterator[None]:
+    """The ledger's two statements of a new effect (``reserve_new_effect``, ``record_effect``) answered
+    here, as the server answers them for a new key of the current epoch, without sending them: what is
+    left of an effect's time is the worker's own work around them (the tool's arguments, key, ledger
+    machine, parameters). Every other statement still goes to the server."""
+    send = store_db.fetch_one
+
+    def answer(conn: store_db.Conn, name: str, params: Mapping[str, Any]) -> dict[str, Any] | None:
+        if name == "reserve_new_effect":
+            return {"current_epoch": params["epoch"], "inserted": True, "read_only": False}
+        if name == "record_effect":
+            return {"current_epoch": params["epoch"], "updated_status": params["status"]}
+        return send(conn, name, params)
+
+    with mock.patch.object(store_db, "fetch_one", answer):
+        yield
+
+
+def client_work(dsn: str, n: int) -> float:
+    """Seconds for one step making ``n`` new effects with their statements answered in process."""
+    with statements_answered_in_process():
+        return ledger(dsn, n)
 
 
 def growth(n: int) -> tuple[float, float]:
@@ -112,6 +145,19 @@ def run(report: stats.Report, *, quick: bool, reps: int) -> None:
                 f"{4 * n} effects in one step: per effect, last tenth vs second tenth",
                 [last * 1000 for _, last in ends],
                 [first * 1000 for first, _ in ends],
+            ),
+        )
+        # How much of an effect is the worker's own work: the same step with the two statements answered
+        # in process, against the whole effect.
+        work = stats.alternate(
+            {"client": lambda: client_work(dsn, n), "ledger": lambda: ledger(dsn, n)}, reps
+        )
+        report.add(
+            section,
+            stats.Row(
+                f"{n} effects: per effect, the worker's own work (statements answered in process) vs whole",
+                [t / n * 1000 for t in work["client"]],
+                [t / n * 1000 for t in work["ledger"]],
             ),
         )
         ledger(dsn, n, counting=True)

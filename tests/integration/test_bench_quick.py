@@ -48,6 +48,10 @@ def test_quick_p1_p2_p3_p5_print_every_figure_with_its_baseline(
     assert any("durable server" in f for f in floor) and any("pair vs bare" in f for f in floor), floor
     trips = next(r for r in rows if r["figure"].startswith("round trips per new effect"))
     assert trips["median"] > 0
+    # The worker's own work per effect (the ledger's statements answered in process) against the whole effect:
+    # without the round trips it is less.
+    own = next(r for r in rows if "the worker's own work" in r["figure"])
+    assert 0 < own["median"] < own["baseline_median"], own
     # P1 and P2 are measured once more on the durable server (every commit flushed; ensure_durable checks the
     # server's settings), with their baselines on it; the benchmark stops that server when done.
     for section in ("P1", "P2"):
