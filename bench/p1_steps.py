@@ -19,6 +19,10 @@ making one raw INSERT and one raw UPDATE of a one-index table, each its own comm
 what any ledger that commits before a call and after it costs at least. "vs bare + raw pair" is what ours
 costs beyond that floor; "bare + raw pair vs bare" is that floor itself, against the target's baseline.
 
+A repetition of the steps with an effect is the mean of ``EFFECT_ATTEMPTS_PER_REP`` attempts of each variant
+(full mode): one such attempt lasts 30-70 ms, and runs that short jumped between repetitions (spreads of
+±20-110 %), as P2's short baselines did.
+
 The dev cluster's Postgres does not flush commits (``fsync=off``): its figures are CPU and round trips. The
 ``sync`` attempts run once more on a durable server (every commit flushed, as production runs): "durable
 server" rows, worker and bare each on it.
@@ -30,7 +34,7 @@ import contextlib
 import functools
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal
 
 import psycopg_pool
@@ -48,6 +52,9 @@ Durability = Literal["sync", "async", "exit"]
 class Timing(dict[str, float]):
     """total, before, steps (marginal per step), after — seconds."""
 
+
+# Attempts of each variant averaged into one repetition of the steps with an effect (full mode; module doc).
+EFFECT_ATTEMPTS_PER_REP = 5
 
 LAST_RUN_ID: list[str] = []  # the run id of the latest worker_attempt (P5 reads its rows)
 
@@ -116,6 +123,14 @@ def bare_attempt(
             graphs.PAIR_POOL = None
     t1 = time.perf_counter()
     return _split(t0, t1, _steps(graph))
+
+
+Variants = dict[str, Callable[[], Mapping[str, float]]]
+
+
+def _averaged(variants: Variants, k: int) -> Variants:
+    """Each variant's repetition made of ``k`` attempts (the steps with an effect: module doc)."""
+    return {name: stats.averaged(attempt, k) for name, attempt in variants.items()} if k > 1 else variants
 
 
 def _floor_table(bare_dsn: str) -> None:
@@ -200,6 +215,7 @@ def run(report: stats.Report, *, quick: bool, reps: int) -> None:
     section = "P1 per-step cost: worker path vs bare LangGraph + PostgresSaver"
     report.section(section)
     sizes = [("noop", 10 if quick else 100), ("effect", 5 if quick else 20)]
+    k = 1 if quick else EFFECT_ATTEMPTS_PER_REP
     modes: list[Durability] = ["sync"] if quick else ["sync", "async", "exit"]
     # The baseline writes to a database of its own with PostgresSaver's tables alone: ours carry the
     # fencing triggers (migration 16), which a bare PostgresSaver user would not pay for.
@@ -217,13 +233,14 @@ def run(report: stats.Report, *, quick: bool, reps: int) -> None:
         for kind, n in sizes:
             graph = f"{kind}_{n}"
             for mode in modes:
-                variants = {
+                variants: Variants = {
                     "worker": functools.partial(worker_attempt, dsn, graph, mode),
                     "bare": functools.partial(bare_attempt, bare_dsn, graph, mode),
                     "unguarded": functools.partial(worker_attempt, open_dsn, graph, mode),
                 }
                 if kind == "effect":
                     variants["floor"] = functools.partial(bare_attempt, bare_dsn, graph, mode, pairs=True)
+                    variants = _averaged(variants, k)
                 res = stats.alternate(variants, reps)
                 w, b, u = res["worker"], res["bare"], res["unguarded"]
                 label = f"{_label(kind, n)}, {mode}"
@@ -246,14 +263,14 @@ def run(report: stats.Report, *, quick: bool, reps: int) -> None:
                     ("trips_after", "round trips after the last step", "trips"),
                 ):
                     report.add(section, stats.Row(f"{label}: {figure}", [ours[key]], [base[key]], unit=unit))
-    durable(report, section, sizes, reps)
+    durable(report, section, sizes, reps, k)
 
 
 def _label(kind: str, n: int) -> str:
     return f"{n} {'no-op steps' if kind == 'noop' else 'steps, 1 effect each'}"
 
 
-def durable(report: stats.Report, section: str, sizes: list[tuple[str, int]], reps: int) -> None:
+def durable(report: stats.Report, section: str, sizes: list[tuple[str, int]], reps: int, k: int) -> None:
     """The worker and bare attempts once more, ``sync``, on the durable server (``db.fresh_database(...,
     durable=True)``: every commit flushed, as production runs; the dev cluster's server skips the flush, so
     the figures above are CPU and round trips alone). ``sync`` only: the mode that commits at every step."""
@@ -265,12 +282,13 @@ def durable(report: stats.Report, section: str, sizes: list[tuple[str, int]], re
         worker_attempt(dsn, "noop_2", "sync")
         for kind, n in sizes:
             graph = f"{kind}_{n}"
-            variants = {
+            variants: Variants = {
                 "worker": functools.partial(worker_attempt, dsn, graph, "sync"),
                 "bare": functools.partial(bare_attempt, bare_dsn, graph, "sync"),
             }
             if kind == "effect":
                 variants["floor"] = functools.partial(bare_attempt, bare_dsn, graph, "sync", pairs=True)
+                variants = _averaged(variants, k)
             res = stats.alternate(variants, reps)
             w, b = res["worker"], res["bare"]
             label = f"{_label(kind, n)}, sync, durable server"

@@ -24,6 +24,17 @@ def alternate(variants: Mapping[str, Callable[[], Any]], reps: int) -> dict[str,
     return out
 
 
+def averaged(variant: Callable[[], Mapping[str, float]], k: int) -> Callable[[], dict[str, float]]:
+    """One repetition made of ``k`` calls of ``variant`` in a row, each figure the mean of theirs: for runs
+    so short that one alone jumps between repetitions."""
+
+    def repetition() -> dict[str, float]:
+        results = [variant() for _ in range(k)]
+        return {key: sum(r[key] for r in results) / k for key in results[0]}
+
+    return repetition
+
+
 def median(values: list[float]) -> float:
     return float(statistics.median(values)) if values else float("nan")
 

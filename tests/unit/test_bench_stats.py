@@ -16,6 +16,13 @@ def test_alternate_reverses_the_order_every_other_repetition() -> None:
     assert out == {"a": [1, 1, 1, 1], "b": [2, 2, 2, 2]}
 
 
+def test_averaged_makes_a_repetition_of_k_calls_each_figure_their_mean() -> None:
+    values = iter([{"t": 1.0, "u": 10.0}, {"t": 2.0, "u": 20.0}, {"t": 6.0, "u": 30.0}, {"t": 5.0, "u": 0.0}])
+    repetition = stats.averaged(lambda: next(values), 3)
+    assert repetition() == {"t": 3.0, "u": 20.0}
+    assert next(values) == {"t": 5.0, "u": 0.0}  # exactly 3 calls
+
+
 def test_median_spread_and_ratio() -> None:
     assert stats.median([3.0, 1.0, 2.0]) == 2.0
     assert stats.spread([1.0, 2.0, 3.0]) == pytest.approx(100.0)
