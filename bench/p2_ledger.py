@@ -64,8 +64,9 @@ def ledger(dsn: str, n: int, counting: bool = False) -> float:
 def statements_answered_in_process() -> Iterator[None]:
     """The ledger's two statements of a new effect (``reserve_new_effect``, ``record_effect``) answered
     here, as the server answers them for a new key of the current epoch, without sending them: what is
-    left of an effect's time is the worker's own work around them (the tool's arguments, key, ledger
-    machine, parameters). Every other statement still goes to the server."""
+    left of an effect's time is the worker's own work around them (the tool's arguments, its key, the
+    ledger's state machine, the statements' parameters; not psycopg's encoding of them, which happens on
+    sending). Every other statement still goes to the server."""
     send = store_db.fetch_one
 
     def answer(conn: store_db.Conn, name: str, params: Mapping[str, Any]) -> dict[str, Any] | None:
