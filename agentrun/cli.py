@@ -7,6 +7,8 @@ Each subcommand lives in its own module exposing ``main(argv: list[str]) -> int`
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
+import importlib.util
 import sys
 
 # subcommand -> (module, one-line help). Modules are imported only when their subcommand runs.
@@ -36,9 +38,27 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+def available() -> dict[str, tuple[str, str]]:
+    """The subcommands this installation ships: the benchmark (``bench/``) lives in the checkout, not in the
+    wheel, so an installed CLI does not offer it."""
+    return {
+        name: entry
+        for name, entry in SUBCOMMANDS.items()
+        if importlib.util.find_spec(entry[0].split(".", 1)[0]) is not None
+    }
+
+
+def version() -> str:
+    """The installed distribution's version (the wheel's metadata; an editable install has it too)."""
+    try:
+        return importlib.metadata.version("agentrun")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def _usage() -> str:
-    lines = ["usage: agentrun <command> [args...]", "", "commands:"]
-    lines += [f"  {name:<11} {help_}" for name, (_, help_) in SUBCOMMANDS.items()]
+    lines = ["usage: agentrun <command> [args...]", "       agentrun --version", "", "commands:"]
+    lines += [f"  {name:<11} {help_}" for name, (_, help_) in available().items()]
     return "\n".join(lines)
 
 
@@ -47,10 +67,13 @@ def main(argv: list[str] | None = None) -> int:
     if not args or args[0] in {"-h", "--help", "help"}:
         print(_usage())
         return 0
+    if args[0] in {"--version", "-V", "version"}:
+        print(f"agentrun {version()}")
+        return 0
     name, rest = args[0], args[1:]
     if name == "__complete":  # what the completion scripts call (agentrun.completion)
         name, rest = "completion", args
-    if name not in SUBCOMMANDS:
+    if name not in available():
         print(f"agentrun: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
     module = importlib.import_module(SUBCOMMANDS[name][0])

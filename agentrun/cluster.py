@@ -19,7 +19,21 @@ T = TypeVar("T")
 
 
 class CliError(Exception):
-    """A message for the user; the CLI prints it and exits 1."""
+    """A message for the user; the CLI prints it and exits 1. ``status``: the API server's HTTP status when
+    it answered, None when it was never reached."""
+
+    def __init__(self, message: str, status: int | None = -1) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+# Answers that say "ask again later" rather than "no": the request may succeed unchanged.
+_TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+
+
+def transient(exc: CliError) -> bool:
+    """True when the same request may succeed later: the server unreachable, throttling, a 5xx. Pure."""
+    return exc.status is None or exc.status in _TRANSIENT_STATUS
 
 
 def connect(kubeconfig: str | None = None, context: str | None = None) -> tuple[kube.ApiClient, str]:
@@ -47,7 +61,7 @@ def translated(what: str, namespace: str = "", name: str | None = None) -> Itera
     try:
         yield
     except kube.KubeError as exc:
-        raise CliError(message(exc, what, namespace, name)) from exc
+        raise CliError(message(exc, what, namespace, name), exc.status) from exc
 
 
 def call(what: str, fn: Callable[[], T]) -> T:

@@ -43,9 +43,9 @@ DIRECTIVE_NO_FILES = 4
 
 
 def _commands() -> list[str]:
-    from agentrun.cli import SUBCOMMANDS  # the registry; imported late (cli imports nothing of ours eagerly)
+    from agentrun.cli import available  # the registry; imported late (cli imports nothing of ours eagerly)
 
-    return [*SUBCOMMANDS, "completion"]
+    return [*available(), "completion"]
 
 
 def _namespace(words: list[str]) -> str | None:

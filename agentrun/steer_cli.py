@@ -7,7 +7,10 @@ deploy/admission/steer-validating-policy.yaml)
 and stamps who did; the operator applies the change once (Postgres decides) and records it. Nothing here
 talks to Postgres.
 
-Exit codes of ``wait``: 0 Succeeded · 1 Failed · 3 Cancelled · 4 timed out (2: usage, as everywhere).
+Exit codes of ``wait``: 0 Succeeded · 1 Failed · 3 Cancelled · 4 timed out · 5 the CLI could not tell (the
+run does not exist, access refused, the API server unreachable until the timeout) · 2 usage, as everywhere.
+``wait`` rides out transient API errors (unreachable, 429, 5xx) until its timeout; a script can tell "the
+run failed" from "we could not find out".
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ ANN_RESOLVE = "agentrun.dev/resolve"
 ANN_RESOLVE_RESULT = "agentrun.dev/resolve-result"
 RESULT_LIMIT = 8192
 _KEY = re.compile(r"^[a-z0-9][a-z0-9-]{0,127}$")
-EXIT_FAILED, EXIT_CANCELLED, EXIT_TIMEOUT = 1, 3, 4
+EXIT_FAILED, EXIT_CANCELLED, EXIT_TIMEOUT, EXIT_UNKNOWN = 1, 3, 4, 5
 RETRYABLE_PHASES = ("Failed", "Cancelled")
 
 
@@ -64,7 +67,15 @@ def wait(argv: list[str]) -> int:
     namespace = args.namespace or default_ns
     deadline = time.monotonic() + args.timeout if args.timeout > 0 else None
     while True:
-        obj = cluster.get_run(api, namespace, args.name)
+        try:
+            obj = cluster.get_run(api, namespace, args.name)
+        except cluster.CliError as exc:
+            if not cluster.transient(exc) or (deadline is not None and time.monotonic() >= deadline):
+                print(f"agentrun: {exc}", file=sys.stderr)
+                return EXIT_UNKNOWN
+            print(f"agentrun: {exc}; retrying", file=sys.stderr)
+            time.sleep(min(max(args.interval, 1.0) * 2, 10.0))
+            continue
         cond = finished(obj)
         if cond is not None:
             reason = str(cond.get("reason") or "")
@@ -241,4 +252,4 @@ def main(argv: list[str]) -> int:
         return VERBS[argv[0]](argv[1:])
     except cluster.CliError as exc:
         print(f"agentrun: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_UNKNOWN if argv[0] == "wait" else 1

@@ -97,6 +97,8 @@ def test_finished_condition_and_wait_exit_codes(
         assert f"agentrun/{name} {text}" in proc.stdout + proc.stderr
         assert condition(run_status(kube, ns, name), "Finished")["reason"] == text.split()[0]
     assert "bug in node check" in agentrun(admin_kubeconfig, "wait", "bug", "-n", ns).stderr
+    missing = agentrun(admin_kubeconfig, "wait", "no-such-run", "-n", ns, "--timeout", "5")
+    assert missing.returncode == 5 and 'AgentRun "no-such-run" not found' in missing.stderr, missing.stderr
 
 
 def test_retry_after_fixing_the_graph_does_not_repeat_the_sent_effect(

@@ -1,0 +1,58 @@
+"""The CLI's own surface: ``--version``, the verbs an installation offers, and ``wait``'s exit codes when
+it cannot find out (no cluster needed: the unreachable API server is a real closed port on loopback)."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from agentrun import cli, cluster, steer_cli
+
+
+def test_version_names_the_installed_distribution(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["--version"]) == 0
+    out = capsys.readouterr().out.strip()
+    assert out == f"agentrun {cli.version()}" and cli.version()[0].isdigit(), out
+
+
+def test_a_verb_whose_module_is_not_installed_is_neither_listed_nor_run(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(cli.SUBCOMMANDS, "ghost", ("agentrun_no_such_package.cli", "not in this wheel"))
+    assert "ghost" not in cli.available() and "get" in cli.available()
+    assert cli.main(["ghost"]) == 2
+    assert "unknown command 'ghost'" in capsys.readouterr().err
+    assert cli.main(["--help"]) == 0
+    assert "ghost" not in capsys.readouterr().out
+
+
+def test_transient_errors_are_the_ones_worth_asking_again() -> None:
+    assert cluster.transient(cluster.CliError("x", None))  # never reached the server
+    assert all(cluster.transient(cluster.CliError("x", s)) for s in (429, 500, 502, 503, 504))
+    assert not any(cluster.transient(cluster.CliError("x", s)) for s in (401, 403, 404, 422))
+    assert not cluster.transient(cluster.CliError("a usage error of our own"))
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_wait_that_cannot_reach_the_server_retries_then_exits_5_not_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "kubeconfig"
+    config.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        f"clusters: [{{name: k, cluster: {{server: 'http://127.0.0.1:{_closed_port()}'}}}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: k, user: u, namespace: ns}}]\n"
+    )
+    argv = ["wait", "run-1", "--kubeconfig", str(config), "--timeout", "2", "--interval", "0.2"]
+    code = steer_cli.main(argv)
+    err = capsys.readouterr().err
+    assert code == steer_cli.EXIT_UNKNOWN == 5, err
+    assert "cannot reach the API server" in err and "retrying" in err
