@@ -19,8 +19,8 @@ COMMON = ("-n", "--namespace", "--kubeconfig", "--context", "-h", "--help")
 # Flags per command beyond COMMON. tests/unit/test_completion.py checks each against the command's --help, so
 # a flag added to a parser and forgotten here (or the reverse) fails a test.
 FLAGS: dict[str, tuple[str, ...]] = {
-    "get": ("-o", "--output"),
-    "list": ("-o", "--output", "-A", "--all-namespaces"),
+    "get": ("-o", "--output", "-w", "--watch"),
+    "list": ("-o", "--output", "-A", "--all-namespaces", "-l", "--selector", "--phase", "-w", "--watch"),
     "trace": ("-o", "--output", "--dsn"),
     "ledger": ("-o", "--output", "--dsn"),
     "logs": ("-f", "--follow", "--attempt", "--tail"),

@@ -14,8 +14,8 @@ import os
 import sys
 from typing import Any
 
-from agentrun import cluster, output, render, trace
-from agentrun_core import store
+from agentrun import cluster, output, render, trace, watching
+from agentrun_core import kube, store
 from agentrun_core.store import connect
 
 MULTI_COMMAND = True
@@ -35,6 +35,12 @@ def _parser(command: str) -> argparse.ArgumentParser:
     p.add_argument("-n", "--namespace", help="namespace (default: the kubeconfig context's)")
     if command == "list":
         p.add_argument("-A", "--all-namespaces", action="store_true", help="runs of every namespace")
+        p.add_argument("-l", "--selector", help="label selector as kubectl's (team=support,tier!=batch)")
+        p.add_argument("--phase", help="only runs in these phases (Failed,WaitingApproval)")
+    if command in ("list", "get"):
+        p.add_argument(
+            "-w", "--watch", action="store_true", help="after printing, print each change until Ctrl-C"
+        )
     output.add_argument(p)
     p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)")
     p.add_argument("--context", help="kubeconfig context")
@@ -86,14 +92,7 @@ def run(command: str, argv: list[str]) -> int:
     api, default_ns = cluster.connect(args.kubeconfig, args.context)
     namespace = args.namespace or default_ns
     if command in ("list", "get"):
-        if command == "list":
-            items = cluster.list_runs(api, None if args.all_namespaces else namespace)
-            where = "" if args.all_namespaces else f" in namespace {namespace}"
-            view = _runs_view(items, args.all_namespaces, f"No AgentRuns found{where}.", single=False)
-        else:
-            view = _runs_view([cluster.get_run(api, namespace, args.name)], False, "", single=True)
-        print(output.emit(args.output, view))
-        return 0
+        return _runs(command, args, api, namespace)
     resource = cluster.get_run(api, namespace, args.name)
     data = trace.build(gather(resource, _dsn(args)))
     if data["run"]["ledgerStatus"] is None:
@@ -122,6 +121,36 @@ def run(command: str, argv: list[str]) -> int:
     return 0
 
 
+def _runs(command: str, args: argparse.Namespace, api: kube.ApiClient, namespace: str) -> int:
+    """``list`` and ``get``, once or (``-w``) followed by every change, each change printed as one row
+    (``-o json|yaml``: one document per change, ``-o name``: its name)."""
+    all_ns = command == "list" and args.all_namespaces
+    where: str | None = None if all_ns else namespace
+    wanted = watching.phases(getattr(args, "phase", None))
+    selector = getattr(args, "selector", None)
+    name = args.name if command == "get" else None
+    if command == "get" and not args.watch:
+        items, version = [cluster.get_run(api, namespace, args.name)], ""
+    else:
+        items, version = watching.listed(api, where, selector=selector, name=name)
+        if name is not None and not items:
+            raise cluster.CliError(f'AgentRun "{name}" not found in namespace "{namespace}"')
+    shown = watching.keep(items, wanted)
+    empty = "No AgentRuns found" + ("" if all_ns else f" in namespace {namespace}") + "."
+    print(output.emit(args.output, _runs_view(shown, all_ns, empty, single=command == "get")), flush=True)
+    if not args.watch:
+        return 0
+    try:
+        for obj in watching.changes(api, where, version, selector=selector, name=name):
+            if not watching.keep([obj], wanted):
+                continue
+            text = output.emit(args.output, _runs_view([obj], all_ns, "", single=True))
+            print(watching.without_header(text) if args.output in ("table", "wide") else text, flush=True)
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
 COMMANDS = tuple(HELP)
 
 
@@ -129,7 +158,7 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0] not in COMMANDS:
         print(
             "usage: agentrun get|trace|ledger NAME [-n NS] [-o FORMAT] | "
-            "agentrun list [-n NS|-A] [-o FORMAT]",
+            "agentrun list [-n NS|-A] [-l SELECTOR] [--phase P,...] [-w] [-o FORMAT]",
             file=sys.stderr,
         )
         return 2

@@ -27,6 +27,10 @@ APPROVAL_STATUSES = (APPROVAL_PENDING, *DECISIONS)
 # agentrun_runs.durability = spec.durability of the AgentRun (LangGraph checkpoint durability)
 DURABILITIES = ("sync", "async", "exit")
 
+# AgentRun status.phase (the resource's vocabulary; the operator writes it, the CLI filters and prints it)
+PHASES = ("Pending", "Running", "WaitingApproval", "Succeeded", "Failed", "Cancelled", "Suspended")
+FINAL_PHASES = frozenset({"Succeeded", "Failed", "Cancelled"})
+
 # --- Exit codes ---------------------------------------------------------------------------------------------
 # The worker ends each attempt with one of these; the operator reads the Pod's exit code to tell why the
 # attempt ended (agent_operator.pods.end_reason). Postgres is the truth; the code tells people and the

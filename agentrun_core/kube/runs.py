@@ -7,6 +7,8 @@ operator into retries).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from agentrun_core.kube import api as api_
 
 Body = api_.Body
@@ -24,12 +26,53 @@ def get(api: api_.ApiClient, namespace: str, name: str, *, timeout: float | None
 
 def list_(api: api_.ApiClient, namespace: str | None, *, timeout: float | None = None) -> list[Body]:
     """The AgentRuns of ``namespace`` (all namespaces with None), in the API server's order."""
-    if namespace is None:
-        listing = api_.request(api, "GET", ALL, {}, timeout=timeout)
-    else:
-        listing = api_.request(api, "GET", RUNS, {"namespace": namespace}, timeout=timeout)
-    items: list[Body] = listing.get("items", [])
+    items: list[Body] = listing(api, namespace, timeout=timeout).get("items", [])
     return items
+
+
+def _selectors(label: str | None, field: str | None) -> api_.Query:
+    query: api_.Query = []
+    if label:
+        query.append(("labelSelector", label))
+    if field:
+        query.append(("fieldSelector", field))
+    return query
+
+
+def listing(
+    api: api_.ApiClient,
+    namespace: str | None,
+    *,
+    label_selector: str | None = None,
+    field_selector: str | None = None,
+    timeout: float | None = None,
+) -> Body:
+    """The list answer itself (``items`` and ``metadata.resourceVersion``, where a watch starts from)."""
+    path, params = (ALL, {}) if namespace is None else (RUNS, {"namespace": namespace})
+    query = _selectors(label_selector, field_selector)
+    return api_.request(api, "GET", path, params, query=query or None, timeout=timeout)
+
+
+def watch(
+    api: api_.ApiClient,
+    namespace: str | None,
+    resource_version: str,
+    *,
+    label_selector: str | None = None,
+    field_selector: str | None = None,
+    timeout_seconds: int = 300,
+) -> Iterator[Body]:
+    """The changes after ``resource_version`` (``{"type", "object"}``) until the server ends the stream
+    (after about ``timeout_seconds``); ``errors.Gone`` when that version is too old to watch from."""
+    path, params = (ALL, {}) if namespace is None else (RUNS, {"namespace": namespace})
+    query = [
+        ("watch", "true"),
+        ("resourceVersion", resource_version),
+        ("allowWatchBookmarks", "true"),
+        ("timeoutSeconds", str(timeout_seconds)),
+        *_selectors(label_selector, field_selector),
+    ]
+    return api_.watch_events(api, path, params, query, timeout_seconds + 30)
 
 
 def create(api: api_.ApiClient, namespace: str, body: Body, *, timeout: float | None = None) -> Body:

@@ -6,8 +6,10 @@ import datetime
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-FINAL_PHASES = frozenset({"Succeeded", "Failed", "Cancelled"})
-PHASES = ("Pending", "Running", "WaitingApproval", "Succeeded", "Failed", "Cancelled", "Suspended")
+from agentrun_core import protocol
+
+FINAL_PHASES = protocol.FINAL_PHASES
+PHASES = protocol.PHASES
 
 # Condition types always present (True/False), in this order; extra ones appear only while True.
 # Finished is True for every final phase (reason = the outcome): `kubectl wait --for=condition=Finished`.

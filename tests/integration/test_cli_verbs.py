@@ -136,3 +136,50 @@ def test_a_retry_with_a_new_image_repins_the_run(
         ).fetchone()
     assert row == ("reg.example/worker:fixed", None, 1)
     assert len(out.read_text().splitlines()) == 1  # the effect sent before the bug was not repeated
+
+
+def test_logs_follow_goes_on_into_the_next_attempt_and_stops_when_no_attempt_will_come(
+    kube: kubernetes.client.ApiClient, operator: OperatorHandle, admin_kubeconfig: Path, tmp_path: Path
+) -> None:
+    ns = operator.namespace
+    create_run(kube, ns, "hop", spec(FLAKY, path=str(tmp_path / "effects.txt"), pause={"prepare": 600}))
+    wait_for(
+        lambda: run_status(kube, ns, "hop").get("lease", {}).get("holder") == "hop-1",
+        180,
+        "attempt 1's worker holds the run's Lease",
+        on_timeout=lambda: operator.logs()[-3000:],
+    )
+    env = {
+        **os.environ,
+        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}",
+        "KUBECONFIG": str(admin_kubeconfig),
+    }
+    follow = subprocess.Popen(
+        ["kubectl", "agentrun", "logs", "hop", "-n", ns, "-f"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(follow.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
+    reader.start()
+    wait_for(lambda: any("acquired by hop-1" in line for line in lines), 120, "the log stream of attempt 1")
+    # The Pod is lost (a force delete, as a node's loss ends it): the operator starts attempt 2 by itself.
+    kubernetes.client.CoreV1Api(kube).delete_namespaced_pod("hop-1", ns, grace_period_seconds=0)
+    wait_for(
+        lambda: any("acquired by hop-2" in line for line in lines),
+        240,
+        "attempt 2's log through the same follow",
+        on_timeout=lambda: f"follow exit {follow.poll()}: "
+        + (follow.stderr.read() if follow.poll() is not None else "")  # type: ignore[union-attr]
+        + "".join(lines)[-3000:]
+        + operator.logs()[-3000:],
+    )
+    assert follow.poll() is None  # still following attempt 2
+    assert as_user(admin_kubeconfig, "agentrun", "cancel", "hop", "-n", ns).returncode == 0
+    wait_phase(kube, ns, "hop", "Cancelled", 120, operator)
+    assert follow.wait(timeout=120) == 0
+    reader.join(timeout=30)
+    err = follow.stderr.read()  # type: ignore[union-attr]
+    assert "following attempt 2 (pod hop-2)" in err and "hop is Cancelled: no further attempt" in err, err

@@ -56,3 +56,15 @@ def test_wait_that_cannot_reach_the_server_retries_then_exits_5_not_1(
     err = capsys.readouterr().err
     assert code == steer_cli.EXIT_UNKNOWN == 5, err
     assert "cannot reach the API server" in err and "retrying" in err
+
+
+def test_a_log_follow_moves_to_the_next_attempt_only_while_one_will_come() -> None:
+    from agentrun import logs_cli
+
+    pods = {1: "r-1", 2: "r-2", 3: "r-3"}
+    assert logs_cli.next_attempt(pods, 1, "Running") == (2, "r-2")  # the oldest newer one first
+    assert logs_cli.next_attempt(pods, 1, "Succeeded") == (2, "r-2")  # its log is still worth printing
+    assert logs_cli.next_attempt({1: "r-1"}, 1, "Running") is True  # the operator is starting it: look again
+    assert logs_cli.next_attempt({1: "r-1"}, 1, "Pending") is True
+    for phase in ("Succeeded", "Failed", "Cancelled", "Suspended", "WaitingApproval"):
+        assert logs_cli.next_attempt({1: "r-1"}, 1, phase) is False, phase

@@ -1,0 +1,93 @@
+"""``-w/--watch`` and the list filters of the read commands: the runs as they change, kubectl's way.
+
+Rule: a watch starts from the resourceVersion of the list just printed, so no change between the two is
+lost; when the server ends the stream (its timeout) the watch goes on from the last version seen; when that
+version is too old (410 Gone) the runs are listed again and printed once more. Transient API errors are
+ridden out with a growing pause; anything else ends the command with the server's message. The phase filter
+is applied to every object, listed or changed. Pure helpers first; the one loop with I/O last.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from agentrun import cluster
+from agentrun_core import kube, protocol
+
+
+def phases(text: str | None) -> frozenset[str] | None:
+    """``--phase Failed,WaitingApproval`` as a set (None: no filter); an unknown name is refused. Pure."""
+    if not text:
+        return None
+    wanted = frozenset(p.strip() for p in text.split(",") if p.strip())
+    unknown = sorted(wanted - set(protocol.PHASES))
+    if unknown or not wanted:
+        raise cluster.CliError(
+            f"unknown phase {', '.join(unknown) or repr(text)}: choose from {', '.join(protocol.PHASES)}"
+        )
+    return wanted
+
+
+def phase_of(obj: dict[str, Any]) -> str:
+    return str((obj.get("status") or {}).get("phase") or "Pending")
+
+
+def keep(items: Sequence[dict[str, Any]], wanted: frozenset[str] | None) -> list[dict[str, Any]]:
+    """The runs whose phase is wanted (all with None); a run with no status yet counts as Pending. Pure."""
+    return [i for i in items if wanted is None or phase_of(i) in wanted]
+
+
+def without_header(table: str) -> str:
+    """A table's rows without its header line: what a watch prints for each change. Pure."""
+    return "\n".join(table.splitlines()[1:])
+
+
+def field_for(name: str | None) -> str | None:
+    return f"metadata.name={name}" if name else None
+
+
+def listed(
+    api: kube.ApiClient, namespace: str | None, *, selector: str | None, name: str | None
+) -> tuple[list[dict[str, Any]], str]:
+    """The runs (sorted as ``list`` prints them) and the version a watch continues from."""
+    with cluster.translated("list agentruns", namespace or "", name):
+        body = kube.runs.listing(api, namespace, label_selector=selector, field_selector=field_for(name))
+    items = sorted(
+        body.get("items") or [], key=lambda i: (i["metadata"].get("namespace", ""), i["metadata"]["name"])
+    )
+    return items, str((body.get("metadata") or {}).get("resourceVersion") or "")
+
+
+def changes(
+    api: kube.ApiClient,
+    namespace: str | None,
+    version: str,
+    *,
+    selector: str | None,
+    name: str | None,
+    pause: float = 1.0,
+) -> Iterator[dict[str, Any]]:
+    """Every changed run after ``version``, forever (the caller stops on Ctrl-C)."""
+    failures = 0
+    while True:
+        try:
+            for event in kube.runs.watch(
+                api, namespace, version, label_selector=selector, field_selector=field_for(name)
+            ):
+                obj = event.get("object") or {}
+                version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+                failures = 0
+                if event.get("type") != "BOOKMARK":
+                    yield obj
+        except kube.Gone:
+            items, version = listed(api, namespace, selector=selector, name=name)
+            yield from items
+        except kube.KubeError as exc:
+            said = cluster.message(exc, "watch agentruns", namespace or "", name)
+            error = cluster.CliError(said, exc.status)
+            if not cluster.transient(error):
+                raise error from exc
+            failures += 1
+            time.sleep(min(pause * 2**failures, 30.0))
