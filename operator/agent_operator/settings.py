@@ -82,7 +82,8 @@ class NotifySettings:
     # allowed_networks; denied_networks refuses more (a Service or Pod CIDR in public address space) and wins.
     # AGENTRUN_NOTIFY_ALLOWED_NETWORKS: comma list of CIDRs (e.g. a receiver inside the cluster); default none
     allowed_networks: tuple[str, ...] = ()
-    denied_networks: tuple[str, ...] = ()  # AGENTRUN_NOTIFY_DENIED_NETWORKS: comma list of CIDRs
+    # AGENTRUN_NOTIFY_DENIED_NETWORKS: comma list of CIDRs; in a cluster, KUBERNETES_SERVICE_HOST is added
+    denied_networks: tuple[str, ...] = ()
     # AGENTRUN_NOTIFY_ALLOWED_HOSTS: comma list of host patterns (``hooks.slack.com``, ``*.example.com``)
     allowed_hosts: tuple[str, ...] = ("*",)
 
@@ -126,6 +127,16 @@ def _networks(env: Mapping[str, str], name: str) -> tuple[str, ...]:
         except ValueError as exc:
             raise SettingsError(f"{name}: {raw.strip()!r} is not an IP network (CIDR): {exc}") from exc
     return tuple(found)
+
+
+def _api_server(env: Mapping[str, str]) -> tuple[str, ...]:
+    """In a cluster, the API server's Service address (KUBERNETES_SERVICE_HOST) is never a notification
+    target, even where the Service CIDR is public address space (GKE's 34.118.224.0/20)."""
+    host = env.get("KUBERNETES_SERVICE_HOST", "").strip()
+    try:
+        return (str(ipaddress.ip_network(host)),) if host else ()
+    except ValueError:
+        return ()
 
 
 def default_identity() -> str:
@@ -200,7 +211,7 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
             env, "AGENTRUN_NOTIFY_MAX_BACKOFF_SECONDS", NotifySettings.max_backoff_seconds
         ),
         allowed_networks=_networks(env, "AGENTRUN_NOTIFY_ALLOWED_NETWORKS"),
-        denied_networks=_networks(env, "AGENTRUN_NOTIFY_DENIED_NETWORKS"),
+        denied_networks=_networks(env, "AGENTRUN_NOTIFY_DENIED_NETWORKS") + _api_server(env),
         allowed_hosts=tuple(
             h.strip() for h in env.get("AGENTRUN_NOTIFY_ALLOWED_HOSTS", "").split(",") if h.strip()
         )

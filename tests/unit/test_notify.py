@@ -170,6 +170,35 @@ def test_post_refused_connection_is_not_processed_and_a_silent_receiver_is_ambig
         silent.close()
 
 
+def test_post_a_connection_closed_after_the_request_was_read_is_ambiguous() -> None:
+    """The receiver read the whole request (and may have acted), then the connection broke: proves nothing."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    read: list[bytes] = []
+
+    def read_then_close() -> None:
+        conn, _ = server.accept()
+        with conn:
+            data = b""
+            while b'"a": 1' not in data:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+            read.append(data)
+
+    worker = threading.Thread(target=read_then_close, daemon=True)
+    worker.start()
+    try:
+        out = notifier.post(f"http://127.0.0.1:{server.getsockname()[1]}/x", {"a": 1}, {}, 5.0, LOOPBACK)
+        worker.join(timeout=30)
+        assert read and b"POST /x" in read[0]
+        assert out.kind == notify_outcome.AMBIGUOUS, out
+    finally:
+        server.close()
+
+
 def test_notification_problem_is_a_condition_that_clears() -> None:
     failing = dataclasses.replace(
         world(approval()), notify_problem=("NotificationSecretMissing", "no Secret")

@@ -72,6 +72,12 @@ def test_settings_refuse_a_bad_network() -> None:
         )
     got = settings.from_env({"AGENTRUN_DSN": "x", "AGENTRUN_NOTIFY_ALLOWED_NETWORKS": "127.0.0.1/32, ::1"})
     assert got.notify.allowed_networks == ("127.0.0.1/32", "::1/128")
+    assert got.notify.denied_networks == () and got.notify.allowed_hosts == ("*",)
+    # In a cluster the API server's Service address is denied, even when it is a public address.
+    inside = settings.from_env({"AGENTRUN_DSN": "x", "KUBERNETES_SERVICE_HOST": "34.118.224.1"})
+    assert inside.notify.denied_networks == ("34.118.224.1/32",)
+    policy = outbound.Policy.from_settings(inside.notify)
+    assert outbound.forbidden(ipaddress.ip_address("34.118.224.1"), policy) is not None
 
 
 @pytest.fixture
