@@ -17,10 +17,10 @@ Rules:
   dedupes by it (``receiverDedupes``, default for the JSON format); otherwise the row stays pending, flagged
   for a human, and is never resent. The row's ``issued`` flag stays set once a call was ambiguous, so such a
   notification never ends ``failed``. A Warning Event and the ``NotificationFailed`` condition say each.
-* **Outbound under the operator's control** (``agent_operator.outbound``): the URL's host is resolved once and
-  checked (loopback, link-local, private and cluster-internal addresses refused unless the operator allows
-  them), the connection goes to the checked address, no redirect is followed; a refused target fails the
-  notification (``NotificationRefused``) without saying what the name resolved to.
+* **Outbound under the operator's control** (``agent_operator.outbound``, ``notify_http``): the URL's host is
+  resolved once and checked (loopback, link-local, private and cluster-internal addresses refused unless the
+  operator allows them), the connection goes to the checked address, no redirect is followed; a refused
+  target fails the notification (``NotificationRefused``) without saying what the name resolved to.
 * **Never blocks an approval.** The notifier runs after the reconcile's plan (decisions first), makes at most
   one call per notification per pass, and every error stays here (logged, an Event, the condition).
 * **Secrets.** The token is read from a Secret of the run's own namespace (the spec has no namespace field)
@@ -29,17 +29,12 @@ Rules:
 
 from __future__ import annotations
 
-import dataclasses
-import http.client
-import json
 import logging
-import socket
 import threading
-import urllib.parse
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
-from agent_operator import actions, kube, model, notify, outbound, settings
+from agent_operator import actions, kube, model, notify, notify_http, outbound, settings
 from agent_operator import notify_outcome as rules
 from agentrun_core import backoff, errors, faults
 from agentrun_core.store import db as store_db
@@ -47,7 +42,6 @@ from agentrun_core.store import notifications as ledger
 
 logger = logging.getLogger(__name__)
 
-USER_AGENT = "agentrun-operator"
 # Problems a later delivery does not end: that notification stays failed or of unknown outcome.
 LASTING = ("NotificationFailed", "NotificationOutcomeUnknown", "NotificationRefused")
 
@@ -57,94 +51,6 @@ def retry_delay(limits: settings.NotifySettings, attempt: int, retry_after: floa
     Retry-After if longer (never past the cap)."""
     base = backoff.capped(attempt, initial=limits.backoff_seconds, cap=limits.max_backoff_seconds)
     return min(limits.max_backoff_seconds, max(base, retry_after or 0.0))
-
-
-@dataclasses.dataclass(frozen=True)
-class Outcome:
-    kind: str  # one of notify_outcome.KINDS: what the call proves (see that module)
-    detail: str  # for the run's Event and the ledger row: never an address the policy refused
-    status: int | None = None
-    retry_after: float | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class Prepared:
-    """A target that passed the outbound policy: a connection pinned to its checked addresses, not open."""
-
-    url: str
-    connection: http.client.HTTPConnection
-    target: str  # the request's path and query
-
-
-def prepare(url: str, policy: outbound.Policy, timeout: float) -> Prepared | Outcome:
-    """Resolve and check the target (no connection yet), or the outcome that ends this call before it."""
-    try:
-        conn, target = outbound.connection(url, policy, timeout)
-    except outbound.Refused as exc:
-        logger.warning("notification to %s refused by the outbound policy: %s", _where(url), exc.detail)
-        return Outcome(rules.REFUSED, str(exc))
-    except (socket.gaierror, UnicodeError) as exc:
-        return Outcome(rules.NOT_PROCESSED, f"cannot reach {_where(url)}: the name does not resolve ({exc})")
-    except ValueError as exc:
-        return Outcome(rules.REJECTED, f"bad notify URL: {exc}")
-    return Prepared(url, conn, target)
-
-
-def send(prepared: Prepared, payload: Mapping[str, Any], headers: Mapping[str, str]) -> Outcome:
-    """One POST over a prepared connection, classified by what it proves (``notify_outcome``). Nothing here
-    logs the headers (they may carry the token)."""
-    data = json.dumps(payload, sort_keys=True, default=str).encode()
-    all_headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT, **headers}
-    conn, where, timeout = prepared.connection, _where(prepared.url), prepared.connection.timeout
-    try:
-        try:
-            conn.connect()
-        except OSError as exc:
-            # Refused, unreachable, no TCP handshake in time, TLS handshake failed: not a byte of the
-            # request was sent.
-            return Outcome(rules.NOT_PROCESSED, f"cannot reach {where}: {exc}")
-        try:
-            conn.request("POST", prepared.target, body=data, headers=all_headers)
-            response = conn.getresponse()
-        except TimeoutError:
-            return Outcome(rules.AMBIGUOUS, f"no answer from {where} within {timeout:g}s")
-        except (OSError, http.client.HTTPException) as exc:
-            # The request may have been read and acted on before the connection broke.
-            return Outcome(rules.AMBIGUOUS, f"{where}: {type(exc).__name__}: {exc}")
-    finally:
-        conn.close()  # the answer's body is not read: only its status says what happened
-    code = response.status
-    kind = rules.classify_status(code)
-    if kind == rules.DELIVERED:
-        detail = f"HTTP {code}"
-    elif 300 <= code < 400:
-        detail = f"HTTP {code} from the receiver: a redirect, not followed (set the final URL)"
-    else:
-        detail = f"HTTP {code} from the receiver"
-    after = _retry_after(response.headers) if kind == rules.NOT_PROCESSED else None
-    return Outcome(kind, detail, code, after)
-
-
-def post(
-    url: str, payload: Mapping[str, Any], headers: Mapping[str, str], timeout: float, policy: outbound.Policy
-) -> Outcome:
-    """``prepare`` then ``send``: one POST to ``url`` under ``policy``, classified."""
-    prepared = prepare(url, policy, timeout)
-    return prepared if isinstance(prepared, Outcome) else send(prepared, payload, headers)
-
-
-def _retry_after(headers: Any) -> float | None:
-    value = headers.get("Retry-After") if headers is not None else None
-    try:
-        return float(value) if value is not None else None
-    except ValueError:
-        return None
-
-
-def _where(url: str) -> str:
-    """Scheme, host and port only: a webhook URL may carry a secret in its user info, path or query."""
-    parsed = urllib.parse.urlsplit(url)
-    return f"{parsed.scheme}://{parsed.netloc.rpartition('@')[2]}"
 
 
 class Notifier:
@@ -300,11 +206,11 @@ class Notifier:
             headers["Authorization"] = f"Bearer {token}"
         # Resolved and checked against the outbound policy before anything is marked: a refused target or a
         # name that does not resolve is provably not sent.
-        prepared = prepare(spec.url, self.policy, self.limits.timeout_seconds)
-        if isinstance(prepared, Prepared):
+        prepared = notify_http.prepare(spec.url, self.policy, self.limits.timeout_seconds)
+        if isinstance(prepared, notify_http.Prepared):
             # Marked issued first: from here until the outcome is recorded, a crash leaves an unknown outcome.
             ledger.record(self.db, key=item.key, epoch=epoch, status="pending", issued=True)
-            outcome = send(prepared, notify.body(item.content, spec.format, item.key), headers)
+            outcome = notify_http.send(prepared, notify.body(item.content, spec.format, item.key), headers)
             faults.hit("notify_after_call")
             calls = 1
         else:

@@ -11,7 +11,16 @@ from typing import Any
 
 import pytest
 
-from agent_operator import model, notifier, notify, notify_outcome, outbound, run_status, settings
+from agent_operator import (
+    model,
+    notifier,
+    notify,
+    notify_http,
+    notify_outcome,
+    outbound,
+    run_status,
+    settings,
+)
 from agentrun_core import store
 from agentrun_dev.webhook_receiver import Receiver
 from tests.unit import rowmaker
@@ -141,7 +150,7 @@ LOOPBACK = outbound.Policy.from_settings(settings.NotifySettings(allowed_network
 def test_post_classifies_real_answers(receiver: Receiver, answer: int, kind: str) -> None:
     receiver.answers = [answer]
     receiver.retry_after = "7"
-    out = notifier.post(
+    out = notify_http.post(
         receiver.url, {"a": 1}, {"Idempotency-Key": "ak-x", "Authorization": "Bearer t"}, 5.0, LOOPBACK
     )
     assert out.kind == kind and (out.status == answer)
@@ -154,7 +163,7 @@ def test_post_refused_connection_is_not_processed_and_a_silent_receiver_is_ambig
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed again: nothing listens there
-    refused = notifier.post(f"http://127.0.0.1:{port}/x", {}, {}, 2.0, LOOPBACK)
+    refused = notify_http.post(f"http://127.0.0.1:{port}/x", {}, {}, 2.0, LOOPBACK)
     assert refused.kind == notify_outcome.NOT_PROCESSED
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
@@ -162,7 +171,7 @@ def test_post_refused_connection_is_not_processed_and_a_silent_receiver_is_ambig
     accepted: list[socket.socket] = []
     threading.Thread(target=lambda: accepted.append(silent.accept()[0]), daemon=True).start()
     try:
-        out = notifier.post(f"http://127.0.0.1:{silent.getsockname()[1]}/x", {}, {}, 0.5, LOOPBACK)
+        out = notify_http.post(f"http://127.0.0.1:{silent.getsockname()[1]}/x", {}, {}, 0.5, LOOPBACK)
         assert out.kind == notify_outcome.AMBIGUOUS and "no answer" in out.detail
     finally:
         for c in accepted:
@@ -191,7 +200,7 @@ def test_post_a_connection_closed_after_the_request_was_read_is_ambiguous() -> N
     worker = threading.Thread(target=read_then_close, daemon=True)
     worker.start()
     try:
-        out = notifier.post(f"http://127.0.0.1:{server.getsockname()[1]}/x", {"a": 1}, {}, 5.0, LOOPBACK)
+        out = notify_http.post(f"http://127.0.0.1:{server.getsockname()[1]}/x", {"a": 1}, {}, 5.0, LOOPBACK)
         worker.join(timeout=30)
         assert read and b"POST /x" in read[0]
         assert out.kind == notify_outcome.AMBIGUOUS, out

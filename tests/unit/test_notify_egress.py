@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from agent_operator import notifier, notify_outcome, outbound, settings
+from agent_operator import notify_http, notify_outcome, outbound, settings
 from agentrun_dev.webhook_receiver import Receiver
 
 LOOPBACK = outbound.Policy.from_settings(settings.NotifySettings(allowed_networks=("127.0.0.1/32",)))
@@ -95,8 +95,8 @@ def receiver() -> Iterator[Receiver]:
     server.close()
 
 
-def post(url: str, policy: outbound.Policy = LOOPBACK) -> notifier.Outcome:
-    return notifier.post(url, {"a": 1}, {"Idempotency-Key": "ak-x"}, 5.0, policy)
+def post(url: str, policy: outbound.Policy = LOOPBACK) -> notify_http.Outcome:
+    return notify_http.post(url, {"a": 1}, {"Idempotency-Key": "ak-x"}, 5.0, policy)
 
 
 def test_a_refused_target_gets_nothing_and_the_outcome_names_no_address(
