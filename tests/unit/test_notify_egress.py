@@ -4,8 +4,12 @@ through it, against real loopback servers: what is refused never reaches a socke
 from __future__ import annotations
 
 import ipaddress
+import shutil
 import socket
+import ssl
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -156,3 +160,43 @@ def test_what_is_said_of_a_url_keeps_no_user_info(receiver: Receiver) -> None:
     out = post(f"http://user:s3cret@127.0.0.1:{closed}/x?token=t0k")
     assert out.kind == notify_outcome.NOT_PROCESSED and f"127.0.0.1:{closed}" in out.detail
     assert "s3cret" not in out.detail and "t0k" not in out.detail and port != closed
+
+
+def test_https_is_verified_against_the_name_and_sent_to_the_checked_address(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pinned to the checked address, the TLS server name and the certificate check stay the URL's name."""
+    openssl = shutil.which("openssl")
+    assert openssl is not None, "openssl (the CLI) makes this test's certificate"
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [
+            *(openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-keyout", str(key)),
+            *("-out", str(cert), "-subj", "/CN=hooks.test", "-addext", "subjectAltName=DNS:hooks.test"),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    server = Receiver()
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert, key)
+    server.server.socket = tls.wrap_socket(server.server.socket, server_side=True)
+    server.start()
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # trusted by the client's default context
+    real = socket.getaddrinfo
+
+    def names(host: str, port: object, *args: object, **kw: object) -> list[object]:
+        return real("127.0.0.1" if host.endswith(".test") else host, port, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(socket, "getaddrinfo", names)
+    port = server.server.server_address[1]
+    try:
+        assert post(f"https://hooks.test:{port}/x").kind == notify_outcome.DELIVERED
+        (req,) = server.requests
+        assert req.headers["Host"] == f"hooks.test:{port}"
+        # A name the certificate does not cover: the handshake fails, not a byte of the request is sent.
+        other = post(f"https://other.test:{port}/x")
+        assert other.kind == notify_outcome.NOT_PROCESSED and "certificate" in other.detail.lower(), other
+        assert len(server.requests) == 1
+    finally:
+        server.close()
