@@ -171,6 +171,9 @@ def start_operator(env: Mapping[str, str], namespace: str, kubeconfig: pathlib.P
             "AGENTRUN_METRICS_PORT": str(port),
             "AGENTRUN_WORKER_SERVICE_ACCOUNT": "agentrun-worker",
             "AGENTRUN_POLL_SECONDS": "1",
+            # Notification receivers of the dev cluster listen on loopback, which the operator refuses unless
+            # allowed (README "Notifications"): allow 127.0.0.1 only.
+            "AGENTRUN_NOTIFY_ALLOWED_NETWORKS": "127.0.0.1/32",
             "AGENTRUN_WORKER_GRACE_SECONDS": "20",
             "PYTHONUNBUFFERED": "1",
         }

@@ -10,12 +10,17 @@ Rules:
 * **The operator sends, the ledger decides.** Each notification is reserve → mark issued → POST → record,
   every step one fenced statement (``agentrun_core.store.notifications``; the notifier epoch is taken once per
   process, after it won leadership). Killed anywhere, the next operator derives the same key, finds the row.
-* **Unknown outcomes are reconciled, never guessed.** A row found ``issued`` (a call may have landed, nothing
-  was recorded) is sent again with the same ``Idempotency-Key`` only when the receiver dedupes by it
-  (``receiverDedupes``, default for the JSON format); otherwise it is flagged for a human and never resent.
-* **Provably-not-delivered is retried with backoff.** 429 and 5xx answers and refused connections leave the
-  row pending with ``retry_at`` (exponential, ``Retry-After`` honoured); other 4xx and an exhausted budget
-  fail it. Either way a Warning Event and the ``NotificationFailed`` condition say so.
+* **What an outcome proves decides, never a guess** (``agent_operator.notify_outcome``, pure). Only answers
+  that prove the request was not processed (429, 503, 408, nothing sent) are resent to any receiver, with
+  backoff (``Retry-After`` honoured). An ambiguous outcome (500, 502, 504, a timeout or a reset after sending;
+  a row found ``issued`` after a crash) is resent under the same ``Idempotency-Key`` only when the receiver
+  dedupes by it (``receiverDedupes``, default for the JSON format); otherwise the row stays pending, flagged
+  for a human, and is never resent. The row's ``issued`` flag stays set once a call was ambiguous, so such a
+  notification never ends ``failed``. A Warning Event and the ``NotificationFailed`` condition say each.
+* **Outbound under the operator's control** (``agent_operator.outbound``, ``notify_http``): the URL's host is
+  resolved once and checked (loopback, link-local, private and cluster-internal addresses refused unless the
+  operator allows them), the connection goes to the checked address, no redirect is followed; a refused
+  target fails the notification (``NotificationRefused``) without saying what the name resolved to.
 * **Never blocks an approval.** The notifier runs after the reconcile's plan (decisions first), makes at most
   one call per notification per pass, and every error stays here (logged, an Event, the condition).
 * **Secrets.** The token is read from a Secret of the run's own namespace (the spec has no namespace field)
@@ -24,28 +29,21 @@ Rules:
 
 from __future__ import annotations
 
-import dataclasses
-import http.client
-import json
 import logging
-import socket
 import threading
-import urllib.error
-import urllib.parse
-import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
-from agent_operator import actions, kube, model, notify, settings
+from agent_operator import actions, kube, model, notify, notify_http, outbound, settings
+from agent_operator import notify_outcome as rules
 from agentrun_core import backoff, errors, faults
 from agentrun_core.store import db as store_db
 from agentrun_core.store import notifications as ledger
 
 logger = logging.getLogger(__name__)
 
-USER_AGENT = "agentrun-operator"
 # Problems a later delivery does not end: that notification stays failed or of unknown outcome.
-LASTING = ("NotificationFailed", "NotificationOutcomeUnknown")
+LASTING = ("NotificationFailed", "NotificationOutcomeUnknown", "NotificationRefused")
 
 
 def retry_delay(limits: settings.NotifySettings, attempt: int, retry_after: float | None = None) -> float:
@@ -53,60 +51,6 @@ def retry_delay(limits: settings.NotifySettings, attempt: int, retry_after: floa
     Retry-After if longer (never past the cap)."""
     base = backoff.capped(attempt, initial=limits.backoff_seconds, cap=limits.max_backoff_seconds)
     return min(limits.max_backoff_seconds, max(base, retry_after or 0.0))
-
-
-@dataclasses.dataclass(frozen=True)
-class Outcome:
-    kind: str  # delivered | retry (provably not taken) | failed (permanent) | unknown
-    detail: str
-    status: int | None = None
-    retry_after: float | None = None
-
-
-def post(url: str, payload: Mapping[str, Any], headers: Mapping[str, str], timeout: float) -> Outcome:
-    """One POST, classified. Nothing here logs the headers (they may carry the token)."""
-    data = json.dumps(payload, sort_keys=True, default=str).encode()
-    request = urllib.request.Request(url, data=data, method="POST")
-    for name, value in {"Content-Type": "application/json", "User-Agent": USER_AGENT, **headers}.items():
-        request.add_header(name, value)
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # http(s) only: the CRD's CEL rule
-            return Outcome("delivered", f"HTTP {response.status}", status=response.status)
-    except urllib.error.HTTPError as exc:
-        code = exc.code
-        if code == 429 or code >= 500:
-            return Outcome("retry", f"HTTP {code} from the receiver", code, _retry_after(exc.headers))
-        return Outcome("failed", f"HTTP {code} from the receiver (not retried)", code)
-    except urllib.error.URLError as exc:
-        reason = exc.reason
-        # Refused connection or a name that does not resolve: the request never reached a receiver.
-        if isinstance(reason, ConnectionRefusedError | socket.gaierror):
-            return Outcome("retry", f"cannot reach {_where(url)}: {reason}")
-        if isinstance(reason, TimeoutError):
-            return Outcome("unknown", f"no answer from {_where(url)} within {timeout:g}s")
-        return Outcome("unknown", f"{_where(url)}: {reason}")
-    except TimeoutError:
-        # Sent, no answer: it may have been acted on.
-        return Outcome("unknown", f"no answer from {_where(url)} within {timeout:g}s")
-    except (ConnectionError, http.client.HTTPException) as exc:
-        # The request may have been read and acted on before the connection broke.
-        return Outcome("unknown", f"{_where(url)}: {type(exc).__name__}: {exc}")
-    except ValueError as exc:
-        return Outcome("failed", f"bad notify URL: {exc}")
-
-
-def _retry_after(headers: Any) -> float | None:
-    value = headers.get("Retry-After") if headers is not None else None
-    try:
-        return float(value) if value is not None else None
-    except ValueError:
-        return None
-
-
-def _where(url: str) -> str:
-    """The URL without its query (a webhook URL may carry a secret in its path or query: host only)."""
-    parsed = urllib.parse.urlsplit(url)
-    return f"{parsed.scheme}://{parsed.netloc}"
 
 
 class Notifier:
@@ -125,6 +69,7 @@ class Notifier:
         self.identity = identity
         self.post_event = post_event
         self.limits = limits
+        self.policy = outbound.Policy.from_settings(limits)
         self._epoch: int | None = None
         self._epoch_lock = threading.Lock()
         self._deposed = False
@@ -141,14 +86,27 @@ class Notifier:
             ledger.needs_human_effects(self.db, world.run.uid) if world.db.status == "needs_human" else []
         )
         owed = notify.due(world, flagged)
-        open_keys = {k for k, issued in ledger.open_notifications(self.db, world.run.uid) if not issued}
-        moot = open_keys - {item.key for item in owed}
+        open_rows = dict(ledger.open_notifications(self.db, world.run.uid))
+        moot = set(open_rows) - {item.key for item in owed}
         if not owed and not moot:
             return None
         epoch = self._take_epoch()
         wait: float | None = None
         try:
             for key in sorted(moot):
+                if open_rows[key]:
+                    # Its occasion passed while a call's outcome is unknown: recorded so (flagged), not
+                    # resent, and not said "failed" (it may have landed). No Warning: nobody needs to act now.
+                    ledger.record(
+                        self.db,
+                        key=key,
+                        epoch=epoch,
+                        status="pending",
+                        issued=True,
+                        needs_human=True,
+                        error="outcome unknown (a call may have landed); its occasion passed: not sent again",
+                    )
+                    continue
                 # Its occasion passed (the approval was decided, the run resolved) before it could go out, and
                 # no call is outstanding: provably not sent, and no longer to be sent.
                 ledger.record(
@@ -234,41 +192,46 @@ class Notifier:
             faults.hit("notify_after_reserve")
         what = f"{item.event} notification {item.key} of {run.namespace}/{run.name}"
         if row.issued and not spec.dedupes:
-            message = _unknown(what, "a call was issued and its result not recorded", run)
-            ledger.record(
-                self.db,
-                key=item.key,
-                epoch=epoch,
-                status="pending",
-                issued=True,
-                needs_human=True,
-                error=message,
-            )
-            self._warn(run, memory, "NotificationOutcomeUnknown", message, f"unknown:{item.key}")
+            # A call may have landed (killed before its outcome was recorded, or an ambiguous answer).
+            detail = row.error or "a call was issued and its result not recorded"
+            self._unknown(run, memory, item.key, what, detail, spec, row.attempts)
             return None
-        if not row.issued and row.due_in_seconds > 0:
-            return row.due_in_seconds  # a retry is scheduled
+        if row.due_in_seconds > 0:
+            return row.due_in_seconds  # a resend is scheduled
         ok, token = self._token(world, spec, memory)
         if not ok:
             return 10.0  # look again: the Secret may be created meanwhile
         headers = {"Idempotency-Key": item.key, "X-AgentRun-Event": item.event}
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        # Marked issued first: from here until the outcome is recorded, a crash leaves an unknown outcome.
-        ledger.record(self.db, key=item.key, epoch=epoch, status="pending", issued=True)
-        outcome = post(
-            spec.url, notify.body(item.content, spec.format, item.key), headers, self.limits.timeout_seconds
+        # Resolved and checked against the outbound policy before anything is marked: a refused target or a
+        # name that does not resolve is provably not sent.
+        prepared = notify_http.prepare(spec.url, self.policy, self.limits.timeout_seconds)
+        if isinstance(prepared, notify_http.Prepared):
+            # Marked issued first: from here until the outcome is recorded, a crash leaves an unknown outcome.
+            ledger.record(self.db, key=item.key, epoch=epoch, status="pending", issued=True)
+            outcome = notify_http.send(prepared, notify.body(item.content, spec.format, item.key), headers)
+            faults.hit("notify_after_call")
+            calls = 1
+        else:
+            # Not a call; a name that does not resolve still spends the retry budget, a refusal ends it.
+            outcome, calls = prepared, (1 if prepared.kind == rules.NOT_PROCESSED else 0)
+        attempt = row.attempts + calls
+        step = rules.decide(
+            outcome.kind,
+            dedupes=spec.dedupes,
+            maybe_delivered=row.issued,
+            attempt=max(attempt, 1),
+            max_attempts=self.limits.max_attempts,
         )
-        faults.hit("notify_after_call")
-        attempt = row.attempts + 1
-        if outcome.kind == "delivered":
+        if step.status == "sent":
             ledger.record(
                 self.db,
                 key=item.key,
                 epoch=epoch,
                 status="sent",
                 issued=False,
-                calls=1,
+                calls=calls,
                 result={"status": outcome.status},
                 error=None,
             )
@@ -277,55 +240,71 @@ class Notifier:
             if memory.notify_problem is not None and memory.notify_problem[0] not in LASTING:
                 memory.notify_problem = None  # a delivery ends a passing problem (Secret, retries), not these
             return None
-        retryable = outcome.kind == "retry" or (outcome.kind == "unknown" and spec.dedupes)
-        if retryable and attempt < self.limits.max_attempts:
-            delay = retry_delay(self.limits, attempt, outcome.retry_after)
+        if step.resend:
+            delay = retry_delay(self.limits, max(attempt, 1), outcome.retry_after)
             ledger.record(
                 self.db,
                 key=item.key,
                 epoch=epoch,
                 status="pending",
-                issued=False,
-                calls=1,
+                issued=step.maybe_delivered,  # kept set: an earlier call may have landed
+                calls=calls,
                 error=outcome.detail,
                 retry_seconds=delay,
             )
             message = (
-                f"{what}: {outcome.detail}; retrying with backoff "
+                f"{what}: {outcome.detail}; sending again under the same Idempotency-Key with backoff "
                 f"(attempt {attempt} of {self.limits.max_attempts})"
             )
             self._warn(run, memory, "NotificationRetrying", message, f"retry:{item.key}")
             return delay
-        if outcome.kind == "unknown":
-            message = _unknown(what, outcome.detail, run)
-            ledger.record(
-                self.db,
-                key=item.key,
-                epoch=epoch,
-                status="pending",
-                issued=True,
-                calls=1,
-                needs_human=True,
-                error=message,
-            )
-            self._warn(run, memory, "NotificationOutcomeUnknown", message, f"unknown:{item.key}")
+        if step.needs_human:
+            self._unknown(run, memory, item.key, what, outcome.detail, spec, attempt, calls)
             return None
-        why = (
-            outcome.detail
-            if outcome.kind == "failed"
-            else f"{outcome.detail}; gave up after {attempt} attempts"
-        )
+        if outcome.kind == rules.REFUSED:
+            reason, why = "NotificationRefused", outcome.detail
+        elif outcome.kind == rules.NOT_PROCESSED:
+            reason, why = "NotificationFailed", f"{outcome.detail}; gave up after {attempt} attempts"
+        else:
+            reason, why = "NotificationFailed", outcome.detail
         message = f"{what} failed: {why}"
         ledger.record(
-            self.db, key=item.key, epoch=epoch, status="failed", issued=False, calls=1, error=message
+            self.db, key=item.key, epoch=epoch, status="failed", issued=False, calls=calls, error=message
         )
-        self._warn(run, memory, "NotificationFailed", message, f"failed:{item.key}")
+        self._warn(run, memory, reason, message, f"failed:{item.key}")
         return None
 
-
-def _unknown(what: str, detail: str, run: model.RunRef) -> str:
-    return (
-        f"{what}: outcome unknown ({detail}); the receiver does not dedupe by Idempotency-Key "
-        "(receiverDedupes false), so it is not sent again (never guessed): check the receiver; the ledger "
-        f"row stays pending, flagged for a human (`kubectl agentrun ledger -n {run.namespace} {run.name}`)"
-    )
+    def _unknown(
+        self,
+        run: model.RunRef,
+        memory: Any,
+        key: str,
+        what: str,
+        detail: str,
+        spec: notify.NotifySpec,
+        attempts: int,
+        calls: int = 0,
+    ) -> None:
+        """Record an unknowable outcome as such (pending, flagged for a human) and say so: never resent."""
+        assert self._epoch is not None
+        why = (
+            f"gave up after {attempts} attempts under one Idempotency-Key; an earlier call may have landed"
+            if spec.dedupes
+            else "the receiver does not dedupe by Idempotency-Key (receiverDedupes false)"
+        )
+        message = (
+            f"{what}: outcome unknown ({detail}); {why}, so it is not sent again (never guessed): check the "
+            "receiver; the ledger row stays pending, flagged for a human "
+            f"(`kubectl agentrun ledger -n {run.namespace} {run.name}`)"
+        )
+        ledger.record(
+            self.db,
+            key=key,
+            epoch=self._epoch,
+            status="pending",
+            issued=True,
+            calls=calls,
+            needs_human=True,
+            error=message,
+        )
+        self._warn(run, memory, "NotificationOutcomeUnknown", message, f"unknown:{key}")

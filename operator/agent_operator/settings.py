@@ -6,6 +6,7 @@ Every field says its unit and default. Nothing else in the operator reads ``os.e
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
 import socket
 import uuid
@@ -69,12 +70,22 @@ class ReconcileSettings:
 
 @dataclasses.dataclass(frozen=True)
 class NotifySettings:
-    """Run notifications (``spec.notify``): one delivery call's timeout, the retry budget and its backoff."""
+    """Run notifications (``spec.approval.notify``): one call's timeout, the retry budget and its backoff, and
+    where notifications may go."""
 
     timeout_seconds: float = 5.0  # AGENTRUN_NOTIFY_TIMEOUT_SECONDS: one delivery call
     max_attempts: int = 8  # AGENTRUN_NOTIFY_MAX_ATTEMPTS: calls of one notification before it fails
     backoff_seconds: float = 1.0  # AGENTRUN_NOTIFY_BACKOFF_SECONDS: delay before the first retry (doubles)
     max_backoff_seconds: float = 60.0  # AGENTRUN_NOTIFY_MAX_BACKOFF_SECONDS: the delay's cap
+    # Where notifications may go (agent_operator.outbound): URLs are written by tenants and POSTed from inside
+    # the cluster. Loopback, link-local, private and other non-public addresses are refused unless in
+    # allowed_networks; denied_networks refuses more (a Service or Pod CIDR in public address space) and wins.
+    # AGENTRUN_NOTIFY_ALLOWED_NETWORKS: comma list of CIDRs (e.g. a receiver inside the cluster); default none
+    allowed_networks: tuple[str, ...] = ()
+    # AGENTRUN_NOTIFY_DENIED_NETWORKS: comma list of CIDRs; in a cluster, KUBERNETES_SERVICE_HOST is added
+    denied_networks: tuple[str, ...] = ()
+    # AGENTRUN_NOTIFY_ALLOWED_HOSTS: comma list of host patterns (``hooks.slack.com``, ``*.example.com``)
+    allowed_hosts: tuple[str, ...] = ("*",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,6 +114,29 @@ class SettingsError(ValueError):
 def _number(env: Mapping[str, str], name: str, default: float) -> float:
     """Every number the operator reads is a non-negative count or duration (agentrun_core.envconf)."""
     return envconf.number(env, name, default, minimum=0, error=SettingsError)
+
+
+def _networks(env: Mapping[str, str], name: str) -> tuple[str, ...]:
+    """A comma list of CIDRs (an address alone is a /32 or /128), normalised; a bad one stops the operator."""
+    found: list[str] = []
+    for raw in env.get(name, "").split(","):
+        if not raw.strip():
+            continue
+        try:
+            found.append(str(ipaddress.ip_network(raw.strip(), strict=False)))
+        except ValueError as exc:
+            raise SettingsError(f"{name}: {raw.strip()!r} is not an IP network (CIDR): {exc}") from exc
+    return tuple(found)
+
+
+def _api_server(env: Mapping[str, str]) -> tuple[str, ...]:
+    """In a cluster, the API server's Service address (KUBERNETES_SERVICE_HOST) is never a notification
+    target, even where the Service CIDR is public address space (GKE's 34.118.224.0/20)."""
+    host = env.get("KUBERNETES_SERVICE_HOST", "").strip()
+    try:
+        return (str(ipaddress.ip_network(host)),) if host else ()
+    except ValueError:
+        return ()
 
 
 def default_identity() -> str:
@@ -176,6 +210,12 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         max_backoff_seconds=_number(
             env, "AGENTRUN_NOTIFY_MAX_BACKOFF_SECONDS", NotifySettings.max_backoff_seconds
         ),
+        allowed_networks=_networks(env, "AGENTRUN_NOTIFY_ALLOWED_NETWORKS"),
+        denied_networks=_networks(env, "AGENTRUN_NOTIFY_DENIED_NETWORKS") + _api_server(env),
+        allowed_hosts=tuple(
+            h.strip() for h in env.get("AGENTRUN_NOTIFY_ALLOWED_HOSTS", "").split(",") if h.strip()
+        )
+        or NotifySettings.allowed_hosts,
     )
     metrics_port = int(_number(env, "AGENTRUN_METRICS_PORT", 0))
     return Settings(

@@ -11,7 +11,16 @@ from typing import Any
 
 import pytest
 
-from agent_operator import model, notifier, notify, run_status, settings
+from agent_operator import (
+    model,
+    notifier,
+    notify,
+    notify_http,
+    notify_outcome,
+    outbound,
+    run_status,
+    settings,
+)
 from agentrun_core import store
 from agentrun_dev.webhook_receiver import Receiver
 from tests.unit import rowmaker
@@ -122,36 +131,81 @@ def receiver() -> Iterator[Receiver]:
     server.close()
 
 
+LOOPBACK = outbound.Policy.from_settings(settings.NotifySettings(allowed_networks=("127.0.0.1/32",)))
+
+
 @pytest.mark.parametrize(
-    ("answer", "kind"), [(200, "delivered"), (503, "retry"), (429, "retry"), (500, "retry"), (404, "failed")]
+    ("answer", "kind"),
+    [
+        (200, notify_outcome.DELIVERED),
+        (503, notify_outcome.NOT_PROCESSED),
+        (429, notify_outcome.NOT_PROCESSED),
+        (408, notify_outcome.NOT_PROCESSED),
+        (500, notify_outcome.AMBIGUOUS),  # may have been acted on: proves nothing
+        (502, notify_outcome.AMBIGUOUS),
+        (504, notify_outcome.AMBIGUOUS),
+        (404, notify_outcome.REJECTED),
+    ],
 )
 def test_post_classifies_real_answers(receiver: Receiver, answer: int, kind: str) -> None:
     receiver.answers = [answer]
     receiver.retry_after = "7"
-    out = notifier.post(receiver.url, {"a": 1}, {"Idempotency-Key": "ak-x", "Authorization": "Bearer t"}, 5.0)
+    out = notify_http.post(
+        receiver.url, {"a": 1}, {"Idempotency-Key": "ak-x", "Authorization": "Bearer t"}, 5.0, LOOPBACK
+    )
     assert out.kind == kind and (out.status == answer)
     assert out.retry_after == (7.0 if answer in (429, 503) else None)
     (req,) = receiver.requests
     assert req.key == "ak-x" and req.body == {"a": 1} and "Bearer t" not in out.detail
 
 
-def test_post_refused_connection_is_retry_and_a_silent_receiver_is_unknown() -> None:
+def test_post_refused_connection_is_not_processed_and_a_silent_receiver_is_ambiguous() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed again: nothing listens there
-    assert notifier.post(f"http://127.0.0.1:{port}/x", {}, {}, 2.0).kind == "retry"
+    refused = notify_http.post(f"http://127.0.0.1:{port}/x", {}, {}, 2.0, LOOPBACK)
+    assert refused.kind == notify_outcome.NOT_PROCESSED
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
     silent.listen(1)
     accepted: list[socket.socket] = []
     threading.Thread(target=lambda: accepted.append(silent.accept()[0]), daemon=True).start()
     try:
-        out = notifier.post(f"http://127.0.0.1:{silent.getsockname()[1]}/x", {}, {}, 0.5)
-        assert out.kind == "unknown" and "no answer" in out.detail
+        out = notify_http.post(f"http://127.0.0.1:{silent.getsockname()[1]}/x", {}, {}, 0.5, LOOPBACK)
+        assert out.kind == notify_outcome.AMBIGUOUS and "no answer" in out.detail
     finally:
         for c in accepted:
             c.close()
         silent.close()
+
+
+def test_post_a_connection_closed_after_the_request_was_read_is_ambiguous() -> None:
+    """The receiver read the whole request (and may have acted), then the connection broke: proves nothing."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    read: list[bytes] = []
+
+    def read_then_close() -> None:
+        conn, _ = server.accept()
+        with conn:
+            data = b""
+            while b'"a": 1' not in data:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+            read.append(data)
+
+    worker = threading.Thread(target=read_then_close, daemon=True)
+    worker.start()
+    try:
+        out = notify_http.post(f"http://127.0.0.1:{server.getsockname()[1]}/x", {"a": 1}, {}, 5.0, LOOPBACK)
+        worker.join(timeout=30)
+        assert read and b"POST /x" in read[0]
+        assert out.kind == notify_outcome.AMBIGUOUS, out
+    finally:
+        server.close()
 
 
 def test_notification_problem_is_a_condition_that_clears() -> None:
