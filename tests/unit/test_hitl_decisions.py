@@ -11,9 +11,11 @@ from typing import Any
 import pytest
 
 from agent_operator import actions, edits, model, reconcile
-from agentrun import batch_cli, cluster
+from agentrun import batch_cli, cluster, render, trace
+from agentrun_core import hitl
 from tests.unit import rowmaker
 from tests.unit.reconcile_world import NOW, pod, world
+from tests.unit.test_trace import inputs
 
 
 def request(name: str, to: str) -> dict[str, Any]:
@@ -234,3 +236,11 @@ def test_cli_refuses_a_plain_decision_an_action_does_not_allow_and_shows_the_bat
     assert "3 tool calls to review" in shown and "[2] refund  (allows approve, reject)" in shown
     assert "to: bob@x.org" in shown
     assert batch_cli.describe({"prompt": {"q": "send?"}}) is None
+
+
+def test_trace_lists_the_pending_batch() -> None:
+    data = trace.build(inputs([], []))
+    pending = {"id": PENDING.approval_id, "actions": hitl.pending_actions(PROMPT)}
+    text = render.trace({**data, "run": {**data["run"], "pendingApproval": pending}})
+    assert f"pending approval {PENDING.approval_id}" in text
+    assert '  [2] refund {"to": "eve@x.org"' in text and "(allows approve, reject)" in text, text
