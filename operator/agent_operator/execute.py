@@ -289,7 +289,7 @@ def _decision_event(decide: actions.Decide, outcome: store.Decision) -> actions.
             "ApprovalNotApplied",
             f"{decide.decision} of {decide.approval_id} by {decide.decided_by} not applied: {why}",
         )
-    if decide.decisions is not None and decide.decision != "expired":  # a middleware batch: each action's
+    if decide.decisions is not None and decide.decision != "expired":  # a batch: say what each action got
         kinds = ", ".join(str(d.get("type")) for d in decide.decisions)
         text = f"approval {decide.approval_id} {decide.decision} by {decide.decided_by} (actions: {kinds})"
         reason = "Approved" if decide.decision == "approved" else "Rejected"

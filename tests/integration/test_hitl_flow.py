@@ -175,3 +175,55 @@ def test_each_action_of_the_batch_is_decided_on_its_own_by_a_second_identity_and
         "reject",
     ]
     assert run is not None and run.status == "succeeded"
+
+
+def test_killed_after_sending_an_approved_call_the_resumed_batch_sends_each_approved_call_once(
+    kube: kubernetes.client.ApiClient,
+    operator: OperatorHandle,
+    people: dict[str, Path],
+    sink: smtp_sink.SmtpSink,
+) -> None:
+    """The decisions are read again from Postgres by every attempt: a worker SIGKILLed right after reading
+    them, the next one after the SMTP server took the first approved email (before the ledger recorded it),
+    the next at its first step checkpoint: each approved email is delivered once, the rejected one never."""
+    ns = operator.namespace
+    spec = outbox_spec(sink)
+    spec["worker"]["env"] += [
+        {"name": "AGENTRUN_FAULT_POINTS_ATTEMPT_2", "value": "after_resume_read"},
+        {"name": "AGENTRUN_FAULT_POINTS_ATTEMPT_3", "value": "after_call"},
+        {"name": "AGENTRUN_FAULT_POINTS_ATTEMPT_4", "value": "after_checkpoint"},
+    ]
+    create_as(people["alice"], ns, "kill", spec)
+    aid = parked(kube, ns, "kill")["id"]
+    ok = kubectl(
+        people["manager"], "agentrun", "approve", "kill", "-n", ns, "--id", aid,
+        "--set", f"1.body={EDITED}", "--reject", "2=Eve is not a customer.",
+    )  # fmt: skip
+    assert ok.returncode == 0, ok.stderr
+    status = wait_phase(kube, ns, "kill", "Succeeded", 300, operator)
+    assert status["attempts"] >= 5, status  # parked, killed three times, finished
+    assert recipients(sink) == ["ada@example.com", "bob@example.com"]
+    assert sorted(b.strip() for b in bodies(sink)) == sorted([model.body_for("ada@example.com"), EDITED])
+
+
+def test_the_creator_may_reject_the_whole_batch_with_a_reason_and_nothing_is_sent(
+    kube: kubernetes.client.ApiClient,
+    operator: OperatorHandle,
+    people: dict[str, Path],
+    pg_dsn: str,
+    sink: smtp_sink.SmtpSink,
+) -> None:
+    ns = operator.namespace
+    create_as(people["alice"], ns, "no", outbox_spec(sink))
+    aid = parked(kube, ns, "no")["id"]
+    why = "Hold all notices until the postmortem is out."
+    ok = kubectl(people["alice"], "agentrun", "respond", "no", "-n", ns, "--id", aid, "--message", why)
+    assert ok.returncode == 0, ok.stderr  # rejecting her own run is allowed: nothing runs
+    status = wait_phase(kube, ns, "no", "Succeeded", 240, operator)
+    assert recipients(sink) == []
+    [entry] = status["approvals"]
+    assert entry["decision"] == "rejected" and entry["by"] == "alice"
+    assert entry["actions"] == [{"tool": "send_email", "decision": "reject", "message": why}] * 3
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        run = store.get_run(conn, get_run(kube, ns, "no")["metadata"]["uid"])
+    assert run is not None and why in json.dumps(run.result)  # the model was told why
