@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from agentrun import cluster, respond_cli
+from agentrun import batch_cli, cluster, respond_cli
 
 MULTI_COMMAND = True
 
@@ -56,7 +56,8 @@ def choose(
             )
         return wanted
     if interactive and ask is not None:
-        prompt = json.dumps(pending.get("prompt"), indent=2, default=str)
+        # A middleware batch reads as its tool calls; any other prompt as its JSON.
+        prompt = batch_cli.describe(pending) or json.dumps(pending.get("prompt"), indent=2, default=str)
         deadline = f"\ndeadline: {pending['deadline']}" if pending.get("deadline") else ""
         shown = f"AgentRun {where} asks (approval {pending_id}):\n{prompt}{deadline}\n"
         answer = ask(shown + f"{decision} {pending_id}? [y/N] ")
@@ -82,8 +83,22 @@ def run(decision: str, argv: list[str]) -> int:
     p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)")
     p.add_argument("--context", help="kubeconfig context")
     if decision == "approve":  # edits ride on the approval (agentrun.respond_cli)
-        p.add_argument("--set", action="append", default=[], metavar="FIELD=TEXT", help="edit a field")
+        p.add_argument(
+            "--set", action="append", default=[], metavar="[N.]FIELD=TEXT", help="edit a field (of action N)"
+        )
         p.add_argument("--edits", metavar="FILE", help="edits as a YAML/JSON mapping of field: text")
+        p.add_argument(
+            "--reject", dest="rejects", action="append", default=[], metavar="N[=MESSAGE]",
+            help="a tool-call batch: reject action N (the model gets MESSAGE); the others are approved",
+        )  # fmt: skip
+        p.add_argument(
+            "--respond", dest="responds", action="append", default=[], metavar="N=TEXT",
+            help="a tool-call batch: answer for action N's tool with TEXT (it does not run)",
+        )  # fmt: skip
+    p.add_argument(
+        "--decisions", metavar="JSON|@FILE",
+        help='a tool-call batch: one decision per action, in LangChain\'s shape ([{"type": "approve"}, ...])',
+    )  # fmt: skip
     args = p.parse_args(argv)
     edits = respond_cli.parse_edits(args.set, args.edits) if decision == "approve" else {}
     api, default_ns = cluster.connect(args.kubeconfig, args.context)
@@ -99,12 +114,26 @@ def run(decision: str, argv: list[str]) -> int:
         decision=decision,
     )
     patch = patch_for(decision, approval_id, args.comment)
-    if edits:
-        respond_cli.check_editable(dict(resource.get("status") or {}), edits)
+    status = dict(resource.get("status") or {})
+    batch = batch_cli.decisions(
+        status,
+        "approved" if decision == "approve" else "rejected",
+        given=args.decisions,
+        edits=edits if batch_cli.batch(status) is not None else None,
+        rejects=getattr(args, "rejects", None),
+        responds=getattr(args, "responds", None),
+    )  # a tool-call batch: checked against it here, before anything is sent
+    if batch is not None:
+        patch[batch_cli.ANN_DECISIONS] = batch
+    elif edits and batch_cli.batch(status) is None:
+        respond_cli.check_editable(status, edits)
         patch.update(respond_cli.edit_annotations(edits))
     cluster.annotate(api, namespace, args.name, patch)
     verb = "approved" if decision == "approve" else "rejected"
     with_edits = f" with edits of {', '.join(sorted(edits))}" if edits else ""
+    if batch is not None:
+        kinds = [str(d["type"]) for d in json.loads(batch)]
+        with_edits = " per action: " + ", ".join(f"{i} {k}" for i, k in enumerate(kinds))
     print(
         f"agentrun/{args.name} {verb}: approval {approval_id}{with_edits} (the operator applies it and "
         "resumes the run)"
@@ -115,7 +144,9 @@ def run(decision: str, argv: list[str]) -> int:
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in ANN:
         print(
-            "usage: agentrun approve|reject NAME [-n NS] [--id ID] [--comment TEXT] [--yes]", file=sys.stderr
+            "usage: agentrun approve|reject NAME [-n NS] [--id ID] [--comment TEXT] [--yes] "
+            "[--decisions JSON|@FILE]",
+            file=sys.stderr,
         )
         return 2
     try:

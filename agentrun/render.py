@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -77,6 +78,10 @@ def trace(data: Mapping[str, Any], *, wide: bool = False) -> str:
     if run.get("pendingApproval"):
         p = run["pendingApproval"]
         out.append(f"pending approval {p.get('id')} (deadline {p.get('deadline') or '-'})")
+        for i, action in enumerate(p.get("actions") or ()):  # a tool-call batch: each decision's subject
+            allows = ", ".join(action.get("allowedDecisions") or ()) or "nothing"
+            args = json.dumps(action.get("args"), default=str)
+            out.append(f"  [{i}] {action.get('tool')} {args}  (allows {allows})")
     out += [
         "",
         "ATTEMPTS",

@@ -87,7 +87,7 @@ def edit_annotations(edits: dict[str, str]) -> dict[str, str | None]:
 
 
 def respond(argv: list[str]) -> int:
-    from agentrun import approve_cli  # (approve_cli imports this module for its edits)
+    from agentrun import approve_cli, batch_cli  # (approve_cli imports this module for its edits)
 
     p = argparse.ArgumentParser(prog="agentrun respond", description="answer the pending approval with text")
     p.add_argument("name", help="the AgentRun's name")
@@ -104,7 +104,10 @@ def respond(argv: list[str]) -> int:
     ns = args.namespace or default_ns
     resource = cluster.get_run(api, ns, args.name)
     where = f"{ns}/{args.name}"
-    approval_id = approve_cli.choose(dict(resource.get("status") or {}), where, args.approval_id, False)
+    status = dict(resource.get("status") or {})
+    approval_id = approve_cli.choose(status, where, args.approval_id, False)
+    # A tool-call batch: every action is rejected with the message; refused here if one does not allow it.
+    batch_cli.decisions(status, "rejected", response=args.message)
     patch = approve_cli.patch_for("reject", approval_id, args.comment)
     patch[ANN_RESPONSE] = args.message
     cluster.annotate(api, ns, args.name, patch)

@@ -91,13 +91,15 @@ def decide_approval_detail(
     edits: Mapping[str, Any] | None = None,
     response: str | None = None,
     action: str | None = None,
+    decisions: list[dict[str, Any]] | None = None,
 ) -> rows.Decision:
     """Decide a pending approval exactly once, judging the deadline with Postgres's clock. One statement.
 
     ``decision='expired'`` applies only once the stored deadline has passed; approved/rejected only before
     it, unless the approval's policy is ``onTimeout: escalate``. With ``deadline_action`` ``read_only``
     (or ``readOnly``) an expiry also makes the run read-only. The resume payload is stored on the row; the
-    next worker passes it to ``Command(resume=...)``.
+    next worker passes it to ``Command(resume=...)``; ``decisions`` answer a HumanInTheLoopMiddleware batch
+    (``agentrun_core.hitl.decide``).
     """
     payload = rows.resume_payload(
         approval_id=approval_id,
@@ -108,6 +110,7 @@ def decide_approval_detail(
         edits=edits,
         response=response,
         action=action,
+        decisions=decisions,
     )
     row = db.fetch_one(
         conn,

@@ -192,15 +192,30 @@ def resume_payload(
     edits: Mapping[str, Any] | None = None,
     response: str | None = None,
     action: str | None = None,
+    decisions: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """What ``Command(resume=...)`` receives (docs/design.md, Approvals).
 
     Besides ``approved`` it carries LangGraph's human-in-the-loop response (agent inbox's ``HumanResponse``):
     ``type`` accept | edit | response | ignore and ``args`` — None, ``{"action", "args": edits}`` for an
     approval with edits, the human's text for a response. Edits go only with an approval, a response only
-    with a rejection (the admission policy and the operator refuse anything else; so does this)."""
+    with a rejection (the admission policy and the operator refuse anything else; so does this).
+
+    ``decisions`` (a LangChain 1.x ``HumanInTheLoopMiddleware`` batch, checked by ``agentrun_core.hitl``)
+    replace ``type``/``args``: the middleware reads only ``{"decisions": [...]}``, one per action request."""
     if decision not in DECISIONS:
         raise ValueError(f"decision must be one of {DECISIONS}, not {decision!r}")
+    if decisions is not None:
+        if edits:
+            raise ValueError("edits of a middleware batch go in its decisions")
+        ahead = any(d.get("type") in ("approve", "edit") for d in decisions)
+        if ahead != (decision == "approved"):
+            raise ValueError("decisions that let a tool run go with an approval only; an approval needs one")
+        hitl: dict[str, Any] = {"decisions": [dict(d) for d in decisions], "approved": ahead}
+        if decision == "expired":
+            read_only = deadline_action in ("read_only", "readOnly")
+            return {**hitl, "expired": True, "read_only": read_only, "approval_id": approval_id}
+        return {**hitl, "approval_id": approval_id, "by": decided_by, "comment": comment}
     if edits and decision != "approved":
         raise ValueError("edits go with an approval only")
     if response is not None and decision != "rejected":

@@ -75,6 +75,8 @@ class Decide:
     edits: dict[str, str] = dataclasses.field(default_factory=dict)
     response: str | None = None  # a rejection with the human's response
     action: str | None = None  # the prompt's action name (the edit's "action")
+    # A HumanInTheLoopMiddleware batch: one decision per action request (agentrun_core.hitl)
+    decisions: list[dict[str, Any]] | None = None
 
 
 @dataclasses.dataclass(frozen=True)

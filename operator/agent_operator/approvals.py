@@ -19,7 +19,7 @@ import dataclasses
 from collections.abc import Mapping
 
 from agent_operator import actions, edits, model
-from agentrun_core import store
+from agentrun_core import hitl, store
 
 OPERATOR_IDENTITY = "agentrun-operator"
 
@@ -39,6 +39,7 @@ class Request:
     groups: tuple[str, ...] = ()  # the decider's groups, stamped by the API server
     edits: Mapping[str, str] = dataclasses.field(default_factory=dict)  # field -> text (with an approval)
     response: str | None = None  # the human's text for the graph (with a rejection)
+    decisions: str | None = None  # per-action decisions of a middleware batch (JSON, agentrun_core.hitl)
 
 
 def parse(annotations: dict[str, str] | None) -> tuple[Request | None, str | None]:
@@ -66,6 +67,7 @@ def parse(annotations: dict[str, str] | None) -> tuple[Request | None, str | Non
             groups=tuple(g for g in ann.get(model.ANN_DECIDED_GROUPS, "").split(",") if g),
             edits=edits.from_annotations(ann)[0],
             response=edits.from_annotations(ann)[1],
+            decisions=ann.get(edits.ANN_DECISIONS),
         ),
         None,
     )
@@ -157,6 +159,11 @@ def _check(world: model.World, plan: actions.Plan, request: Request, finished: b
         )
         return None
     refused = edits.problem(request.decision, request.edits, request.response, approval.prompt)
+    decisions = None
+    if refused is None:
+        decisions, refused = edits.batch_decisions(
+            request.decision, request.edits, request.response, request.decisions, approval.prompt
+        )
     if refused is not None:
         who = f"{verb} of {approval.approval_id} by {request.decided_by}"
         plan.warn("DecisionPayloadRefused", f"{who} refused: {refused}")
@@ -169,6 +176,7 @@ def _check(world: model.World, plan: actions.Plan, request: Request, finished: b
         edits=dict(request.edits),
         response=request.response,
         action=edits.action(approval.prompt),
+        decisions=decisions,
     )
 
 
@@ -206,6 +214,9 @@ def deadline(world: model.World, plan: actions.Plan, escalated: bool) -> bool:
         plan.soon(remaining)
         return escalated
     policy = world.spec.approval.on_timeout
+    batch = None
+    if hitl.actions(pending.prompt) is not None:  # the middleware resumes only with one decision per action
+        batch = hitl.decide(pending.prompt, "expired")
     if policy == "escalate":
         if not escalated:
             plan.warn(
@@ -221,6 +232,7 @@ def deadline(world: model.World, plan: actions.Plan, escalated: bool) -> bool:
             decided_by=OPERATOR_IDENTITY,
             comment=f"deadline {pending.deadline.isoformat()} passed",
             deadline_action=DEADLINE_ACTIONS.get(policy, policy),
+            decisions=batch,
         )
     )
     return escalated

@@ -103,6 +103,19 @@ STATUS: dict[str, Any] = openapi.obj(
                 "prompt": openapi.free(),
                 "deadline": openapi.string(fmt="date-time"),
                 "escalated": openapi.boolean(),
+                "actions": openapi.array(
+                    openapi.obj(
+                        {
+                            "tool": openapi.string(),
+                            "args": openapi.free(),
+                            "allowedDecisions": openapi.array(openapi.string()),
+                        }
+                    ),
+                    (
+                        "A LangChain HumanInTheLoopMiddleware batch: each tool call asking for review, "
+                        "in the order its decisions are given (kubectl agentrun approve --decisions)."
+                    ),
+                ),
             }
         ),
         "approvals": openapi.array(
@@ -126,6 +139,18 @@ STATUS: dict[str, Any] = openapi.obj(
                         ),
                     ),
                     "response": openapi.string(),
+                    "actions": openapi.array(
+                        openapi.obj(
+                            {
+                                "tool": openapi.string(),
+                                "decision": openapi.string(),
+                                "edited": openapi.array(openapi.string()),
+                                "message": openapi.string(),
+                            }
+                        ),
+                        "A HumanInTheLoopMiddleware batch: each action's decision (approve, edit, reject, "
+                        "respond), the arguments an edit changed, the message given to the model.",
+                    ),
                 }
             )
         ),

@@ -6,7 +6,9 @@ TEXT``):
 
 * ``edit.agentrun.dev/<field>: <text>`` — one per edited field, set in the same request as
   ``agentrun.dev/approve``; ``<field>`` must be listed in the pending approval's prompt under ``editable``;
-* ``agentrun.dev/response: <text>`` — set in the same request as ``agentrun.dev/reject``.
+* ``agentrun.dev/response: <text>`` — set in the same request as ``agentrun.dev/reject``;
+* ``agentrun.dev/decisions: <JSON list>`` — a LangChain ``HumanInTheLoopMiddleware`` batch decided per action
+  (``agentrun_core.hitl``), set in the same request as ``agentrun.dev/approve`` or ``agentrun.dev/reject``.
 
 The API server refuses all else (deploy/admission/edits-policy.yaml: shape, size, only with the decision,
 fields judged against the prompt of the approval pending BEFORE the request). This module is the operator's
@@ -19,8 +21,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from agentrun_core import hitl
+
 EDIT_PREFIX = "edit.agentrun.dev/"
 ANN_RESPONSE = "agentrun.dev/response"
+ANN_DECISIONS = "agentrun.dev/decisions"
 EDIT_LIMIT = 16384  # characters of one edited field (the admission policy enforces the same)
 MAX_EDITS = 16
 RESPONSE_LIMIT = 4096
@@ -35,7 +40,7 @@ def from_annotations(annotations: Mapping[str, str]) -> tuple[dict[str, str], st
 
 def payload_annotations(annotations: Mapping[str, str]) -> tuple[str, ...]:
     """The payload annotations present (removed with the decision's once it is applied)."""
-    return tuple(k for k in annotations if k.startswith(EDIT_PREFIX) or k == ANN_RESPONSE)
+    return tuple(k for k in annotations if k.startswith(EDIT_PREFIX) or k in (ANN_RESPONSE, ANN_DECISIONS))
 
 
 def editable(prompt: Any) -> tuple[str, ...]:
@@ -73,6 +78,24 @@ def problem(decision: str, edits: Mapping[str, str], response: str | None, promp
     if long:
         return f"edited {', '.join(long)} longer than {EDIT_LIMIT} characters"
     return None
+
+
+def batch_decisions(
+    decision: str, edits: Mapping[str, str], response: str | None, decisions: str | None, prompt: Any
+) -> tuple[list[dict[str, Any]] | None, str | None]:
+    """(decisions, refusal) answering a HumanInTheLoopMiddleware batch in its own shape, checked against the
+    prompt Postgres recorded; (None, None) when the prompt is not a batch and no decisions were annotated."""
+    if hitl.actions(prompt) is None and decisions is None:
+        return None, None
+    if edits:
+        return None, (
+            "edit.agentrun.dev/* annotations do not apply to a HumanInTheLoopMiddleware batch: edit an "
+            "action in its decision (kubectl agentrun approve NAME --id ID --set N.FIELD=TEXT)"
+        )
+    try:
+        return hitl.decide(prompt, decision, decisions=decisions, response=response), None
+    except hitl.DecisionRefused as exc:
+        return None, f"{ANN_DECISIONS if decisions is not None else 'the decision'}: {exc}"
 
 
 def status_fields(payload: Any) -> dict[str, Any]:

@@ -177,6 +177,7 @@ class Executor:
             edits=decide.edits,
             response=decide.response,
             action=decide.action,
+            decisions=decide.decisions,
         )
         if outcome.won or decide.decision != "expired":
             self.event(run, _decision_event(decide, outcome))
@@ -288,6 +289,11 @@ def _decision_event(decide: actions.Decide, outcome: store.Decision) -> actions.
             "ApprovalNotApplied",
             f"{decide.decision} of {decide.approval_id} by {decide.decided_by} not applied: {why}",
         )
+    if decide.decisions is not None and decide.decision != "expired":  # a batch: say what each action got
+        kinds = ", ".join(str(d.get("type")) for d in decide.decisions)
+        text = f"approval {decide.approval_id} {decide.decision} by {decide.decided_by} (actions: {kinds})"
+        reason = "Approved" if decide.decision == "approved" else "Rejected"
+        return actions.Event("Normal", reason, text + (f": {decide.comment}" if decide.comment else ""))
     if decide.decision == "approved":
         text = f"approval {decide.approval_id} approved by {decide.decided_by}"
         return actions.Event("Normal", "Approved", text + (f": {decide.comment}" if decide.comment else ""))

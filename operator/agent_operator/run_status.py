@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agent_operator import actions, approvals, edits, forks, model, phases, steering, walk
-from agentrun_core import protocol, results
+from agentrun_core import hitl, protocol, results
 
 
 def build(
@@ -61,8 +61,12 @@ def build(
                 "prompt": pending.prompt,
                 "deadline": pending.deadline,
                 "escalated": st.escalated,
+                # A HumanInTheLoopMiddleware batch: each action, decided on its own (agentrun_core.hitl)
+                "actions": hitl.pending_actions(pending.prompt),
             }
         )
+        if status["pendingApproval"]["actions"] is None:
+            del status["pendingApproval"]["actions"]
     decided = [a for a in world.approvals if a.status != "pending"]
     if decided:
         status["approvals"] = [
@@ -77,6 +81,7 @@ def build(
                         "comment": a.comment,
                         "deadlineAction": a.deadline_action,
                         **edits.status_fields(a.payload),
+                        "actions": hitl.decided_actions(a.prompt, a.payload),
                     }
                 ).items()
                 if v is not None
