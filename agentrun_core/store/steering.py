@@ -55,14 +55,28 @@ class Resolution:
         return f"the effect is {self.effect_status!r}, not 'pending': its outcome is already known"
 
 
-def reopen_run(conn: db.Conn, *, run_id: str, generation: int, by: str, reason: str) -> rows.Run | None:
-    """Retry: reopen a stopped run under ``generation`` (only forward). The run row, or None if unchanged."""
+@dataclasses.dataclass(frozen=True)
+class Reopening:
+    """What a retry did. ``rekeyed``: failed effects whose failure proves nothing was performed (the worker
+    gives them their next key generation); ``kept``: failed effects that may have happened, back to
+    ``pending`` under their key (reconciled by lookup / a deduping provider, or resolved by a human).
+    Each entry: ``{"key", "tool", "step"}`` (``kept`` also ``"error"``)."""
+
+    run: rows.Run
+    rekeyed: list[dict[str, Any]]
+    kept: list[dict[str, Any]]
+
+
+def reopen_run(conn: db.Conn, *, run_id: str, generation: int, by: str, reason: str) -> Reopening | None:
+    """Retry: reopen a stopped run under ``generation`` (only forward). None if unchanged."""
     row = db.fetch_one(
         conn, "reopen_run", {"run_id": run_id, "generation": generation, "by": by, "reason": reason}
     )
     if row is None or row["run"] is None:
         return None
-    return rows.pack_json(rows.Run, row["run"])
+    detail = row["detail"] or {}
+    run = rows.pack_json(rows.Run, row["run"])
+    return Reopening(run, list(detail.get("rekeyed") or []), list(detail.get("kept") or []))
 
 
 def resolve_effect(
