@@ -147,5 +147,38 @@ def status_entries(world: model.World, limit: int = 20) -> list[dict[str, Any]]:
             entry["key"] = item.effect_key
         if item.generation is not None:
             entry["generation"] = int(item.generation)
+        detail = item.detail if isinstance(item.detail, dict) else {}
+        if item.kind == "retry" and ("rekeyed" in detail or "kept" in detail):
+            # which failed effects the retry re-keyed, and which it kept under their key (store.reopen_run)
+            entry["rekeyed"] = [str(e.get("key")) for e in detail.get("rekeyed") or ()]
+            entry["kept"] = [str(e.get("key")) for e in detail.get("kept") or ()]
         out.append(entry)
     return out
+
+
+SUMMARY_KEYS = 8  # effects named per list in the Retried Event (all of them are in status and Postgres)
+
+
+def _named(effects: list[dict[str, Any]]) -> str:
+    shown = ", ".join(f"{e.get('key')} ({e.get('tool')})" for e in effects[:SUMMARY_KEYS])
+    more = len(effects) - SUMMARY_KEYS
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
+def retry_summary(generation: int, by: str, rekeyed: list[dict[str, Any]], kept: list[dict[str, Any]]) -> str:
+    """The Retried Event's message: which failed effects the retry re-keyed and which it kept, and why."""
+    head = f"retry generation {generation} by {by}: "
+    if not rekeyed and not kept:
+        return head + "no failed effect to re-key"
+    parts = []
+    if rekeyed:
+        parts.append(
+            f"re-keyed {len(rekeyed)} failed effect{'s' if len(rekeyed) > 1 else ''} proven not performed: "
+            f"{_named(rekeyed)}"
+        )
+    if kept:
+        parts.append(
+            f"kept {len(kept)} under its key (may have been performed; back to pending: the tool's lookup "
+            f"or a provider that dedupes by key settles it, else `agentrun resolve`): {_named(kept)}"
+        )
+    return head + "; ".join(parts)

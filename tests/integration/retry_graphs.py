@@ -1,5 +1,6 @@
 """Graphs for the "never re-key what may have happened" tests, run by real workers against the real HTTP
-provider (``agentrun_dev.http_provider``, URL in AGENTRUN_TEST_HTTP_URL). No tests in this module.
+provider (``agentrun_dev.http_provider``, URL in BILLING_URL — a worker Pod's spec.worker.env — or
+AGENTRUN_TEST_HTTP_URL, set by tests.chaos.worker_harness). No tests in this module.
 
 ``tests.integration.retry_graphs:bill`` — one node, ``bill``, as the input's ``shape`` says:
 
@@ -39,7 +40,7 @@ class ReceiptDiskFull(OSError):
 
 def _post(call: effects.Call, customer: str, cents: int) -> dict[str, Any]:
     req = urllib.request.Request(
-        f"{os.environ['AGENTRUN_TEST_HTTP_URL']}/effects",
+        f"{os.environ.get('BILLING_URL') or os.environ['AGENTRUN_TEST_HTTP_URL']}/effects",
         data=json.dumps({"customer": customer, "cents": cents}).encode(),
         method="POST",
         headers={"Content-Type": "application/json", "Idempotency-Key": call.idempotency_key},
