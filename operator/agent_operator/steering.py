@@ -1,13 +1,16 @@
 """Humans steering a stopped run: retry (``spec.retryGeneration``) and resolve (annotation). Pure.
 
 Postgres decides: ``store.reopen_run`` and ``store.resolve_effect`` are one conditional statement each
-(only forward, only a stopped run, only a ``pending`` effect), so a repeated or racing request changes
+(only forward, only a stopped run, only an effect of unknown outcome), so a repeated or racing request changes
 nothing twice.
 This module decides what to ask for, and how a reopened run looks until its next attempt starts.
 
 * Retry applies to a stopped run (Failed, Cancelled, needs-human). Raised while the run still runs, it waits
   and applies if the run then stops; a Succeeded run is never reopened (Warning, once per generation).
-* Resolve applies to a ``pending`` effect of a stopped run; a needs-human run then continues by itself.
+* Resolve applies to an effect of unknown outcome of a stopped run (``pending``, or ``failed`` without proof
+  that nothing was performed); a needs-human run then continues by itself.
+* A retry re-keys only the failed effects proven not performed; the others go back to ``pending`` under
+  their key (``store.reopen_run``), and the Retried Event / ``status.interventions`` say which is which.
 * Who: the ``retried-by`` / ``resolved-by`` stamps the API server writes from ``request.userInfo``
   (deploy/admission/steer-*.yaml). Without a stamp nothing is applied (the policies are missing).
 """

@@ -154,3 +154,44 @@ def test_retry_rekeys_only_the_failure_proven_not_performed_and_says_which(
     new_gift = next(k for s, k in gifts if s == "sent")
     # once per effect at the provider: the gift card under its new key, the charge under its only key
     assert _cents(provider) == {new_gift: 100, charge.idempotency_key: 500}
+
+
+def test_a_failed_effect_that_may_have_happened_can_be_resolved_one_proven_not_performed_cannot(
+    pg_dsn: str, provider: http_provider.HttpProvider
+) -> None:
+    worker = _worker(pg_dsn, provider)
+    worker_harness.admit(pg_dsn, "r", graph=BILL, shape="two")
+    _fault(provider, mode="429", retry_after=1000)
+    _fault(provider, mode="late", delay=2.0)
+    _fault(provider, mode="503", retry_after=0)
+    assert worker.run("r", pod="p").returncode == 1
+    _wait_performed(provider, 1)
+    rows = _effects(pg_dsn, "r")
+    gift, charge = rows["gift_card"], rows["charge_twice"]
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        gift_key = gift.idempotency_key
+        refused = store.resolve_effect(conn, run_id="r", key=gift_key, outcome="sent", by="oncall")
+        assert not refused.resolved
+        assert refused.refusal == (
+            "the effect failed and its failure proves nothing was performed: `agentrun retry` performs it "
+            "again under a new key"
+        )
+        # the charge may have happened: a human may say what happened, before any retry
+        done = store.resolve_effect(
+            conn,
+            run_id="r",
+            key=charge.idempotency_key,
+            outcome="sent",
+            by="oncall",
+            result={"id": "eff_1", "cents": 500},
+        )
+        assert done.resolved and not done.reopened  # a failed run stays stopped until retried
+        reopened = store.reopen_run(conn, run_id="r", generation=1, by="oncall", reason="retry 1")
+    assert reopened is not None
+    assert ([e["key"] for e in reopened.rekeyed], reopened.kept) == ([gift.idempotency_key], [])
+    assert worker.run("r", pod="p", attempt=2).returncode == 0
+    assert _run(pg_dsn, "r").result["charged"] == {"id": "eff_1", "cents": 500}  # the human's answer
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        final = store.list_effects(conn, "r")
+    (new_gift,) = [e.idempotency_key for e in final if e.tool == "gift_card" and e.status == "sent"]
+    assert _cents(provider) == {new_gift: 100, charge.idempotency_key: 500}

@@ -365,10 +365,20 @@ def test_retry_summary_names_every_row_and_why() -> None:
 
 
 def test_retry_cli_reports_what_the_operator_applied() -> None:
-    obj = {"status": {"interventions": [
-        {"kind": "retry", "by": "oncall", "generation": 1, "rekeyed": [], "kept": []},
-        {"kind": "retry", "by": "oncall", "generation": 2, "rekeyed": ["ak-gift"], "kept": ["ak-charge"]},
-    ]}}
+    obj = {
+        "status": {
+            "interventions": [
+                {"kind": "retry", "by": "oncall", "generation": 1, "rekeyed": [], "kept": []},
+                {
+                    "kind": "retry",
+                    "by": "oncall",
+                    "generation": 2,
+                    "rekeyed": ["ak-gift"],
+                    "kept": ["ak-charge"],
+                },
+            ]
+        }
+    }
     assert steer_cli.applied_retry(obj, 3) is None  # not applied yet
     lines = steer_cli.retry_report("r", steer_cli.applied_retry(obj, 2) or {})
     text = "\n".join(lines)

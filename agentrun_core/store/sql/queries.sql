@@ -538,7 +538,8 @@ SELECT (SELECT to_jsonb(upd) FROM upd) AS run, (SELECT count(*) FROM log) AS log
        (SELECT detail FROM report) AS detail, (SELECT count(*) FROM kept) AS kept_count
 
 -- name: resolve_effect
--- A human tells the ledger what happened to an effect of unknown outcome ('pending' row) of a stopped run.
+-- A human tells the ledger what happened to an effect of unknown outcome of a stopped run: a 'pending' row, or
+-- a 'failed' one whose failure does not prove nothing was performed (not not_performed).
 -- sent: the row becomes 'sent' with the given result (the graph gets it as the tool's return value);
 -- not_sent: the row is removed (its content kept in the intervention record), so the next attempt performs
 -- the effect once more under the same key. A run stopped by needs_human is reopened (next attempt resumes
@@ -550,7 +551,9 @@ WITH run AS (
 ), eff AS (
     -- by its key, the run and status checked on the row (not indexable: see record_effect)
     SELECT e.* FROM agentrun_effects e JOIN run ON e.run_id IS NOT DISTINCT FROM run.run_id
-    WHERE e.idempotency_key = %(key)s AND e.status IS NOT DISTINCT FROM 'pending'
+    WHERE e.idempotency_key = %(key)s
+      AND (e.status IS NOT DISTINCT FROM 'pending'
+           OR (e.status IS NOT DISTINCT FROM 'failed' AND NOT e.not_performed))
     FOR UPDATE OF e
 ), sent AS (
     UPDATE agentrun_effects e
@@ -581,6 +584,7 @@ WITH run AS (
 )
 SELECT (SELECT status FROM run) AS run_status,
        (SELECT e.status FROM agentrun_effects e WHERE e.idempotency_key = %(key)s) AS effect_status,
+       (SELECT e.not_performed FROM agentrun_effects e WHERE e.idempotency_key = %(key)s) AS not_performed,
        (SELECT count(*) FROM log) AS resolved,
        (SELECT status FROM upd) AS new_status
 
