@@ -195,3 +195,36 @@ def test_a_failed_effect_that_may_have_happened_can_be_resolved_one_proven_not_p
         final = store.list_effects(conn, "r")
     (new_gift,) = [e.idempotency_key for e in final if e.tool == "gift_card" and e.status == "sent"]
     assert _cents(provider) == {new_gift: 100, charge.idempotency_key: 500}
+
+
+def test_a_failed_row_from_before_the_proof_existed_is_kept_under_its_key(
+    pg_dsn: str, tmp_path: Path
+) -> None:
+    """Rows failed before migration 0029 carry not_performed = false (its default): a retry never re-keys
+    them. Counted in the effect file the graph's tools append to (one line per performed call)."""
+    out, flag = tmp_path / "effects.txt", tmp_path / "flag"
+    worker = worker_harness.Worker(pg_dsn)
+    graph = "tests.integration.steer_graphs:flaky"
+    worker_harness.admit(pg_dsn, "r", graph=graph, path=str(out), flag=str(flag), fail_with="refused")
+    assert worker.run("r", pod="p").returncode == 1
+    notify = _effects(pg_dsn, "r")["notify"]
+    assert (notify.status, notify.not_performed) == ("failed", True)  # effects.Permanent: proven
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        # what migration 0029 leaves on a row failed by an earlier release: no proof
+        conn.execute(
+            "UPDATE agentrun_effects SET not_performed = DEFAULT WHERE idempotency_key = %s",
+            (notify.idempotency_key,),
+        )
+        reopened = store.reopen_run(conn, run_id="r", generation=1, by="oncall", reason="retry 1")
+    assert reopened is not None and reopened.rekeyed == []
+    assert [e["key"] for e in reopened.kept] == [notify.idempotency_key]
+    flag.touch()
+    # kept under its key, pending: no lookup hook, no key dedupe -> a human decides; nothing performed
+    assert worker.run("r", pod="p", attempt=2).returncode == 13
+    assert [line.split()[1] for line in out.read_text().splitlines()] == ["first"]
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        key = notify.idempotency_key
+        assert store.resolve_effect(conn, run_id="r", key=key, outcome="not_sent", by="oncall").resolved
+    assert worker.run("r", pod="p", attempt=3).returncode == 0
+    lines = out.read_text().splitlines()
+    assert [line.split() for line in lines] == [[lines[0].split()[0], "first"], [key, "notified"]]  # once
