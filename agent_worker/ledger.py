@@ -11,12 +11,9 @@ effect (``Return``, ``Raise``). Same inputs, same plan: the whole machine is tes
 The rules it encodes (docs/worker.md, "The effect ledger"):
 
 * a reserved row that is ``sent``/``confirmed`` is returned, never performed again; ``failed`` fails, unless
-  the run was retried (``retry_generation``) AND the row's failure proves nothing was performed
-  (``not_performed``), when the next generation of the key is reserved: a key is never renewed for an effect
-  that may have happened;
-* ``failed`` is recorded only when every call of the key is known to have done nothing, or when a refusal
-  ends it (then ``not_performed`` says which); an unknown outcome — also on the last allowed call — stays
-  ``pending``;
+  the run was retried (``retry_generation``) and the row's failure proves nothing was performed
+  (``not_performed``): then the next generation of the key is reserved. An unknown outcome, also on the last
+  allowed call, is never recorded ``failed`` (a retry would re-key it, and the provider perform it again);
 * a row left ``pending`` is an unknown outcome: reconciled (lookup hook once the earlier call can no longer
   land, or a re-issue where the provider dedupes by key) or handed to a human — never guessed;
 * a read-only run performs nothing: a pending row may only be looked up;
@@ -109,9 +106,7 @@ class Event:
     read_only: bool = False  # RESERVED_*: the run refuses effects
     decision: retry.Decision | None = None  # CALL_FAILED
     message: str = ""  # CALL_FAILED: the failure; LOOKUP_ERROR: the exception
-    # RESERVED_FAILED: the row's failure proves nothing was performed; CALL_FAILED: this call did nothing
-    # (refused, never sent). False (the safe side) when unknown.
-    not_performed: bool = False
+    not_performed: bool = False  # RESERVED_FAILED: the row's proof; CALL_FAILED: this call did nothing
     elapsed: float = 0.0  # CALL_FAILED: seconds since the call was issued
 
 
@@ -277,14 +272,9 @@ def _next(state: State, phase: Phase, *actions: Action) -> Transition:
 def _reserved(spec: Spec, state: State, event: Event) -> Transition:
     state = dataclasses.replace(state, key=event.key or state.key)
     retried = event.kind is EventKind.RESERVED_FAILED and state.generation < spec.retry_generation
-    if retried and not event.not_performed:
-        # A new key would make the provider perform it again. The retry (store.reopen_run) turns such rows
-        # back to pending (reconciled under their key); one still failed here is left to a human.
-        message = (
-            f"effect {state.key} ({spec.tool}) failed earlier and may have been performed: not re-keyed by "
-            f"the retry; tell the ledger what happened (agentrun resolve): {event.error}"
-        )
-        return _next(state, Phase.RAISED, Raise(ErrorKind.FAILED, message))
+    if retried and not event.not_performed:  # store.reopen_run made such rows pending; a human decides
+        why = f"failed earlier, may have been performed: not re-keyed (agentrun resolve): {event.error}"
+        return _next(state, Phase.RAISED, Raise(ErrorKind.FAILED, f"effect {state.key} ({spec.tool}) {why}"))
     if retried:
         # A retried run: walk the key's generations in order, so one that succeeded earlier is found.
         generation = state.generation + 1
@@ -339,31 +329,17 @@ def _reconcile(
                 )
             return _next(state, Phase.WAITING, *before, Wait(in_flight))
         return _next(state, Phase.LOOKING_UP, *before, Lookup(earlier))
-    if spec.dedupes_by_key:
-        if not earlier and state.total >= spec.max_attempts:
-            return _out_of_attempts(spec, state, why, before)
+    if spec.dedupes_by_key and (earlier or state.total < spec.max_attempts):
         return _reissue(spec, state, before)
+    if spec.dedupes_by_key:  # out of attempts: left pending, never failed; a retry re-issues the same key
+        reason = f"outcome unknown: {why}; left pending: `agentrun retry` calls again under the same key"
+        failed = Raise(ErrorKind.FAILED, f"effect {state.key} ({spec.tool}) failed: {reason}")
+        return _next(state, Phase.RAISED, *before, Record("pending", state.unrecorded, error=reason), failed)
     return _needs_human(
         spec,
         state,
         f"{why}; tool {spec.tool!r} has no lookup hook and its provider does not dedupe by key",
         before,
-    )
-
-
-def _out_of_attempts(spec: Spec, state: State, why: str, before: list[Action]) -> Transition:
-    """Unknown outcome, no attempt left, a provider that dedupes: the row stays pending (never failed), so a
-    retry calls again under the same key, which the provider answers without performing it twice."""
-    reason = (
-        f"outcome unknown: {why}; left pending: `agentrun retry` calls again under the same key (the "
-        "provider dedupes by key), or `agentrun resolve` says what happened"
-    )
-    return _next(
-        state,
-        Phase.RAISED,
-        *before,
-        Record("pending", state.unrecorded, error=reason),
-        Raise(ErrorKind.FAILED, f"effect {state.key} ({spec.tool}) failed: {reason}"),
     )
 
 
@@ -404,9 +380,7 @@ def _call_failed(spec: Spec, state: State, event: Event) -> Transition:
     deadline = None if spec.timeout is None else decision.delay + spec.timeout
     status = "failed" if decision.action == "fail" else "pending"
     proven = status == "failed" and not state.maybe_done
-    record = Record(
-        status, state.unrecorded, error=event.message, deadline_seconds=deadline, not_performed=proven
-    )
+    record = Record(status, state.unrecorded, event.message, deadline_seconds=deadline, not_performed=proven)
     state = dataclasses.replace(state, unrecorded=0)  # the record counts them
     if decision.action == "fail":
         message = f"effect {state.key} ({spec.tool}) failed: {decision.reason}"
