@@ -148,10 +148,10 @@ def retry(argv: list[str]) -> int:
     p.add_argument(
         "--wait",
         type=float,
-        default=30.0,
+        default=15.0,
         metavar="SECONDS",
         help="wait this long for the operator to apply the retry and report which failed effects it "
-        "re-keyed and which it kept (default 30; 0: do not wait)",
+        "re-keyed and which it kept (default 15; 0: do not wait)",
     )
     args = p.parse_args(argv)
     api, default_ns = cluster.connect(args.kubeconfig, args.context)
