@@ -84,6 +84,7 @@ class Tool(Generic[P, R]):
         timeout: float | None = None,
         on_divergence: str = "return_stored",
         max_in_flight_wait: float = 300.0,
+        permanent: tuple[type[BaseException], ...] = (),
     ) -> None:
         if on_divergence not in ON_DIVERGENCE:
             raise ValueError(
@@ -106,6 +107,7 @@ class Tool(Generic[P, R]):
         self.timeout = timeout
         self.on_divergence = on_divergence
         self.max_in_flight_wait = max_in_flight_wait
+        self.permanent = tuple(permanent)  # exception types that prove the provider did nothing
         self._signature = inspect.signature(fn)
         functools.update_wrapper(self, fn)
 
@@ -167,6 +169,7 @@ def tool(
     timeout: float | None = None,
     on_divergence: str = "return_stored",
     max_in_flight_wait: float = 300.0,
+    permanent: tuple[type[BaseException], ...] = (),
 ) -> Callable[[Callable[Concatenate[Call, P], R]], Tool[P, R]]:
     """Declare a side-effecting tool. ``name`` is a bounded label (metrics); ``action`` (default: name)
     enters the key. ``dedupes_by_key``: the provider honours the key (``Idempotency-Key``), so an
@@ -175,7 +178,9 @@ def tool(
     provider's bound, at least the client timeout); required for a lookup without ``dedupes_by_key``.
     ``on_divergence``: a replay with other arguments gets the stored result (``"return_stored"``) or stops
     the run for a human the first time (``"needs_human"``). ``max_in_flight_wait``: longest wait for an
-    earlier call's deadline before handing the effect to a human instead."""
+    earlier call's deadline before handing the effect to a human instead. ``permanent``: exception types
+    that prove the provider did not perform the call and never will (like raising ``effects.Permanent``);
+    any exception nobody classified is an unknown outcome (docs/worker.md, "Retries and outcomes")."""
 
     def wrap(fn: Callable[Concatenate[Call, P], R]) -> Tool[P, R]:
         return Tool(
@@ -188,6 +193,7 @@ def tool(
             timeout=timeout,
             on_divergence=on_divergence,
             max_in_flight_wait=max_in_flight_wait,
+            permanent=permanent,
         )
 
     return wrap

@@ -11,7 +11,9 @@ effect (``Return``, ``Raise``). Same inputs, same plan: the whole machine is tes
 The rules it encodes (docs/worker.md, "The effect ledger"):
 
 * a reserved row that is ``sent``/``confirmed`` is returned, never performed again; ``failed`` fails, unless
-  the run was retried (``retry_generation``), when the next generation of the key is reserved;
+  the run was retried (``retry_generation``) and the row's failure proves nothing was performed
+  (``not_performed``): then the next generation of the key is reserved. An unknown outcome, also on the last
+  allowed call, is never recorded ``failed`` (a retry would re-key it, and the provider perform it again);
 * a row left ``pending`` is an unknown outcome: reconciled (lookup hook once the earlier call can no longer
   land, or a re-issue where the provider dedupes by key) or handed to a human — never guessed;
 * a read-only run performs nothing: a pending row may only be looked up;
@@ -88,6 +90,7 @@ class State:
     why: str = ""  # why the outcome is being reconciled
     read_only: bool = False  # reconciling for a read-only run: look up, never perform
     earlier: bool = False  # a lookup is about the earlier call's arguments (the row's), not ours
+    maybe_done: bool = False  # some call of this key may have taken effect (so a failure proves nothing)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,6 +106,7 @@ class Event:
     read_only: bool = False  # RESERVED_*: the run refuses effects
     decision: retry.Decision | None = None  # CALL_FAILED
     message: str = ""  # CALL_FAILED: the failure; LOOKUP_ERROR: the exception
+    not_performed: bool = False  # RESERVED_FAILED: the row's proof; CALL_FAILED: this call did nothing
     elapsed: float = 0.0  # CALL_FAILED: seconds since the call was issued
 
 
@@ -174,6 +178,7 @@ class Record:
     needs_human: bool = False
     deadline_seconds: float | None = None
     reissue: bool = False
+    not_performed: bool = False  # status failed: the failure proves nothing was performed (retry may re-key)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -266,7 +271,11 @@ def _next(state: State, phase: Phase, *actions: Action) -> Transition:
 
 def _reserved(spec: Spec, state: State, event: Event) -> Transition:
     state = dataclasses.replace(state, key=event.key or state.key)
-    if event.kind is EventKind.RESERVED_FAILED and state.generation < spec.retry_generation:
+    retried = event.kind is EventKind.RESERVED_FAILED and state.generation < spec.retry_generation
+    if retried and not event.not_performed:  # store.reopen_run made such rows pending; a human decides
+        why = f"failed earlier, may have been performed: not re-keyed (agentrun resolve): {event.error}"
+        return _next(state, Phase.RAISED, Raise(ErrorKind.FAILED, f"effect {state.key} ({spec.tool}) {why}"))
+    if retried:
         # A retried run: walk the key's generations in order, so one that succeeded earlier is found.
         generation = state.generation + 1
         state = dataclasses.replace(state, generation=generation)
@@ -298,7 +307,7 @@ def _reserved(spec: Spec, state: State, event: Event) -> Transition:
         if spec.has_lookup:
             return _next(state, Phase.LOOKING_UP, *hit, Lookup(earlier=True))
         return _next(state, Phase.RAISED, *hit, _read_only(spec, state, why))
-    state = dataclasses.replace(state, total=event.attempts, unrecorded=0)
+    state = dataclasses.replace(state, total=event.attempts, unrecorded=0, maybe_done=True)
     return _reconcile(spec, state, why, event.in_flight, earlier=True, before=hit)
 
 
@@ -320,8 +329,12 @@ def _reconcile(
                 )
             return _next(state, Phase.WAITING, *before, Wait(in_flight))
         return _next(state, Phase.LOOKING_UP, *before, Lookup(earlier))
-    if spec.dedupes_by_key:
+    if spec.dedupes_by_key and (earlier or state.total < spec.max_attempts):
         return _reissue(spec, state, before)
+    if spec.dedupes_by_key:  # out of attempts: left pending, never failed; a retry re-issues the same key
+        reason = f"outcome unknown: {why}; left pending: `agentrun retry` calls again under the same key"
+        failed = Raise(ErrorKind.FAILED, f"effect {state.key} ({spec.tool}) failed: {reason}")
+        return _next(state, Phase.RAISED, *before, Record("pending", state.unrecorded, error=reason), failed)
     return _needs_human(
         spec,
         state,
@@ -341,13 +354,15 @@ def _looked_up(spec: Spec, state: State, event: Event) -> Transition:
         return _next(state, Phase.RAISED, _read_only(spec, state, why))
     if event.kind is EventKind.LOOKUP_ERROR:
         return _needs_human(spec, state, f"{state.why}; lookup failed: {event.message}", [])
+    # Not found once no earlier call can still land: nothing of this key was performed.
+    state = dataclasses.replace(state, maybe_done=False)
     if state.total >= spec.max_attempts:
         reason = f"{state.why}; not performed (lookup) and out of attempts"
         message = f"effect {state.key} ({spec.tool}) failed: {reason}"
         return _next(
             state,
             Phase.RAISED,
-            Record("failed", state.unrecorded, error=reason),
+            Record("failed", state.unrecorded, error=reason, not_performed=True),
             Raise(ErrorKind.FAILED, message),
         )
     return _reissue(spec, state, [])  # provably never happened
@@ -357,13 +372,15 @@ def _call_failed(spec: Spec, state: State, event: Event) -> Transition:
     decision = event.decision
     if decision is None:
         raise Unexpected(f"effect {state.key}: call_failed without a retry decision")
+    state = dataclasses.replace(state, maybe_done=state.maybe_done or not event.not_performed)
     if decision.action == "reconcile":
         in_flight = (spec.timeout or 0.0) - event.elapsed
         why = f"call {state.total} {decision.reason}"
         return _reconcile(spec, state, why, in_flight, earlier=False, before=[])
     deadline = None if spec.timeout is None else decision.delay + spec.timeout
     status = "failed" if decision.action == "fail" else "pending"
-    record = Record(status, state.unrecorded, error=event.message, deadline_seconds=deadline)
+    proven = status == "failed" and not state.maybe_done
+    record = Record(status, state.unrecorded, event.message, deadline_seconds=deadline, not_performed=proven)
     state = dataclasses.replace(state, unrecorded=0)  # the record counts them
     if decision.action == "fail":
         message = f"effect {state.key} ({spec.tool}) failed: {decision.reason}"

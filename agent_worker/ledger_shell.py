@@ -162,6 +162,7 @@ class Execution:
             attempts=row.attempts,
             in_flight=reservation.in_flight_seconds,
             read_only=reservation.read_only,
+            not_performed=row.not_performed,
         )
 
     def _call(self, attempt: int) -> ledger.Event:
@@ -175,7 +176,7 @@ class Execution:
             raise
         except Exception as exc:
             self.call_error = exc
-            failure = retry.classify(exc)
+            failure = retry.classify(exc, permanent=self.tool.permanent)
             decision = retry.decide(
                 self.tool.retry_policy,
                 attempt,
@@ -188,6 +189,7 @@ class Execution:
                 decision=decision,
                 message=failure.message,
                 elapsed=time.monotonic() - issued,
+                not_performed=failure.proves_not_performed,
             )
         return ledger.Event(ledger.EventKind.CALL_OK)
 
@@ -223,6 +225,8 @@ class Execution:
             fields["deadline_seconds"] = action.deadline_seconds
         if action.reissue:
             fields.update(args=self.args, args_hash=self.args_hash)
+        if action.not_performed:
+            fields["not_performed"] = True
         self._record(action.status, action.calls, **fields)
 
     def _record(self, status: str, count: int, **fields: Any) -> None:

@@ -8,8 +8,15 @@ A failed provider call is classified into one of three kinds, because they call 
 * ``ambiguous`` — the call may or may not have taken effect (read/write timeout, connection dropped after
   sending, other 5xx): only a provider that dedupes by idempotency key may be called again blindly; otherwise
   the outcome must be reconciled (lookup hook) or handed to a human.
-* ``permanent`` — retrying cannot help (other 4xx, ``Permanent``, a malformed URL, any other exception type:
-  a bug fails fast).
+* ``permanent`` — the provider did not perform the call and retrying cannot help (other 4xx, a malformed URL,
+  ``Permanent``, or an exception type the tool declared with ``@effects.tool(permanent=(...))``).
+
+An exception nobody classified (a ``ValueError``, ``ssl.SSLError``, ``smtplib.SMTPServerDisconnected``, any
+other ``OSError``) is ``ambiguous``: the tool may have acted before raising it, so it is never taken as proof
+that nothing happened. A tool that knows better says so: raise ``Permanent`` / ``Retryable``, or declare the
+type permanent. ``refused`` and ``permanent`` failures prove nothing was performed
+(``Failure.proves_not_performed``); only such a failure may record an effect ``failed`` in a way that a
+retry re-keys (docs/worker.md, "Retries and outcomes").
 
 requests, httpx, urllib3, urllib and aiohttp exceptions are recognised by class name and module, without
 importing those libraries.
@@ -45,7 +52,7 @@ class Ambiguous(Exception):
 
 
 class Permanent(Exception):
-    """Raise from a tool: do not retry."""
+    """Raise from a tool: the provider did not perform the call and never will; do not retry."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +82,11 @@ class Failure:
     retry_after: float | None = None
     status: int | None = None
     message: str = ""
+
+    @property
+    def proves_not_performed(self) -> bool:
+        """The provider did nothing on this call (refused it, or it never left)."""
+        return self.kind != "ambiguous"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,14 +188,15 @@ def _by_status(code: int, headers: Any, message: str) -> Failure:
     return Failure("permanent", None, code, message)
 
 
-def classify(exc: BaseException) -> Failure:
-    """Refused (nothing happened: retry), ambiguous (may have happened: reconcile) or permanent."""
+def classify(exc: BaseException, *, permanent: tuple[type[BaseException], ...] = ()) -> Failure:
+    """Refused (nothing happened: retry), ambiguous (may have happened: reconcile) or permanent (nothing
+    happened, never will). ``permanent``: the exception types the tool declared permanent."""
     message = f"{type(exc).__name__}: {exc}"
     if isinstance(exc, Retryable):
         return Failure("refused", exc.retry_after, message=message)
     if isinstance(exc, Ambiguous):
         return Failure("ambiguous", message=message)
-    if isinstance(exc, Permanent):
+    if isinstance(exc, Permanent) or (permanent and isinstance(exc, permanent)):
         return Failure("permanent", message=message)
     response = _response(exc)
     if response is not None:
@@ -204,7 +217,8 @@ def classify(exc: BaseException) -> Failure:
         TimeoutError | socket.timeout | ConnectionError | http.client.HTTPException | urllib.error.URLError,
     ):
         return Failure("ambiguous", message=message)
-    return Failure("permanent", message=message)
+    # Nobody knows what this exception means: the tool may have acted before raising it.
+    return Failure("ambiguous", message=f"{message} (unclassified: the outcome is unknown)")
 
 
 def backoff(policy: RetryPolicy, calls_made: int, rng: random.Random) -> float:
@@ -223,6 +237,11 @@ def decide(
     if failure.kind == "ambiguous" and not dedupes_by_key:
         # Calling again could do it twice: find out first (lookup hook) or stop for a human.
         return Decision("reconcile", reason=f"unknown outcome: {failure.message}")
+    if failure.kind == "ambiguous" and calls_made >= policy.max_attempts:
+        # Out of attempts, but it may have happened: never "failed" (a retry would re-key it and the
+        # provider would perform it again). The ledger keeps it pending: lookup, the same key again, a human.
+        why = f"unknown outcome after {calls_made} calls (out of attempts): {failure.message}"
+        return Decision("reconcile", reason=why)
     if calls_made >= policy.max_attempts:
         return Decision("fail", reason=f"gave up after {calls_made} calls: {failure.message}")
     if failure.retry_after is not None:

@@ -25,7 +25,7 @@ FLAGS: dict[str, tuple[str, ...]] = {
     "ledger": ("-o", "--output", "--dsn"),
     "logs": ("-f", "--follow", "--attempt", "--tail"),
     "wait": ("--timeout",),
-    "retry": ("--image",),
+    "retry": ("--image", "--wait"),
     "resolve": ("--sent", "--not-sent", "--result"),
     "cancel": (),
     "suspend": (),

@@ -180,6 +180,14 @@ def short(key: str) -> str:
     return key if len(key) <= 20 else key[:18] + ".."
 
 
+def effect_status(e: Mapping[str, Any]) -> str:
+    """A failed effect says whether a retry re-keys it (not performed) or keeps its key (may have
+    happened)."""
+    if e["status"] == "failed":
+        return "failed (not performed)" if e.get("notPerformed") else "failed (may have happened)"
+    return str(e["status"]) + (" (needs human)" if e["needsHuman"] else "")
+
+
 def effects_table(effects: Sequence[Mapping[str, Any]], *, wide: bool) -> str:
     if wide:
         return table(
@@ -207,7 +215,7 @@ def effects_table(effects: Sequence[Mapping[str, Any]], *, wide: bool) -> str:
                     e["action"],
                     e["tool"],
                     e["occurrence"],
-                    e["status"] + (" (needs human)" if e["needsHuman"] else ""),
+                    effect_status(e),
                     e["attempts"],
                     e["duplicatesPrevented"],
                     e.get("divergences", 0),
@@ -229,7 +237,7 @@ def effects_table(effects: Sequence[Mapping[str, Any]], *, wide: bool) -> str:
                 e["step"],
                 e["action"],
                 e["tool"],
-                e["status"] + (" (needs human)" if e["needsHuman"] else ""),
+                effect_status(e),
                 e["attempts"],
                 e["duplicatesPrevented"],
                 e.get("divergences", 0),

@@ -121,11 +121,48 @@ def retry_patch(obj: dict[str, Any]) -> dict[str, Any]:
     return {"spec": patch}
 
 
+def applied_retry(obj: dict[str, Any], generation: int) -> dict[str, Any] | None:
+    """The ``status.interventions`` entry of retry ``generation`` once the operator applied it. Pure."""
+    for entry in (obj.get("status") or {}).get("interventions") or ():
+        if entry.get("kind") == "retry" and int(entry.get("generation") or 0) == generation:
+            return dict(entry)
+    return None
+
+
+def retry_report(name: str, entry: dict[str, Any]) -> list[str]:
+    """What an applied retry did with the run's failed effects (``applied_retry``'s entry). Pure."""
+    rekeyed, kept = list(entry.get("rekeyed") or ()), list(entry.get("kept") or ())
+    head = f"agentrun/{name} retry generation {entry.get('generation')} applied"
+    if not rekeyed and not kept:
+        return [f"{head}: no failed effect (nothing re-keyed)"]
+    lines = [f"{head}:"]
+    if rekeyed:
+        lines.append(
+            "  re-keyed (its failure proves nothing was performed: performed again under a new key): "
+            + ", ".join(rekeyed)
+        )
+    if kept:
+        lines.append(
+            "  kept under its key (it may have been performed: pending again, settled by the tool's lookup "
+            "or a provider that dedupes by key, else the run stops for you): " + ", ".join(kept)
+        )
+        lines += [f"    agentrun resolve {name} {key} --sent|--not-sent" for key in kept]
+    return lines
+
+
 def retry(argv: list[str]) -> int:
     p = _parser("retry", "retry a Failed / needs-human / Cancelled run from its last checkpoint")
     p.add_argument(
         "--image",
         help="run the retry with this worker image (the fixed code); the run is pinned to it from then on",
+    )
+    p.add_argument(
+        "--wait",
+        type=float,
+        default=15.0,
+        metavar="SECONDS",
+        help="wait this long for the operator to apply the retry and report which failed effects it "
+        "re-keyed and which it kept (default 15; 0: do not wait)",
     )
     args = p.parse_args(argv)
     api, default_ns = cluster.connect(args.kubeconfig, args.context)
@@ -140,6 +177,22 @@ def retry(argv: list[str]) -> int:
         "resumes "
         "from its last checkpoint (effects already sent are not repeated)"
     )
+    generation = int(patch["spec"]["retryGeneration"])
+    deadline = time.monotonic() + max(0.0, args.wait)
+    while args.wait > 0:
+        entry = applied_retry(cluster.get_run(api, namespace, args.name), generation)
+        if entry is not None:
+            print("\n".join(retry_report(args.name, entry)))
+            return 0
+        if time.monotonic() >= deadline:
+            print(
+                f"agentrun/{args.name}: the operator has not applied retry generation {generation} within "
+                f"{args.wait:g}s; its Retried event (kubectl describe agentrun {args.name}) and "
+                "status.interventions will say which failed effects it re-keyed",
+                file=sys.stderr,
+            )
+            return 0
+        time.sleep(0.5)
     return 0
 
 

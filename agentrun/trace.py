@@ -229,6 +229,7 @@ def effect_json(e: store.Effect) -> dict[str, Any]:
         "occurrence": e.occurrence,
         "status": e.status,
         "needsHuman": e.needs_human,
+        "notPerformed": e.not_performed,  # failed: the failure proves nothing was performed (retry re-keys)
         "attempts": e.attempts,
         "duplicatesPrevented": e.duplicates_prevented,
         "providerRef": e.provider_ref,

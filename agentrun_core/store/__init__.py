@@ -67,6 +67,7 @@ from agentrun_core.store.runs import (
 from agentrun_core.store.schema import migrate, schema_version
 from agentrun_core.store.steering import (
     Intervention,
+    Reopening,
     Resolution,
     list_interventions,
     reopen_run,
@@ -94,6 +95,7 @@ __all__ = [
     "Heartbeat",
     "Intervention",
     "Observation",
+    "Reopening",
     "Reservation",
     "Resolution",
     "Run",

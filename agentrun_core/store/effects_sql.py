@@ -114,12 +114,15 @@ def record_effect(
     args: Any = None,
     args_hash: str | None = None,
     flush: bool = True,
+    not_performed: bool = False,
 ) -> None:
     """Move ``key`` to ``status`` (fenced, one statement). ``calls``: provider calls since last record.
     Nothing of the row comes back: read it with ``get_effect``.
 
     ``deadline_seconds``: a call is about to be issued; it may take effect until now + this (Postgres clock).
     ``args``/``args_hash``: the arguments of that call, when they differ from the stored ones.
+    ``not_performed`` (``failed`` only): the failure proves the provider did nothing, so a retry may give the
+    effect a new key; otherwise a retry keeps its key (``store.reopen_run``).
 
     ``flush=False`` (a success only): the commit does not wait for the WAL flush. Safe because losing it
     in a server crash leaves the row ``pending`` with its call deadline: the state a worker killed between
@@ -150,6 +153,7 @@ def record_effect(
             "args": None if args is None else Jsonb(args),
             "args_hash": args_hash,
             "flush": flush,
+            "not_performed": not_performed and status == "failed",
         },
     )
     checked = rows.fenced(row, run_id=run_id, epoch=epoch, refused=f"effect {key}: record")

@@ -94,6 +94,8 @@ class Effect:
     diverged_args_hash: str | None = None
     diverged_args: Any = None
     call_deadline: datetime.datetime | None = None
+    # migration 0029: a failed row's failure proves nothing was performed (a retry re-keys only those)
+    not_performed: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

@@ -39,6 +39,7 @@ class Resolution:
     run_status: str | None  # before the statement (None: run unknown or not stopped)
     effect_status: str | None  # before the statement (None: no such effect)
     new_status: str | None  # the run's status after (admitted when a needs_human run was reopened)
+    not_performed: bool = False  # the effect's failure proves nothing was performed (not resolvable)
 
     @property
     def reopened(self) -> bool:
@@ -52,23 +53,43 @@ class Resolution:
             return "the run is not stopped (only effects of a needs-human, failed or cancelled run)"
         if self.effect_status is None:
             return "no effect with this key in the run's ledger"
+        if self.effect_status == "failed" and self.not_performed:
+            return (
+                "the effect failed and its failure proves nothing was performed: `agentrun retry` performs "
+                "it again under a new key"
+            )
         return f"the effect is {self.effect_status!r}, not 'pending': its outcome is already known"
 
 
-def reopen_run(conn: db.Conn, *, run_id: str, generation: int, by: str, reason: str) -> rows.Run | None:
-    """Retry: reopen a stopped run under ``generation`` (only forward). The run row, or None if unchanged."""
+@dataclasses.dataclass(frozen=True)
+class Reopening:
+    """What a retry did. ``rekeyed``: failed effects whose failure proves nothing was performed (the worker
+    gives them their next key generation); ``kept``: failed effects that may have happened, back to
+    ``pending`` under their key (reconciled by lookup / a deduping provider, or resolved by a human).
+    Each entry: ``{"key", "tool", "step"}`` (``kept`` also ``"error"``)."""
+
+    run: rows.Run
+    rekeyed: list[dict[str, Any]]
+    kept: list[dict[str, Any]]
+
+
+def reopen_run(conn: db.Conn, *, run_id: str, generation: int, by: str, reason: str) -> Reopening | None:
+    """Retry: reopen a stopped run under ``generation`` (only forward). None if unchanged."""
     row = db.fetch_one(
         conn, "reopen_run", {"run_id": run_id, "generation": generation, "by": by, "reason": reason}
     )
     if row is None or row["run"] is None:
         return None
-    return rows.pack_json(rows.Run, row["run"])
+    detail = row["detail"] or {}
+    run = rows.pack_json(rows.Run, row["run"])
+    return Reopening(run, list(detail.get("rekeyed") or []), list(detail.get("kept") or []))
 
 
 def resolve_effect(
     conn: db.Conn, *, run_id: str, key: str, outcome: str, by: str, result: Any = None
 ) -> Resolution:
-    """A human's verdict on an effect left ``pending`` (unknown outcome) by a stopped run.
+    """A human's verdict on an effect of unknown outcome of a stopped run: ``pending``, or ``failed`` by a
+    failure that does not prove nothing was performed.
 
     ``outcome='sent'``: it happened; ``result`` becomes the tool's return value on replay.
     ``'not_sent'``: it did not; the next attempt performs it once more under the same key.
@@ -93,6 +114,7 @@ def resolve_effect(
         run_status=row["run_status"],
         effect_status=row["effect_status"],
         new_status=row["new_status"],
+        not_performed=bool(row["not_performed"]),
     )
 
 

@@ -190,6 +190,13 @@ STATUS: dict[str, Any] = openapi.obj(
                     "at": openapi.string(fmt="date-time"),
                     "key": openapi.string(),
                     "generation": openapi.integer(),
+                    "rekeyed": openapi.array(
+                        openapi.string(), "retry: failed effects proven not performed, given a new key"
+                    ),
+                    "kept": openapi.array(
+                        openapi.string(),
+                        "retry: failed effects that may have been performed, kept under their key (pending)",
+                    ),
                 }
             ),
             "Retries and resolved effects, who and when (the latest 20; all in Postgres).",

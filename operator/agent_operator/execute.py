@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from agent_operator import actions, edits, forks, kube, metrics, model, pods, tenants
+from agent_operator import actions, edits, forks, kube, metrics, model, pods, steering, tenants
 from agent_operator import memory as memory_
 from agent_operator import settings as settings_
 from agentrun_core import protocol, store
@@ -190,7 +190,8 @@ class Executor:
             self.db, run_id=run.uid, generation=generation, by=by, reason=f"retry {generation} by {by}"
         )
         if reopened is not None:
-            self.event(run, actions.Event("Normal", "Retried", f"retry generation {generation} by {by}"))
+            summary = steering.retry_summary(generation, by, reopened.rekeyed, reopened.kept)
+            self.event(run, actions.Event("Normal", "Retried", summary))
         else:
             self.event(
                 run,

@@ -177,7 +177,8 @@ SPEC: openapi.Schema = openapi.obj(
             (
                 "Raise by one to retry a stopped (Failed, needs-human, Cancelled) run under the same run id: "
                 "it resumes from its last checkpoint, sent effects return their stored result, failed "
-                "effects are tried again under a new key generation. Needs the RBAC verb retry on agentruns "
+                "effects proven not performed are tried again under a new key generation (the others keep "
+                "their key: reconciled, or resolved by a human). Needs the RBAC verb retry on agentruns "
                 "(kubectl agentrun retry NAME). Only increases."
             ),
             minimum=0,

@@ -1,13 +1,16 @@
 """Humans steering a stopped run: retry (``spec.retryGeneration``) and resolve (annotation). Pure.
 
 Postgres decides: ``store.reopen_run`` and ``store.resolve_effect`` are one conditional statement each
-(only forward, only a stopped run, only a ``pending`` effect), so a repeated or racing request changes
+(only forward, only a stopped run, only an effect of unknown outcome), so a repeated or racing request changes
 nothing twice.
 This module decides what to ask for, and how a reopened run looks until its next attempt starts.
 
 * Retry applies to a stopped run (Failed, Cancelled, needs-human). Raised while the run still runs, it waits
   and applies if the run then stops; a Succeeded run is never reopened (Warning, once per generation).
-* Resolve applies to a ``pending`` effect of a stopped run; a needs-human run then continues by itself.
+* Resolve applies to an effect of unknown outcome of a stopped run (``pending``, or ``failed`` without proof
+  that nothing was performed); a needs-human run then continues by itself.
+* A retry re-keys only the failed effects proven not performed; the others go back to ``pending`` under
+  their key (``store.reopen_run``), and the Retried Event / ``status.interventions`` say which is which.
 * Who: the ``retried-by`` / ``resolved-by`` stamps the API server writes from ``request.userInfo``
   (deploy/admission/steer-*.yaml). Without a stamp nothing is applied (the policies are missing).
 """
@@ -147,5 +150,38 @@ def status_entries(world: model.World, limit: int = 20) -> list[dict[str, Any]]:
             entry["key"] = item.effect_key
         if item.generation is not None:
             entry["generation"] = int(item.generation)
+        detail = item.detail if isinstance(item.detail, dict) else {}
+        if item.kind == "retry" and ("rekeyed" in detail or "kept" in detail):
+            # which failed effects the retry re-keyed, and which it kept under their key (store.reopen_run)
+            entry["rekeyed"] = [str(e.get("key")) for e in detail.get("rekeyed") or ()]
+            entry["kept"] = [str(e.get("key")) for e in detail.get("kept") or ()]
         out.append(entry)
     return out
+
+
+SUMMARY_KEYS = 8  # effects named per list in the Retried Event (all of them are in status and Postgres)
+
+
+def _named(effects: list[dict[str, Any]]) -> str:
+    shown = ", ".join(f"{e.get('key')} ({e.get('tool')})" for e in effects[:SUMMARY_KEYS])
+    more = len(effects) - SUMMARY_KEYS
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
+def retry_summary(generation: int, by: str, rekeyed: list[dict[str, Any]], kept: list[dict[str, Any]]) -> str:
+    """The Retried Event's message: which failed effects the retry re-keyed and which it kept, and why."""
+    head = f"retry generation {generation} by {by}: "
+    if not rekeyed and not kept:
+        return head + "no failed effect to re-key"
+    parts = []
+    if rekeyed:
+        parts.append(
+            f"re-keyed {len(rekeyed)} failed effect{'s' if len(rekeyed) > 1 else ''} proven not performed: "
+            f"{_named(rekeyed)}"
+        )
+    if kept:
+        parts.append(
+            f"kept {len(kept)} under its key (may have been performed; back to pending: the tool's lookup "
+            f"or a provider that dedupes by key settles it, else `agentrun resolve`): {_named(kept)}"
+        )
+    return head + "; ".join(parts)

@@ -15,9 +15,20 @@ from typing import Any
 import kubernetes
 import psycopg
 import pytest
-from conftest import OperatorHandle, bind, condition, create_run, get_run, run_status, wait_for, wait_phase
+from conftest import (
+    OperatorHandle,
+    bind,
+    condition,
+    create_run,
+    events,
+    get_run,
+    run_status,
+    wait_for,
+    wait_phase,
+)
 
 from agentrun_core import store
+from agentrun_dev import http_provider
 
 STEPS = "tests.integration.test_operator_graphs:steps"
 FLAKY = "tests.integration.steer_graphs:flaky"
@@ -268,3 +279,65 @@ def test_admission_rules_of_retry_and_resolve(
     assert good.returncode == 0, good.stderr
     annotations = get_run(kube, namespace, "adm")["metadata"]["annotations"]
     assert annotations["agentrun.dev/resolved-by"] == "oncall"
+
+
+def test_retry_rekeys_only_the_failed_effect_proven_not_performed_and_says_which(
+    kube: kubernetes.client.ApiClient,
+    operator: OperatorHandle,
+    people: dict[str, Path],
+    admin_kubeconfig: Path,
+    pg_dsn: str,
+    tmp_path: Path,
+) -> None:
+    """`agentrun retry` of a run with two failed effects: the gift card the provider refused (proven not
+    performed) gets a new key; the charge whose first call timed out and committed late (then a refusal
+    used its last attempt) keeps its key. Cents counted at the real HTTP provider: once per effect."""
+    ns = operator.namespace
+    with http_provider.HttpProvider(tmp_path / "http") as provider:
+        for fault in (
+            {"mode": "429", "retry_after": 1000},  # gift_card: refused for longer than its policy waits
+            {"mode": "late", "delay": 2.0},  # charge_twice call 1: times out (1 s), commits at 2 s
+            {"mode": "503", "retry_after": 0},  # charge_twice call 2, its last: refused
+        ):
+            assert http_provider.request(f"{provider.url}/control/faults", "POST", fault)[0] == 200
+        body = spec("tests.integration.retry_graphs:bill_graph", shape="two")
+        body["worker"] = {"env": [{"name": "BILLING_URL", "value": provider.url}]}
+        uid = create_run(kube, ns, "two", body)["metadata"]["uid"]
+        wait_phase(kube, ns, "two", "Failed", 180, operator)
+        wait_for(
+            lambda: http_provider.stats(provider.url)["effects_performed_total"] == 1,
+            60,
+            "the provider's late commit of the charge",
+        )
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            failed = {e.tool: e for e in store.list_effects(conn, uid)}
+        gift, charge = failed["gift_card"].idempotency_key, failed["charge_twice"].idempotency_key
+        assert [failed[t].status for t in ("gift_card", "charge_twice")] == ["failed", "failed"]
+        retried = as_user(people["oncall"], "agentrun", "retry", "two", "-n", ns, "--wait", "120")
+        assert retried.returncode == 0, retried.stderr
+        out = retried.stdout
+        assert "retry generation 1 applied:" in out, (out, retried.stderr)
+        rekeyed = next(line for line in out.splitlines() if "re-keyed" in line)
+        kept = next(line for line in out.splitlines() if "kept under its key" in line)
+        assert gift in rekeyed and charge not in rekeyed, out
+        assert charge in kept and gift not in kept, out
+        assert f"agentrun resolve two {charge} --sent|--not-sent" in out
+        done = agentrun(admin_kubeconfig, "wait", "two", "-n", ns, "--timeout", "180")
+        assert done.returncode == 0, (done.stderr, operator.logs()[-6000:])
+        status = run_status(kube, ns, "two")
+        (entry,) = status["interventions"]
+        assert (entry["rekeyed"], entry["kept"]) == ([gift], [charge])
+        (event,) = [e for e in events(kube, ns, "two") if e.reason == "Retried"]
+        assert gift in event.message and charge in event.message and "proven not performed" in event.message
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            final = store.list_effects(conn, uid)
+        (new_gift,) = [e.idempotency_key for e in final if e.tool == "gift_card" and e.status == "sent"]
+        assert new_gift != gift
+        charged = [(e.idempotency_key, e.status) for e in final if e.tool == "charge_twice"]
+        assert charged == [(charge, "sent")]  # the same key: the provider answered it, performed nothing
+        performed = http_provider.stats(provider.url)["effects_performed"]
+        cents = {
+            key: n * http_provider.request(f"{provider.url}/effects/{key}")[1]["request"]["cents"]
+            for key, n in performed.items()
+        }
+        assert cents == {new_gift: 100, charge: 500}  # once per effect, counted at the provider

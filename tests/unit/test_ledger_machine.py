@@ -222,7 +222,7 @@ def test_not_found_out_of_attempts_fails() -> None:
     step = ledger.transition(SPEC, state, EVENT[E.NOT_FOUND])
     reason = "why; not performed (lookup) and out of attempts"
     assert step.actions == (
-        ledger.Record("failed", 1, error=reason),
+        ledger.Record("failed", 1, error=reason, not_performed=True),  # the lookup proved it
         ledger.Raise(ledger.ErrorKind.FAILED, f"effect {KEY} (charge) failed: {reason}"),
     )
 
@@ -286,17 +286,81 @@ def test_flagged_pending_row_stops_for_a_human_without_recording() -> None:
 def test_retried_run_walks_key_generations() -> None:
     spec = dataclasses.replace(SPEC, retry_generation=2)
     state = ledger.start(spec, KEY).state
-    step = ledger.transition(spec, state, EVENT[E.RESERVED_FAILED])
+    proven = dataclasses.replace(EVENT[E.RESERVED_FAILED], not_performed=True)
+    step = ledger.transition(spec, state, proven)
     assert (step.state.phase, step.actions) == (P.RESERVING, (ledger.Rekey(1), ledger.Reserve()))
-    failed_1 = dataclasses.replace(EVENT[E.RESERVED_FAILED], key="k1.g1")
+    failed_1 = dataclasses.replace(proven, key="k1.g1")
     step = ledger.transition(spec, step.state, failed_1)
     assert step.actions == (ledger.Rekey(2), ledger.Reserve())
     sent_2 = dataclasses.replace(EVENT[E.RESERVED_SENT], key="k1.g2")
     step = ledger.transition(spec, step.state, sent_2)
     assert (step.state.phase, step.state.key, step.state.generation) == (P.DONE, "k1.g2", 2)
     # the last generation failed too: the effect fails, under the last key
-    step = _run(spec, state, EVENT[E.RESERVED_FAILED], failed_1, EVENT[E.RESERVED_FAILED])
+    step = _run(spec, state, proven, failed_1, proven)
     assert step.actions[-1] == ledger.Raise(ledger.ErrorKind.FAILED, FAILED_EARLIER)
+
+
+def test_retried_run_never_rekeys_a_failure_that_may_have_been_performed() -> None:
+    spec = dataclasses.replace(SPEC, retry_generation=1)
+    step = ledger.transition(spec, ledger.start(spec, KEY).state, EVENT[E.RESERVED_FAILED])
+    assert step.state.phase is P.RAISED
+    assert not any(isinstance(a, ledger.Rekey | ledger.Call) for a in step.actions)
+    raised = step.actions[-1]
+    assert isinstance(raised, ledger.Raise) and raised.error is ledger.ErrorKind.FAILED
+    assert "may have been performed: not re-keyed" in raised.message and "agentrun resolve" in raised.message
+
+
+def test_failed_record_says_whether_the_failure_proves_nothing_was_done() -> None:
+    fail = retry.Decision("fail", reason="nope")
+    refused = dataclasses.replace(EVENT[E.CALL_FAILED], decision=fail, not_performed=True)
+    step = ledger.transition(SPEC, STATE[P.CALLING], refused)
+    assert step.actions[0] == ledger.Record(
+        "failed", 1, error="Retryable: busy", deadline_seconds=10.0, not_performed=True
+    )
+    # an earlier call of this key may have taken effect: the last refusal proves nothing about it
+    dedupes = dataclasses.replace(SPEC, has_lookup=False, dedupes_by_key=True)
+    retry_ambiguous = dataclasses.replace(
+        EVENT[E.CALL_FAILED], decision=retry.Decision("retry", 0.5, "timeout"), not_performed=False
+    )
+    step = _run(dedupes, STATE[P.CALLING], retry_ambiguous, EVENT[E.SLEPT], refused)
+    assert step.actions[0] == ledger.Record("failed", 1, error="Retryable: busy", deadline_seconds=10.0)
+    # so may a call an earlier attempt left pending
+    pending = _run(dedupes, STATE[P.RESERVING], EVENT[E.RESERVED_PENDING], refused)
+    assert pending.actions[0] == ledger.Record("failed", 1, error="Retryable: busy", deadline_seconds=10.0)
+    # a lookup that found nothing (after the deadline) proves the earlier calls did nothing
+    looked = _run(SPEC, STATE[P.RESERVING], EVENT[E.RESERVED_PENDING], EVENT[E.NOT_FOUND], refused)
+    assert looked.actions[0] == ledger.Record(
+        "failed", 1, error="Retryable: busy", deadline_seconds=10.0, not_performed=True
+    )
+
+
+def test_ambiguous_last_allowed_call_stays_pending_never_failed() -> None:
+    out = ledger.State(P.CALLING, KEY, total=3, unrecorded=1)
+    reason = "unknown outcome after 3 calls (out of attempts): TimeoutError: timed out"
+    timeout = dataclasses.replace(
+        EVENT[E.CALL_FAILED], decision=retry.Decision("reconcile", reason=reason), elapsed=12.0
+    )
+    # provider dedupes, no lookup: not called again now (out of attempts); the row stays pending, so a
+    # retry calls again under the SAME key, which the provider answers without performing twice
+    dedupes = dataclasses.replace(SPEC, has_lookup=False, dedupes_by_key=True)
+    step = ledger.transition(dedupes, out, timeout)
+    assert step.state.phase is P.RAISED
+    record, raised = step.actions
+    assert isinstance(record, ledger.Record) and record.status == "pending" and record.calls == 1
+    assert not record.needs_human and "agentrun retry" in (record.error or "")
+    assert isinstance(raised, ledger.Raise) and raised.error is ledger.ErrorKind.FAILED
+    assert not any(isinstance(a, ledger.Record) and a.status == "failed" for a in step.actions)
+    # with a lookup hook: looked up (a negative lookup then proves it and fails the effect)
+    step = ledger.transition(SPEC, out, timeout)
+    assert (step.state.phase, step.actions) == (P.LOOKING_UP, (ledger.Lookup(earlier=False),))
+    step = ledger.transition(SPEC, step.state, EVENT[E.NOT_FOUND])
+    assert step.actions[0] == ledger.Record(
+        "failed", 1, error=f"call 3 {reason}; not performed (lookup) and out of attempts", not_performed=True
+    )
+    # neither: a human decides (pending, flagged)
+    blind = dataclasses.replace(SPEC, has_lookup=False)
+    step = ledger.transition(blind, out, timeout)
+    assert step.actions[-2] == ledger.Record("pending", 1, error=step.actions[-2].error, needs_human=True)
 
 
 def test_call_failed_without_decision_is_a_shell_bug() -> None:

@@ -322,3 +322,69 @@ def test_a_retry_is_not_cancelled_again_by_the_expiry_that_stopped_the_run() -> 
     assert actions.CreatePod(2, "retry", image="agentrun:dev") in plan.actions
     before = dataclasses.replace(w, interventions=())
     assert steering.retried_since_expiry(before) is False
+
+
+REKEYED = [{"key": "ak-gift", "tool": "gift_card", "step": "bill"}]
+KEPT = [{"key": "ak-charge", "tool": "charge", "step": "bill", "error": "Retryable: 503"}]
+
+
+def test_status_says_which_failed_effects_a_retry_rekeyed_and_which_it_kept() -> None:
+    retried = rowmaker.intervention(
+        kind="retry", by="oncall", at=NOW, generation=1, detail={"rekeyed": REKEYED, "kept": KEPT}
+    )
+    w = world(
+        db=rowmaker.run(status="admitted", reopened=1, retry_generation=1, interventions=1),
+        status=FAILED,
+        pods=[DONE_POD],
+        spec={"retryGeneration": 1},
+        interventions=(retried,),
+    )
+    plan = reconcile.decide(w)
+    assert plan.status is not None
+    assert plan.status["interventions"] == [
+        {
+            "kind": "retry",
+            "by": "oncall",
+            "at": "2026-01-01T12:00:00Z",
+            "generation": 1,
+            "rekeyed": ["ak-gift"],
+            "kept": ["ak-charge"],
+        }
+    ]
+
+
+def test_retry_summary_names_every_row_and_why() -> None:
+    text = steering.retry_summary(2, "oncall", REKEYED, KEPT)
+    assert text.startswith("retry generation 2 by oncall: ")
+    assert "re-keyed 1 failed effect proven not performed: ak-gift (gift_card)" in text
+    assert "kept 1 under its key (may have been performed" in text and "ak-charge (charge)" in text
+    assert "agentrun resolve" in text
+    assert steering.retry_summary(1, "x", [], []) == "retry generation 1 by x: no failed effect to re-key"
+    many = [{"key": f"ak-{i:03d}", "tool": "t"} for i in range(200)]
+    assert len(steering.retry_summary(1, "x", many, many)) <= 1000  # an Event's message stays readable
+
+
+def test_retry_cli_reports_what_the_operator_applied() -> None:
+    obj = {
+        "status": {
+            "interventions": [
+                {"kind": "retry", "by": "oncall", "generation": 1, "rekeyed": [], "kept": []},
+                {
+                    "kind": "retry",
+                    "by": "oncall",
+                    "generation": 2,
+                    "rekeyed": ["ak-gift"],
+                    "kept": ["ak-charge"],
+                },
+            ]
+        }
+    }
+    assert steer_cli.applied_retry(obj, 3) is None  # not applied yet
+    lines = steer_cli.retry_report("r", steer_cli.applied_retry(obj, 2) or {})
+    text = "\n".join(lines)
+    assert "re-keyed (its failure proves nothing was performed" in text and "ak-gift" in text
+    assert "kept under its key (it may have been performed" in text and "ak-charge" in text
+    assert "agentrun resolve r ak-charge --sent|--not-sent" in text
+    assert steer_cli.retry_report("r", {"generation": 1, "rekeyed": [], "kept": []}) == [
+        "agentrun/r retry generation 1 applied: no failed effect (nothing re-keyed)"
+    ]

@@ -23,7 +23,7 @@ def test_classify() -> None:
     assert retry.classify(_http_error(400)).kind == "permanent"
     assert retry.classify(TimeoutError()).kind == "ambiguous"
     assert retry.classify(ConnectionRefusedError()).kind == "refused"
-    assert retry.classify(ValueError("bug")).kind == "permanent"
+    assert retry.classify(ValueError("bug")).kind == "ambiguous"  # nobody classified it: may have happened
     assert retry.classify(retry.Retryable("x", retry_after=2)).retry_after == 2
 
 
@@ -63,3 +63,43 @@ def test_policy_validation() -> None:
         retry.RetryPolicy(max_attempts=0)
     with pytest.raises(ValueError):
         retry.RetryPolicy(jitter=2)
+
+
+class _ReceiptDiskFull(OSError):
+    """An OSError subclass no classifier knows (as smtplib's and ssl's errors are)."""
+
+
+def test_an_unclassified_exception_is_ambiguous_not_permanent() -> None:
+    import smtplib
+    import ssl
+
+    for exc in (
+        _ReceiptDiskFull("no space left"),
+        ssl.SSLEOFError("EOF occurred in violation of protocol"),
+        smtplib.SMTPServerDisconnected("Connection unexpectedly closed"),
+        OSError("anything"),
+        ValueError("bug"),
+    ):
+        assert retry.classify(exc).kind == "ambiguous", exc
+
+
+def test_the_tool_declares_what_is_permanent() -> None:
+    assert retry.classify(ValueError("bad amount"), permanent=(ValueError,)).kind == "permanent"
+    assert retry.classify(_ReceiptDiskFull("x"), permanent=(ValueError,)).kind == "ambiguous"
+    # what the tool raises explicitly wins over its declaration
+    assert retry.classify(retry.Ambiguous("x"), permanent=(Exception,)).kind == "ambiguous"
+    assert retry.classify(retry.Retryable("x"), permanent=(Exception,)).kind == "refused"
+
+
+def test_ambiguous_on_the_last_allowed_call_is_reconciled_never_failed() -> None:
+    policy = retry.RetryPolicy(max_attempts=2)
+    rng = random.Random(0)
+    ambiguous = retry.Failure("ambiguous", message="TimeoutError: read timed out")
+    for dedupes in (False, True):
+        for calls in (2, 3):
+            decision = retry.decide(policy, calls, ambiguous, dedupes_by_key=dedupes, rng=rng)
+            assert decision.action == "reconcile", (dedupes, calls)
+    # only a failure proven to have done nothing may fail the effect
+    assert retry.Failure("refused").proves_not_performed
+    assert retry.Failure("permanent").proves_not_performed
+    assert not retry.Failure("ambiguous").proves_not_performed

@@ -243,3 +243,13 @@ def test_approve_patch_sets_the_decision_and_clears_the_opposite() -> None:
         "agentrun.dev/approve": None,
         "agentrun.dev/comment": "no",
     }
+
+
+def test_the_ledger_says_which_failed_effects_a_retry_would_rekey() -> None:
+    proven = effect("k1", "bill", {"n": 1}, status="failed", not_performed=True)
+    unknown = effect("k2", "bill", {"n": 2}, status="failed", occurrence=1)
+    data = trace.build(inputs([step(1, 1, "bill", ["k1", "k2"])], [proven, unknown]))
+    assert [e["notPerformed"] for e in data["effects"]] == [True, False]
+    for wide in (False, True):
+        text = render.effects_table(data["effects"], wide=wide)
+        assert "failed (not performed)" in text and "failed (may have happened)" in text

@@ -253,6 +253,8 @@ WITH run AS (
         result = coalesce(%(result)s, e.result),
         error = %(error)s,
         needs_human = %(needs_human)s,
+        -- failed: whether the failure proves nothing was performed (a retry re-keys only those)
+        not_performed = %(not_performed)s,
         epoch = %(epoch)s,
         -- a call about to be (re)issued: by when it may still take effect (Postgres clock)
         call_deadline = CASE WHEN %(deadline_seconds)s::double precision IS NULL THEN e.call_deadline
@@ -491,10 +493,35 @@ SELECT agentrun_fold_runs(%(batch)s) AS folded
 -- name: reopen_run
 -- Retry (spec.retryGeneration raised): a stopped run goes back to 'admitted' under the new generation. Only
 -- forward (a generation at or below the current one changes nothing); a succeeded run is never reopened.
+-- Its failed effects: those whose failure proves nothing was performed (not_performed) get their next key
+-- generation from the worker (rekeyed); the others may have happened, so they keep their key and go back to
+-- 'pending', an unknown outcome the worker reconciles (lookup, a provider that dedupes) or a human resolves
+-- (kept). Both lists are returned and recorded in the intervention.
 WITH run AS (
     SELECT run_id, status FROM agentrun_runs
     WHERE run_id = %(run_id)s AND retry_generation < %(generation)s AND status <> 'succeeded'
     FOR UPDATE
+), failed AS (
+    SELECT e.idempotency_key, e.tool, e.step, e.not_performed, e.error
+    FROM agentrun_effects e JOIN run ON e.run_id = run.run_id
+    WHERE e.status = 'failed'
+    FOR UPDATE OF e
+), kept AS (
+    UPDATE agentrun_effects e
+    SET status = 'pending', needs_human = false, updated_at = now(),
+        error = 'failed, may have been performed: kept its key on retry ' || %(generation)s
+                || ' (unknown outcome): ' || coalesce(e.error, '')
+    FROM failed f WHERE e.idempotency_key = f.idempotency_key AND NOT f.not_performed
+    RETURNING e.idempotency_key
+), report AS (
+    SELECT jsonb_build_object(
+        'rekeyed', coalesce(jsonb_agg(jsonb_build_object('key', idempotency_key, 'tool', tool, 'step', step)
+                                      ORDER BY idempotency_key) FILTER (WHERE not_performed), '[]'::jsonb),
+        'kept', coalesce(jsonb_agg(jsonb_build_object('key', idempotency_key, 'tool', tool, 'step', step,
+                                                      'error', left(error, 300))
+                                   ORDER BY idempotency_key) FILTER (WHERE NOT not_performed), '[]'::jsonb)
+    ) AS detail
+    FROM failed
 ), upd AS (
     UPDATE agentrun_runs r
     SET status = 'admitted', status_reason = %(reason)s, error = NULL, result = NULL, finished_at = NULL,
@@ -504,13 +531,15 @@ WITH run AS (
     RETURNING r.*
 ), log AS (
     INSERT INTO agentrun_interventions (run_id, kind, generation, by, from_status, detail)
-    SELECT run_id, 'retry', %(generation)s, %(by)s, status, '{}'::jsonb FROM run
+    SELECT run_id, 'retry', %(generation)s, %(by)s, status, report.detail FROM run, report
     RETURNING id
 )
-SELECT (SELECT to_jsonb(upd) FROM upd) AS run, (SELECT count(*) FROM log) AS logged
+SELECT (SELECT to_jsonb(upd) FROM upd) AS run, (SELECT count(*) FROM log) AS logged,
+       (SELECT detail FROM report) AS detail, (SELECT count(*) FROM kept) AS kept_count
 
 -- name: resolve_effect
--- A human tells the ledger what happened to an effect of unknown outcome ('pending' row) of a stopped run.
+-- A human tells the ledger what happened to an effect of unknown outcome of a stopped run: a 'pending' row, or
+-- a 'failed' one whose failure does not prove nothing was performed (not not_performed).
 -- sent: the row becomes 'sent' with the given result (the graph gets it as the tool's return value);
 -- not_sent: the row is removed (its content kept in the intervention record), so the next attempt performs
 -- the effect once more under the same key. A run stopped by needs_human is reopened (next attempt resumes
@@ -522,7 +551,9 @@ WITH run AS (
 ), eff AS (
     -- by its key, the run and status checked on the row (not indexable: see record_effect)
     SELECT e.* FROM agentrun_effects e JOIN run ON e.run_id IS NOT DISTINCT FROM run.run_id
-    WHERE e.idempotency_key = %(key)s AND e.status IS NOT DISTINCT FROM 'pending'
+    WHERE e.idempotency_key = %(key)s
+      AND (e.status IS NOT DISTINCT FROM 'pending'
+           OR (e.status IS NOT DISTINCT FROM 'failed' AND NOT e.not_performed))
     FOR UPDATE OF e
 ), sent AS (
     UPDATE agentrun_effects e
@@ -553,6 +584,7 @@ WITH run AS (
 )
 SELECT (SELECT status FROM run) AS run_status,
        (SELECT e.status FROM agentrun_effects e WHERE e.idempotency_key = %(key)s) AS effect_status,
+       (SELECT e.not_performed FROM agentrun_effects e WHERE e.idempotency_key = %(key)s) AS not_performed,
        (SELECT count(*) FROM log) AS resolved,
        (SELECT status FROM upd) AS new_status
 

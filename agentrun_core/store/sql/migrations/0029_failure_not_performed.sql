@@ -1,0 +1,11 @@
+-- agentrun schema, migration 29: a failed effect records whether its failure proves nothing was performed.
+--
+-- Why: `agentrun retry` gives a failed effect a new idempotency key (its next retry generation), which the
+-- provider has never seen: it performs the effect again. That is right only when the failure proves the
+-- provider did nothing (it refused: a 4xx, 429/503 until out of attempts, a refused connect, the tool raised
+-- effects.Permanent / Retryable or a type it declared permanent, a lookup found nothing after the deadline).
+-- A failure that may have happened must keep its key: the retry turns it back into an unknown outcome
+-- (pending), reconciled under that key (lookup hook, a provider that dedupes by key) or by a human.
+--
+-- Rows failed before this migration carry no proof: false, so a retry never re-keys them (the safe side).
+ALTER TABLE agentrun_effects ADD COLUMN not_performed boolean NOT NULL DEFAULT false;
