@@ -30,8 +30,8 @@ FLAGS: dict[str, tuple[str, ...]] = {
     "cancel": (),
     "suspend": (),
     "resume": (),
-    "approve": ("--id", "--comment", "--yes", "--set", "--edits"),
-    "reject": ("--id", "--comment", "--yes"),
+    "approve": ("--id", "--comment", "--yes", "--set", "--edits", "--reject", "--respond", "--decisions"),
+    "reject": ("--id", "--comment", "--yes", "--decisions"),
     "respond": ("--id", "--message", "--comment"),
     "fork": ("--checkpoint", "--step", "--as", "--set", "--set-json", "--timeout"),
 }
