@@ -51,8 +51,8 @@ def worker(pg_dsn: str, providers: worker_harness.Providers) -> worker_harness.W
 
 
 def messages_at(dsn: str, run_id: str, checkpoint_id: str | None = None) -> list[tuple[str, str]]:
-    """The run's messages as LangGraph rebuilds them at ``checkpoint_id`` (default: the run's head), read
-    through the worker's own saver."""
+    """The run's messages as LangGraph rebuilds them at ``checkpoint_id`` (default: the run's head, with the
+    writes of tasks done there applied, as LangGraph shows the latest state), through the worker's saver."""
     with psycopg_pool.ConnectionPool(dsn, min_size=1, max_size=2, kwargs={"autocommit": True}) as pool:
         saver = checkpointer.FencedSaver(pool, run_id=run_id, epoch=0)
         graph = delta_chat.builder.compile(checkpointer=saver)
@@ -219,7 +219,7 @@ def test_a_fork_at_a_mid_chat_step_holds_the_history_to_that_step(
     finish(worker, "src", attempt=1)
     at = _fork_at_turn(worker.dsn, "src", "fork", turn)
     assert messages_at(worker.dsn, "src", at) == delta_chat.expected_messages(turn)
-    assert messages_at(worker.dsn, "fork") == delta_chat.expected_messages(turn)
+    assert messages_at(worker.dsn, "fork", at) == delta_chat.expected_messages(turn)
     finish(worker, "fork", attempt=1)
     assert messages_at(worker.dsn, "fork") == delta_chat.expected_messages(TURNS)
 
@@ -227,12 +227,12 @@ def test_a_fork_at_a_mid_chat_step_holds_the_history_to_that_step(
 def test_a_fork_outlives_its_source_purged_by_retention(worker: worker_harness.Worker) -> None:
     admit(worker.dsn, "src")
     finish(worker, "src", attempt=1)
-    _fork_at_turn(worker.dsn, "src", "fork", 9)
+    at = _fork_at_turn(worker.dsn, "src", "fork", 9)
     with psycopg.connect(worker.dsn, autocommit=True) as conn:
         store.mark_for_purge(conn, "src", after_seconds=0, reason="test")
         assert store.purge_due(conn) == ["src"]
         left = conn.execute("SELECT count(*) FROM checkpoints WHERE thread_id = 'src'").fetchone()
     assert left == (0,)
-    assert messages_at(worker.dsn, "fork") == delta_chat.expected_messages(9)
+    assert messages_at(worker.dsn, "fork", at) == delta_chat.expected_messages(9)
     finish(worker, "fork", attempt=1)
     assert messages_at(worker.dsn, "fork") == delta_chat.expected_messages(TURNS)
