@@ -5,7 +5,7 @@ random hit, then re-run to completion (approving its one approval, at turn 25). 
 ``succeeded`` with the messages of an unkilled run, rebuilt by LangGraph from the stored writes (the fake
 model answers with a digest of the whole history it was handed, so a wrong rebuild at any resume shows), and
 each of its 5 charges performed exactly once at the HTTP provider. CI-sized: one repetition per point plus
-AGENTRUN_DELTA_CHAOS_RANDOM random ones (default 3).
+AGENTRUN_DELTA_CHAOS_RANDOM random ones (default 2).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.chaos, pytest.mark.cluster, pytest.mark.postgres, pyte
 
 GRAPH = "tests.graphs.delta_chat:builder"
 TURNS, CHARGE_EVERY, APPROVE_AT = 50, 10, 25
-RANDOM_REPS = int(os.environ.get("AGENTRUN_DELTA_CHAOS_RANDOM", "3"))
+RANDOM_REPS = int(os.environ.get("AGENTRUN_DELTA_CHAOS_RANDOM", "2"))
 # point -> hit numbers (counted per process; the fault stays armed until it fires, so a hit beyond the first
 # process's count fires in the next one)
 HITS: dict[str, tuple[int, ...]] = {
