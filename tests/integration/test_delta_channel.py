@@ -63,6 +63,23 @@ def messages_at(dsn: str, run_id: str, checkpoint_id: str | None = None) -> list
     return delta_chat.texts(state.values.get("messages", []))
 
 
+def writes_replayed(dsn: str, run_id: str) -> tuple[int, int]:
+    """(messages LangGraph rebuilds at the head as stored, messages in the snapshot + the writes it replays
+    for them): equal unless a write is replayed twice (``add_messages`` would hide it: same message id)."""
+    with psycopg_pool.ConnectionPool(dsn, min_size=1, max_size=2, kwargs={"autocommit": True}) as pool:
+        saver = checkpointer.FencedSaver(pool, run_id=run_id, epoch=0)
+        head = saver.get_tuple({"configurable": {"thread_id": run_id}})
+        assert head is not None
+        stored = head.checkpoint["channel_values"].get("messages")
+        history = saver.get_delta_channel_history(config=head.config, channels=["messages"])["messages"]
+    at_head = len(messages_at(dsn, run_id, head.config["configurable"]["checkpoint_id"]))
+    if stored is not None:  # a snapshot at the head itself: nothing replayed
+        return at_head, len(stored.value)
+    seed = history.get("seed")
+    replayed = (len(seed.value) if seed is not None else 0) + sum(len(w[2]) for w in history["writes"])
+    return at_head, replayed
+
+
 def admit(dsn: str, run_id: str, durability: str = "sync", **input_: Any) -> None:
     worker_harness.admit(dsn, run_id, graph=GRAPH, durability=durability, **{"turns": TURNS, **input_})
 
@@ -135,7 +152,32 @@ def test_a_killed_delta_chat_resumes_to_the_same_messages(
     finish(worker, "r")
     expected = delta_chat.expected_messages(TURNS, charge_every=3, approve_at=approve_at)
     assert messages_at(worker.dsn, "r") == expected
+    at_head, replayed = writes_replayed(worker.dsn, "r")
+    assert at_head == replayed, (at_head, replayed)
     assert charges(providers) == [1, 1, 1, 1]
+
+
+@pytest.mark.parametrize("hit", [1, 2, 3])
+def test_an_exit_save_killed_after_a_park_replays_no_write_twice(
+    worker: worker_harness.Worker, hit: int
+) -> None:
+    """Under exit, the run resumed after its park (turn 2) saves its DeltaChannel writes on the parked
+    checkpoint, then its own; killed between the two, the next attempt saves them there again. Three turns:
+    the end comes before a snapshot is due, so the final checkpoint is rebuilt from those writes."""
+    admit(worker.dsn, "r", "exit", turns=3, approve_at=2)
+    parked = worker.run("r", pod="p1")
+    assert parked.returncode == 10, parked.stderr[-3000:]
+    with psycopg.connect(worker.dsn, autocommit=True) as conn:
+        (pending,) = store.list_approvals(conn, "r")
+        assert store.decide_approval(
+            conn, approval_id=pending.approval_id, run_id="r", decision="approved", decided_by="t"
+        )
+    killed = worker.run("r", pod="p2", attempt=2, faults=f"after_task_writes@{hit}")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    finish(worker, "r", attempt=3)
+    assert messages_at(worker.dsn, "r") == delta_chat.expected_messages(3, approve_at=2)
+    at_head, replayed = writes_replayed(worker.dsn, "r")
+    assert at_head == replayed, (at_head, replayed)
 
 
 @pytest.mark.skipif(not os.path.exists(_LIBFAKETIME), reason="needs Debian's faketime (.ci/run installs it)")
