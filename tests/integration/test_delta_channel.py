@@ -224,7 +224,7 @@ def test_a_failed_delta_chat_retried_resumes_from_its_head(
     assert messages_at(worker.dsn, "r") == delta_chat.expected_messages(TURNS)
 
 
-def _fork_at_turn(dsn: str, source: str, fork: str, turn: int) -> str:
+def _fork_at_turn(dsn: str, source: str, fork: str, turn: int, **edits: Any) -> str:
     """Admit ``fork`` from the checkpoint of ``source`` written after its model answered turn ``turn``, as the
     operator does (agentrun_core/store/forks.py); that checkpoint's id."""
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -237,6 +237,8 @@ def _fork_at_turn(dsn: str, source: str, fork: str, turn: int) -> str:
         found = store.find_fork_source(conn, namespace="ns", name=source, checkpoint_id=checkpoint_id)
         assert found.problem is None, found.problem
         fork_of = {"run_id": source, "name": source, "checkpoint_id": checkpoint_id, "step": None}
+        if edits:  # as `kubectl agentrun fork --step model --set k=v` records them
+            fork_of.update(step="model", set=edits)
         store.admit_fork(
             conn,
             run_id=fork,
@@ -278,3 +280,11 @@ def test_a_fork_outlives_its_source_purged_by_retention(worker: worker_harness.W
     assert messages_at(worker.dsn, "fork", at) == delta_chat.expected_messages(9)
     finish(worker, "fork", attempt=1)
     assert messages_at(worker.dsn, "fork") == delta_chat.expected_messages(TURNS)
+
+
+def test_a_fork_with_an_edit_continues_from_the_rebuilt_history(worker: worker_harness.Worker) -> None:
+    admit(worker.dsn, "src")
+    finish(worker, "src", attempt=1)
+    _fork_at_turn(worker.dsn, "src", "fork", 4, turns=6)  # the human shortens the chat to 6 turns
+    finish(worker, "fork", attempt=1)
+    assert messages_at(worker.dsn, "fork") == delta_chat.expected_messages(6)
