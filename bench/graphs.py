@@ -146,6 +146,7 @@ def _chat(n: int, delta: bool = False) -> StateGraph[Any]:
         }
 
     def park(state: Any) -> dict[str, Any]:
+        _mark("start")  # resumed: the first step after the state was rebuilt (bench/p5_delta.py)
         interrupt({"question": "go on?"})
         return {}
 
