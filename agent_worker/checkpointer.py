@@ -28,6 +28,13 @@ refused or failed write there is re-raised by LangGraph only when the loop exits
 through ``on_refused`` at once (the runner makes it the run context's sticky stop: effects refuse, the stream
 ends, the worker exits 12 — or 14 for a lost Postgres connection). It is never swallowed.
 
+DeltaChannel (LangGraph 1.2): a channel such as ``messages`` stored as each step's writes, rebuilt at a
+checkpoint by walking its parent chain back to the nearest snapshot. PostgresSaver's walk pages through the
+thread by descending checkpoint id, assuming an ancestor's id is smaller; an attempt whose clock is behind
+breaks that, and its walk stops short, silently (fewer messages). ``get_delta_channel_history`` here follows
+``parent_checkpoint_id`` instead (``store.delta_chain``), then reads the writes and the seed as PostgresSaver
+does.
+
 Timing: each write is timed here, from taking a connection to the commit (``perf_counter``). Root puts'
 figures are kept by checkpoint id for the runner's step events (``agentrun_step_events.checkpoint_seconds``,
 the trace's CKPT-WRITE column) and logged at INFO as ``checkpoint write ns='' id=... seconds=...``.
@@ -40,12 +47,20 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple
+from langgraph.checkpoint.base import (
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+    get_checkpoint_id,
+)
 from langgraph.checkpoint.postgres import PostgresSaver
+from langgraph.checkpoint.postgres.base import _build_delta_stage2_sql
 
 from agent_worker import infra
 from agentrun_core import errors, faults, store
@@ -110,6 +125,68 @@ class FencedSaver(PostgresSaver):
                 return None
             return super().get_tuple(config)  # unfenced writes (a run from before migration 2): LangGraph's
         return super().get_tuple({**config, "configurable": {**conf, "checkpoint_id": head.checkpoint_id}})
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        if not channels:
+            return {}
+        channels = list(channels)
+        conf = config["configurable"]
+        ns = _ns(config)
+        checkpoint_id = get_checkpoint_id(config)
+        if not checkpoint_id:
+            target = self.get_tuple(config)
+            if target is None:
+                return {ch: {"writes": []} for ch in channels}
+            checkpoint_id = target.config["configurable"]["checkpoint_id"]
+        rows = store.delta_chain(
+            self.pool,
+            thread_id=str(conf["thread_id"]),
+            checkpoint_ns=ns,
+            checkpoint_id=str(checkpoint_id),
+            channels=channels,
+        )
+        # The chain in the shape of PostgresSaver's own stage-1 maps, then its walk, writes and seed reads.
+        parent_of: dict[str, str | None] = {}
+        versions: list[dict[str, str | None]] = [{} for _ in channels]
+        has_blob: list[dict[str, bool]] = [{} for _ in channels]
+        inline: list[dict[str, Any]] = [{} for _ in channels]
+        for row in rows:
+            cid = str(row["checkpoint_id"])
+            parent_of[cid] = row["parent_checkpoint_id"]
+            stored = set(row["with_blob"] or ())
+            for i, ch in enumerate(channels):
+                versions[i][cid] = (row["versions"] or {}).get(ch)
+                has_blob[i][cid] = ch in stored
+                inline[i][cid] = (row["inline_values"] or {}).get(ch)
+        chain: dict[str, list[str]] = {ch: [] for ch in channels}
+        seed_version: dict[str, str | None] = dict.fromkeys(channels)
+        seed_inline: dict[str, Any] = {}
+        self._try_advance_walks(
+            str(checkpoint_id), channels, parent_of, versions, has_blob, inline,
+            chain, seed_version, seed_inline, {}, set(),
+        )  # fmt: skip
+        with_chain = [ch for ch in channels if chain[ch]]
+        with_seed = [ch for ch in channels if seed_version[ch] is not None]
+        found: list[Any] = []
+        if with_chain or with_seed:
+            params: list[Any] = []
+            for ch in with_chain:
+                params.extend([conf["thread_id"], ns, ch, chain[ch]])
+            for ch in with_seed:
+                params.extend([conf["thread_id"], ns, ch, seed_version[ch]])
+            sql = _build_delta_stage2_sql(channels_with_chain=with_chain, channels_with_seed=with_seed)
+            with self._cursor() as cur:
+                cur.execute(sql, params)
+                found = cur.fetchall()
+        return self._build_delta_channels_writes_history(
+            channels=channels,
+            chain_by_ch=chain,
+            seed_ver_by_ch=seed_version,
+            seed_inline_by_ch=seed_inline,
+            stage2_rows=cast(Any, found),
+        )
 
     # --- writes --------------------------------------------------------------------------------------
 

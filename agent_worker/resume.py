@@ -6,6 +6,11 @@ pending → park; no task at the head → finished; otherwise ``None`` (continue
 task", never LangGraph's empty ``next``, which also describes a head whose tasks all saved their writes before
 a kill prevented the step's checkpoint: that run still has steps to go. A fork's first worker applies the
 human's edits of the copied checkpoint first, once.
+
+An ``exit`` save of a graph with a ``DeltaChannel`` and no checkpoint before it first writes a placeholder
+checkpoint (empty, step -2, no parent) and the channel's writes on it, then the real one. A kill between the
+two leaves the placeholder as the head: it holds no state and no task, so it is "no checkpoint" (start from
+the admitted input, as LangGraph snapshots the channel over the stale writes), never "finished".
 """
 
 from __future__ import annotations
@@ -56,6 +61,18 @@ def single_interrupt(interrupts: Any) -> Any:
     return interrupts[0]
 
 
+def exit_placeholder(head: Any) -> bool:
+    """Whether ``head`` is LangGraph's placeholder for an ``exit`` save's DeltaChannel writes (its
+    ``_put_exit_delta_writes`` stub): an empty checkpoint of step -2 with no parent."""
+    checkpoint = head.checkpoint
+    return bool(
+        head.metadata.get("step") == -2
+        and head.parent_config is None
+        and not checkpoint.get("channel_versions")
+        and not checkpoint.get("channel_values")
+    )
+
+
 def start_input(
     pool: store.Conn,
     run: store.Run,
@@ -64,7 +81,8 @@ def start_input(
     config: RunnableConfig,
 ) -> Park | Done | Failed | Start:
     run_id = run.run_id
-    if checkpointer.get_tuple(config) is None:
+    head = checkpointer.get_tuple(config)
+    if head is None or exit_placeholder(head):
         return (run.input, None)
     edits = forking.pending_edits(pool, run)
     if edits is not None:  # a fork's first worker: the human's edits of the copied checkpoint, once

@@ -6,6 +6,8 @@
   ``PAIR_POOL`` (the floor of a ledger that commits before a call and after it, with none of its checks);
 * ``burst_<n>``: one step making ``n`` effects (ledger throughput), marking after each (``EFFECT_MARKS``);
 * ``chat_<n>``: ``n`` turns appending two messages each with ``add_messages`` (storage growth);
+* ``delta_<n>``: the same chat with ``messages`` a LangGraph 1.2 ``DeltaChannel`` (default snapshot
+  frequency), then a park (an approval: the run resumes from its head at turn ``n``);
 * ``slow_<n>``: ``n`` steps of 0.2 s each (a run to evict mid-way);
 * ``park``: interrupts at once (a run parked on approval).
 
@@ -23,6 +25,7 @@ import uuid
 from collections.abc import Callable
 from typing import Annotated, Any, TypedDict
 
+from langgraph.channels.delta import DeltaChannel
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.types import interrupt
@@ -59,6 +62,19 @@ class Loop(TypedDict, total=False):
 class Chat(TypedDict, total=False):
     i: int
     messages: Annotated[list[Any], add_messages]
+
+
+def add_message_batches(current: list[Any], batches: Any) -> list[Any]:
+    """DeltaChannel's reducer: ``add_messages`` folded over a batch of writes."""
+    out: Any = list(current or [])
+    for batch in batches:
+        out = add_messages(out, batch)
+    return list(out)
+
+
+class DeltaChat(TypedDict, total=False):
+    i: int
+    messages: Annotated[list[Any], DeltaChannel(add_message_batches)]
 
 
 @effects.tool(name="bench_noop", dedupes_by_key=True)
@@ -116,8 +132,8 @@ def _burst(n: int) -> StateGraph[Loop]:
     return g
 
 
-def _chat(n: int) -> StateGraph[Chat]:
-    def turn(state: Chat) -> Chat:
+def _chat(n: int, delta: bool = False) -> StateGraph[Any]:
+    def turn(state: Any) -> dict[str, Any]:  # not Chat: the delta chat has its own schema
         _mark("start")
         i = state.get("i", 0)
         _mark("end")
@@ -129,10 +145,19 @@ def _chat(n: int) -> StateGraph[Chat]:
             ],
         }
 
-    g: StateGraph[Chat] = StateGraph(Chat)
+    def park(state: Any) -> dict[str, Any]:
+        _mark("start")  # resumed: the first step after the state was rebuilt (bench/p5_delta.py)
+        interrupt({"question": "go on?"})
+        return {}
+
+    g: StateGraph[Any] = StateGraph(DeltaChat if delta else Chat)
     g.add_node("turn", turn)
     g.add_edge(START, "turn")
-    g.add_conditional_edges("turn", lambda s: "turn" if s.get("i", 0) < n else END, ["turn", END])
+    last = "park" if delta else END
+    if delta:
+        g.add_node("park", park)
+        g.add_edge("park", END)
+    g.add_conditional_edges("turn", lambda s: "turn" if s.get("i", 0) < n else last, ["turn", last])
     return g
 
 
@@ -153,15 +178,16 @@ def build(name: str) -> StateGraph[Any]:
     if name == "park":
         return _park()
     kind, _, count = name.rpartition("_")
-    if not count.isdigit() or kind not in ("noop", "effect", "pair", "burst", "chat", "slow"):
+    if not count.isdigit() or kind not in ("noop", "effect", "pair", "burst", "chat", "delta", "slow"):
         raise AttributeError(
-            f"bench.graphs has no graph {name!r} (noop_N, effect_N, pair_N, burst_N, chat_N, slow_N, park)"
+            f"bench.graphs has no graph {name!r} "
+            "(noop_N, effect_N, pair_N, burst_N, chat_N, delta_N, slow_N, park)"
         )
     n = int(count)
     if kind == "burst":
         return _burst(n)
-    if kind == "chat":
-        return _chat(n)
+    if kind in ("chat", "delta"):
+        return _chat(n, delta=kind == "delta")
     return _loop(n, with_effect=kind == "effect", sleep=0.2 if kind == "slow" else 0.0, pair=kind == "pair")
 
 

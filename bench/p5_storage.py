@@ -7,7 +7,8 @@ what stays in Postgres for a finished run: everything below stays until somethin
 retention" is what is left of those runs once retention has purged them: the run marked due as the operator
 marks it when the AgentRun is gone (``ttlSecondsAfterFinished``, a delete), then purged by the operator's own
 statement (``store.purge_due``), counted in every table of the schema with a ``run_id`` or ``thread_id``
-column (so a table added later is counted too). It must be 0.
+column (so a table added later is counted too). It must be 0. Then the same chat with ``messages`` a
+``DeltaChannel`` (bench/p5_delta.py): bytes per turn and resume time at a short and a long chat.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import psycopg
 from langgraph.checkpoint.postgres import PostgresSaver
 
 from agentrun_core import store
-from bench import db, graphs, p1_steps, stats
+from bench import db, graphs, p1_steps, p5_delta, stats
 
 CHECKPOINT_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
 AGENTRUN_TABLES = (
@@ -169,3 +170,4 @@ def run(report: stats.Report, *, quick: bool, reps: int) -> None:
                 + f"; {before:,} rows before",
             ),
         )
+        p5_delta.run(report, dsn, quick=quick, reps=reps)

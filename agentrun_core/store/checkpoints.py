@@ -84,3 +84,21 @@ def checkpoint_head(conn: db.Conn, *, run_id: str, checkpoint_ns: str = "") -> H
 def get_checkpoint_head(conn: db.Conn, *, run_id: str, checkpoint_ns: str = "") -> str | None:
     """The checkpoint a resume of ``checkpoint_ns`` starts from; ``None`` when no fenced write named one."""
     return checkpoint_head(conn, run_id=run_id, checkpoint_ns=checkpoint_ns).checkpoint_id
+
+
+def delta_chain(
+    conn: db.Conn, *, thread_id: str, checkpoint_ns: str, checkpoint_id: str, channels: list[str]
+) -> list[dict[str, Any]]:
+    """The parent chain of ``checkpoint_id`` (itself first) back to the nearest ancestor storing a value for
+    each of ``channels``, following parent ids (never id order): checkpoint_id, parent_checkpoint_id,
+    versions, inline_values, with_blob (the channels with a stored blob at that row's version)."""
+    return db.fetch_all(
+        conn,
+        "delta_chain",
+        {
+            "thread_id": thread_id,
+            "checkpoint_ns": checkpoint_ns,
+            "checkpoint_id": checkpoint_id,
+            "channels": channels,
+        },
+    )

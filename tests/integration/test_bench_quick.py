@@ -46,6 +46,10 @@ def test_quick_p1_p2_p3_p5_print_every_figure_with_its_baseline(
     # pair), on both servers, and that floor against bare.
     floor = [r["figure"] for r in p1 if "bare + raw pair" in r["figure"]]
     assert any("durable server" in f for f in floor) and any("pair vs bare" in f for f in floor), floor
+    # P5's DeltaChannel chat (bench/p5_delta.py): bytes per turn and resume, the long chat against the short
+    # one, and against bare PostgresSaver's add_messages chat, in the same run.
+    delta = [r for r in rows if r["section"].startswith("P5 DeltaChannel")]
+    assert len(delta) == 7 and all(r["baseline_median"] is not None for r in delta), delta
     trips = next(r for r in rows if r["figure"].startswith("round trips per new effect"))
     assert trips["median"] > 0
     # The worker's own work per effect (the ledger's statements answered in process) against the whole effect:

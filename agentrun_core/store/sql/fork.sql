@@ -33,32 +33,66 @@ SELECT (SELECT run_id FROM src) AS run_id,
 -- checkpoint), the checkpoint row, the blobs its channel_versions reference, and its pending writes (an
 -- interrupt waiting at that checkpoint is asked again, as the fork's own approval). Admitting again returns
 -- the first row and copies nothing.
-WITH ins AS (
+-- A DeltaChannel (LangGraph 1.2: e.g. a long chat's messages) stores no value at most checkpoints: it is
+-- rebuilt from the writes of the checkpoint's ancestors back to the nearest one holding a snapshot. So the
+-- copy is that keep set: the chain of parents (parent ids, never id order) back to the nearest ancestor that
+-- stores a value for every DeltaChannel the checkpoint itself does not hold (those named in its metadata's
+-- counters_since_delta_snapshot), each with its blobs and writes; the oldest kept row loses its parent. Without
+-- a DeltaChannel the set is the checkpoint alone.
+WITH RECURSIVE ins AS (
     INSERT INTO agentrun_runs (run_id, namespace, name, graph, input, spec_hash, durability, approval_policy,
                                retry_generation, fork_of, head_checkpoint_id)
     VALUES (%(run_id)s, %(namespace)s, %(name)s, %(graph)s, %(input)s, %(spec_hash)s, %(durability)s,
             %(approval_policy)s, %(retry_generation)s, %(fork_of)s, %(checkpoint_id)s)
     ON CONFLICT (run_id) DO NOTHING
     RETURNING *
+), need AS (  -- the DeltaChannels the checkpoint does not hold a value of
+    SELECT coalesce(array_agg(k), '{}') AS channels
+    FROM checkpoints c
+    CROSS JOIN LATERAL jsonb_object_keys(coalesce(c.metadata -> 'counters_since_delta_snapshot', '{}')) k
+    WHERE c.thread_id = %(source_run_id)s AND c.checkpoint_ns = '' AND c.checkpoint_id = %(checkpoint_id)s
+      AND c.checkpoint -> 'channel_versions' ? k
+      AND coalesce(jsonb_typeof(c.checkpoint -> 'channel_values' -> k), 'null') = 'null'
+      AND NOT EXISTS (SELECT 1 FROM checkpoint_blobs b
+                      WHERE b.thread_id = c.thread_id AND b.checkpoint_ns = '' AND b.channel = k
+                        AND b.version = c.checkpoint -> 'channel_versions' ->> k AND b.type <> 'empty')
+), keep AS (  -- the checkpoint (depth 0), then its parents until every needed channel found a value
+    SELECT c.checkpoint_id, c.parent_checkpoint_id, c.checkpoint, need.channels AS unseeded
+    FROM checkpoints c, need
+    WHERE c.thread_id = %(source_run_id)s AND c.checkpoint_ns = '' AND c.checkpoint_id = %(checkpoint_id)s
+    UNION ALL
+    SELECT p.checkpoint_id, p.parent_checkpoint_id, p.checkpoint,
+           ARRAY(SELECT ch FROM unnest(k.unseeded) ch
+                 WHERE coalesce(jsonb_typeof(p.checkpoint -> 'channel_values' -> ch), 'null') = 'null'
+                   AND NOT EXISTS (SELECT 1 FROM checkpoint_blobs b
+                                   WHERE b.thread_id = p.thread_id AND b.checkpoint_ns = ''
+                                     AND b.channel = ch AND b.version = p.checkpoint -> 'channel_versions' ->> ch
+                                     AND b.type <> 'empty'))
+    FROM keep k
+    JOIN checkpoints p
+      ON p.thread_id = %(source_run_id)s AND p.checkpoint_ns = '' AND p.checkpoint_id = k.parent_checkpoint_id
+    WHERE cardinality(k.unseeded) > 0
 ), cp AS (
     INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, checkpoint,
                              metadata)
-    SELECT %(run_id)s, '', c.checkpoint_id, NULL, c.type, c.checkpoint,
-           c.metadata || jsonb_build_object('forked_from', %(source_run_id)s::text)
+    SELECT %(run_id)s, '', c.checkpoint_id,
+           CASE WHEN c.parent_checkpoint_id IN (SELECT checkpoint_id FROM keep) THEN c.parent_checkpoint_id END,
+           c.type, c.checkpoint, c.metadata || jsonb_build_object('forked_from', %(source_run_id)s::text)
     FROM checkpoints c
-    WHERE c.thread_id = %(source_run_id)s AND c.checkpoint_ns = '' AND c.checkpoint_id = %(checkpoint_id)s
+    WHERE c.thread_id = %(source_run_id)s AND c.checkpoint_ns = ''
+      AND c.checkpoint_id IN (SELECT checkpoint_id FROM keep)
       AND EXISTS (SELECT 1 FROM ins)
     ON CONFLICT DO NOTHING
     RETURNING checkpoint_id
 ), blobs AS (
     INSERT INTO checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, blob)
-    SELECT %(run_id)s, '', b.channel, b.version, b.type, b.blob
-    FROM checkpoints c
-    CROSS JOIN LATERAL jsonb_each_text(c.checkpoint -> 'channel_versions') v(channel, version)
+    SELECT DISTINCT ON (b.channel, b.version) %(run_id)s, '', b.channel, b.version, b.type, b.blob
+    FROM keep k
+    CROSS JOIN LATERAL jsonb_each_text(k.checkpoint -> 'channel_versions') v(channel, version)
     JOIN checkpoint_blobs b
-      ON b.thread_id = c.thread_id AND b.checkpoint_ns = '' AND b.channel = v.channel AND b.version = v.version
-    WHERE c.thread_id = %(source_run_id)s AND c.checkpoint_ns = '' AND c.checkpoint_id = %(checkpoint_id)s
-      AND EXISTS (SELECT 1 FROM ins)
+      ON b.thread_id = %(source_run_id)s AND b.checkpoint_ns = '' AND b.channel = v.channel
+     AND b.version = v.version
+    WHERE EXISTS (SELECT 1 FROM ins)
     ON CONFLICT DO NOTHING
     RETURNING channel
 ), writes AS (
@@ -66,7 +100,8 @@ WITH ins AS (
                                    task_path)
     SELECT %(run_id)s, '', w.checkpoint_id, w.task_id, w.idx, w.channel, w.type, w.blob, w.task_path
     FROM checkpoint_writes w
-    WHERE w.thread_id = %(source_run_id)s AND w.checkpoint_ns = '' AND w.checkpoint_id = %(checkpoint_id)s
+    WHERE w.thread_id = %(source_run_id)s AND w.checkpoint_ns = ''
+      AND w.checkpoint_id IN (SELECT checkpoint_id FROM keep)
       AND EXISTS (SELECT 1 FROM ins)
     ON CONFLICT DO NOTHING
     RETURNING task_id

@@ -462,6 +462,42 @@ FROM agentrun_runs r
 LEFT JOIN agentrun_checkpoint_heads h ON h.run_id = r.run_id AND h.checkpoint_ns = %(checkpoint_ns)s
 WHERE r.run_id = %(run_id)s
 
+-- name: delta_chain
+-- The parent chain of one checkpoint (depth 0) back to the nearest ancestor that stores a value for every
+-- channel of %(channels)s (a DeltaChannel's _DeltaSnapshot blob, or an inline value): what rebuilding those
+-- channels reads (agent_worker/checkpointer.py). It follows parent_checkpoint_id, never the order of the ids:
+-- a worker whose clock is behind writes children whose ids sort before their parents'. Per row: its channel
+-- versions and inline values, and which of the channels have a stored blob at their version there.
+WITH RECURSIVE walk AS (
+    SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id, c.checkpoint,
+           %(channels)s::text[] AS unseeded, 0 AS depth
+    FROM checkpoints c
+    WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s
+      AND c.checkpoint_id = %(checkpoint_id)s
+    UNION ALL
+    SELECT p.thread_id, p.checkpoint_ns, p.checkpoint_id, p.parent_checkpoint_id, p.checkpoint,
+           ARRAY(SELECT ch FROM unnest(w.unseeded) ch
+                 WHERE coalesce(jsonb_typeof(p.checkpoint -> 'channel_values' -> ch), 'null') = 'null'
+                   AND NOT EXISTS (SELECT 1 FROM checkpoint_blobs b
+                                   WHERE b.thread_id = p.thread_id AND b.checkpoint_ns = p.checkpoint_ns
+                                     AND b.channel = ch AND b.version = p.checkpoint -> 'channel_versions' ->> ch
+                                     AND b.type <> 'empty')),
+           w.depth + 1
+    FROM walk w
+    JOIN checkpoints p
+      ON p.thread_id = w.thread_id AND p.checkpoint_ns = w.checkpoint_ns AND p.checkpoint_id = w.parent_checkpoint_id
+    WHERE cardinality(w.unseeded) > 0
+)
+SELECT w.checkpoint_id, w.parent_checkpoint_id, w.checkpoint -> 'channel_versions' AS versions,
+       w.checkpoint -> 'channel_values' AS inline_values,
+       ARRAY(SELECT ch FROM unnest(%(channels)s::text[]) ch
+             WHERE EXISTS (SELECT 1 FROM checkpoint_blobs b
+                           WHERE b.thread_id = w.thread_id AND b.checkpoint_ns = w.checkpoint_ns
+                             AND b.channel = ch AND b.version = w.checkpoint -> 'channel_versions' ->> ch
+                             AND b.type <> 'empty')) AS with_blob
+FROM walk w
+ORDER BY w.depth
+
 -- ----------------------------------------------------------------------------------------- retention
 
 -- name: mark_for_purge
