@@ -48,7 +48,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 
-from agent_worker import calls, context, ledger_shell, retry
+from agent_worker import calls, context, identity, ledger_shell, retry
 from agentrun_core import canonical, keys, store
 
 P = ParamSpec("P")
@@ -62,6 +62,9 @@ Permanent = retry.Permanent
 Lookup = Callable[[str, dict[str, Any]], Any]
 ON_DIVERGENCE = ("return_stored", "needs_human")
 
+
+UnstablePosition = identity.UnstablePosition
+position = identity.position
 
 Outcome = calls.Outcome
 Call = calls.Call
@@ -130,13 +133,39 @@ class Tool(Generic[P, R]):
         args_hash = canonical.digest(named)
         md = context.config_metadata()
         step = _step(ctx, md)
+        if (
+            ctx.key_version >= 3
+        ):  # tool calls, nesting and positions identify the effect (agent_worker.identity)
+            step = identity.qualify(ctx.tracker.identity(md, identity.caller_run_id()))
+            space = (step, self.action)
+            with ctx.flows.enter(space):
+                occurrence = ctx.tracker.next_occurrence(step, self.action)
+                key = keys.derive(ctx.run_id, step, self.action, occurrence, version=ctx.key_version)
+                result: R = self._execute(
+                    ctx, step, key, occurrence, (normal, args_hash), args, kwargs, space
+                )
+                return result
         if ctx.key_version == 1:  # a run started under key format v1 keeps deriving v1 keys
             task = str(md.get("langgraph_checkpoint_ns") or step)
             occurrence = ctx.next_occurrence(task, self.action, args_hash)
             key = keys.derive(ctx.run_id, step, self.action, occurrence, version=1, args_hash=args_hash)
-        else:
+        else:  # v2: the order in which calls reach the ledger (racy under concurrency: issue 34)
             occurrence = ctx.tracker.next_occurrence(step, self.action)
-            key = keys.derive(ctx.run_id, step, self.action, occurrence)
+            key = keys.derive(ctx.run_id, step, self.action, occurrence, version=2)
+        return self._execute(ctx, step, key, occurrence, (normal, args_hash), args, kwargs, None)
+
+    def _execute(
+        self,
+        ctx: context.RunContext,
+        step: str,
+        key: str,
+        occurrence: int,
+        canonical_args: tuple[Any, str],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        space: identity.Space | None,
+    ) -> R:
+        normal, args_hash = canonical_args
         ctx.note_effect(step, key)
         version = ctx.key_version
         execution = ledger_shell.Execution(
@@ -152,6 +181,8 @@ class Tool(Generic[P, R]):
             rekey=lambda g: keys.derive(
                 ctx.run_id, step, self.action, occurrence, version=version, args_hash=args_hash, generation=g
             ),
+            # A space seen racing: a row with other arguments may be another call's, so a human decides.
+            raced=(lambda: ctx.flows.raced(space)) if space is not None else None,
         )
         result: R = execution.run()
         return result

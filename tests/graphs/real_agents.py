@@ -1,0 +1,159 @@
+"""Agents as LangChain 1.x users write them, run by a real worker: parallel tool calls, nested effects.
+
+``react``: the LangGraph tutorial's ReAct graph (``ToolNode`` + ``tools_condition``) with a deterministic fake
+chat model asking for several tool calls at once (``TURNS``, ids fixed by the model). ``ToolNode`` runs one
+turn's calls in parallel threads inside ONE task; each tool drafts its note (the order gate below, then a
+jitter) and posts it through an agentrun effect to the HTTP provider (``AGENTRUN_TEST_HTTP_URL``), the body
+naming the call, so the provider counts deliveries per tool call.
+
+``AGENTRUN_TEST_ORDER`` = ``forward`` / ``reverse``: the order in which one turn's calls reach their effect
+(each waits, bounded, for the calls before it in that order): a resumed attempt can take the other order.
+
+``nested``: an effect whose body calls another effect, then a later effect in the same node.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.tools import tool
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
+
+from agent_worker import effects
+from tests.graphs import effect_graph
+
+TURNS: tuple[tuple[str, ...], ...] = (("ann", "bob", "cy"), ("dee", "eve"))
+
+
+class ScriptedModel(BaseChatModel):
+    """Turn n (the n-th model call of the conversation, counted from its AI messages) asks for the calls of
+    ``TURNS[n]`` at once, ids ``call_<to>``; after the last turn it answers. Deterministic on every replay."""
+
+    @property
+    def _llm_type(self) -> str:
+        return "scripted"
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        turn = sum(isinstance(m, AIMessage) for m in messages)
+        if turn < len(TURNS):
+            calls = [{"name": "send_note", "args": {"to": to}, "id": f"call_{to}"} for to in TURNS[turn]]
+            message = AIMessage(content="", tool_calls=calls)
+        else:
+            message = AIMessage(content="all notes sent")
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+
+_gate = threading.Condition()
+_reached: set[str] = set()
+
+
+def _wait_turn(to: str) -> None:
+    """Wait (at most 20 s) until the calls before ``to`` in this attempt's order have posted."""
+    (turn,) = [t for t in TURNS if to in t]
+    order: Sequence[str] = (
+        turn if os.environ.get("AGENTRUN_TEST_ORDER", "forward") == "forward" else turn[::-1]
+    )
+    before = set(order[: order.index(to)])
+    with _gate:
+        _gate.wait_for(lambda: before <= _reached, timeout=20)
+
+
+def _reached_effect(to: str) -> None:
+    with _gate:
+        _reached.add(to)
+        _gate.notify_all()
+
+
+@effects.tool(name="post_note", dedupes_by_key=True, lookup=effect_graph.find_charge)
+def post_note(call: effects.Call, *, to: str, text: str) -> Any:
+    return effect_graph._http(
+        "POST",
+        f"{os.environ['AGENTRUN_TEST_HTTP_URL']}/effects",
+        {"to": to, "text": text},
+        {"Idempotency-Key": call.idempotency_key},
+    )
+
+
+@tool
+def send_note(to: str) -> str:
+    """Send a short note to someone."""
+    _wait_turn(to)
+    effect_graph._jitter()  # the model drafting the note
+    try:
+        sent = post_note(to=to, text=f"a note for {to}")
+    finally:
+        _reached_effect(to)
+    return f"sent to {sent['request']['to']}"
+
+
+def agent(state: MessagesState) -> dict[str, Any]:
+    return {"messages": [ScriptedModel().invoke(state["messages"])]}
+
+
+def build_react() -> StateGraph[MessagesState]:
+    g: StateGraph[MessagesState] = StateGraph(MessagesState)
+    g.add_node("agent", agent)
+    g.add_node("tools", ToolNode([send_note]))
+    g.add_edge(START, "agent")
+    g.add_conditional_edges("agent", tools_condition)
+    g.add_edge("tools", "agent")
+    return g
+
+
+react = build_react()
+
+
+@effects.tool(name="notify", dedupes_by_key=True, lookup=effect_graph.find_charge)
+def notify(call: effects.Call, *, what: str) -> Any:
+    return effect_graph._http(
+        "POST",
+        f"{os.environ['AGENTRUN_TEST_HTTP_URL']}/effects",
+        {"notify": what},
+        {"Idempotency-Key": call.idempotency_key},
+    )
+
+
+@effects.tool(name="refund", dedupes_by_key=True, lookup=effect_graph.find_charge)
+def refund(call: effects.Call, *, cents: int) -> Any:
+    notify(what="refund issued")  # an effect inside an effect
+    return effect_graph._http(
+        "POST",
+        f"{os.environ['AGENTRUN_TEST_HTTP_URL']}/effects",
+        {"refund": cents},
+        {"Idempotency-Key": call.idempotency_key},
+    )
+
+
+class Log(MessagesState, total=False):
+    log: list[Any]
+
+
+def settle(state: Log) -> dict[str, Any]:
+    done = refund(cents=500)
+    told = notify(what="customer: your refund is on its way")  # numbered after refund's nested notify
+    return {"log": [done["request"], told["request"]]}
+
+
+def build_nested() -> StateGraph[Log]:
+    g: StateGraph[Log] = StateGraph(Log)
+    g.add_node("settle", settle)
+    g.add_edge(START, "settle")
+    g.add_edge("settle", END)
+    return g
+
+
+nested = build_nested()
