@@ -9,6 +9,9 @@ naming the call, so the provider counts deliveries per tool call.
 ``AGENTRUN_TEST_ORDER`` = ``forward`` / ``reverse``: the order in which one turn's calls reach their effect
 (each waits, bounded, for the calls before it in that order): a resumed attempt can take the other order.
 
+``react_helpers``: the same shape, each tool call invoking a helper subgraph (a subagent called as a tool)
+whose node posts a report.
+
 ``nested``: an effect whose body calls another effect, then a later effect in the same node.
 """
 
@@ -35,7 +38,12 @@ TURNS: tuple[tuple[str, ...], ...] = (("ann", "bob", "cy"), ("dee", "eve"))
 
 class ScriptedModel(BaseChatModel):
     """Turn n (the n-th model call of the conversation, counted from its AI messages) asks for the calls of
-    ``TURNS[n]`` at once, ids ``call_<to>``; after the last turn it answers. Deterministic on every replay."""
+    ``turns[n]`` of ``tool`` at once, ids ``call_<arg>``; after the last turn it answers. Deterministic on
+    every replay."""
+
+    turns: tuple[tuple[str, ...], ...] = TURNS
+    tool: str = "send_note"
+    arg: str = "to"
 
     @property
     def _llm_type(self) -> str:
@@ -49,8 +57,8 @@ class ScriptedModel(BaseChatModel):
         **kwargs: Any,
     ) -> ChatResult:
         turn = sum(isinstance(m, AIMessage) for m in messages)
-        if turn < len(TURNS):
-            calls = [{"name": "send_note", "args": {"to": to}, "id": f"call_{to}"} for to in TURNS[turn]]
+        if turn < len(self.turns):
+            calls = [{"name": self.tool, "args": {self.arg: a}, "id": f"call_{a}"} for a in self.turns[turn]]
             message = AIMessage(content="", tool_calls=calls)
         else:
             message = AIMessage(content="all notes sent")
@@ -61,9 +69,15 @@ _gate = threading.Condition()
 _reached: set[str] = set()
 
 
-def _wait_turn(to: str) -> None:
+def reset_gate() -> None:
+    """Forget which calls reached their effect (a replay in the same process)."""
+    with _gate:
+        _reached.clear()
+
+
+def _wait_turn(to: str, turns: tuple[tuple[str, ...], ...] = TURNS) -> None:
     """Wait (at most 20 s) until the calls before ``to`` in this attempt's order have posted."""
-    (turn,) = [t for t in TURNS if to in t]
+    (turn,) = [t for t in turns if to in t]
     order: Sequence[str] = (
         turn if os.environ.get("AGENTRUN_TEST_ORDER", "forward") == "forward" else turn[::-1]
     )
@@ -115,6 +129,61 @@ def build_react() -> StateGraph[MessagesState]:
 
 
 react = build_react()
+
+
+HELP_TURNS: tuple[tuple[str, ...], ...] = (("pricing", "refunds", "shipping"),)
+
+
+class Report(MessagesState, total=False):
+    topic: str
+    filed: Any
+
+
+def file_report(state: Report) -> dict[str, Any]:
+    topic = state["topic"]
+    _wait_turn(topic, HELP_TURNS)
+    effect_graph._jitter()
+    try:
+        filed = post_note(to=topic, text=f"a report on {topic}")
+    finally:
+        _reached_effect(topic)
+    return {"filed": filed["request"]}
+
+
+def _helper() -> Any:
+    g: StateGraph[Report] = StateGraph(Report)
+    g.add_node("file_report", file_report)
+    g.add_edge(START, "file_report")
+    g.add_edge("file_report", END)
+    return g.compile()
+
+
+helper = _helper()
+
+
+@tool
+def ask_helper(topic: str) -> str:
+    """Ask the helper agent to file a report on a topic (a subagent called as a tool)."""
+    out = helper.invoke({"topic": topic, "messages": []})
+    return f"filed {out['filed']['to']}"
+
+
+def helpers_agent(state: MessagesState) -> dict[str, Any]:
+    model = ScriptedModel(turns=HELP_TURNS, tool="ask_helper", arg="topic")
+    return {"messages": [model.invoke(state["messages"])]}
+
+
+def build_react_helpers() -> StateGraph[MessagesState]:
+    g: StateGraph[MessagesState] = StateGraph(MessagesState)
+    g.add_node("agent", helpers_agent)
+    g.add_node("tools", ToolNode([ask_helper]))
+    g.add_edge(START, "agent")
+    g.add_conditional_edges("agent", tools_condition)
+    g.add_edge("tools", "agent")
+    return g
+
+
+react_helpers = build_react_helpers()
 
 
 @effects.tool(name="notify", dedupes_by_key=True, lookup=effect_graph.find_charge)

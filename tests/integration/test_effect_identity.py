@@ -206,3 +206,54 @@ def test_effects_racing_in_a_thread_pool_with_positions_are_each_performed_once(
     assert deliveries(url, "who") == {"x": 1, "y": 1}
     rows = store.list_effects(pool, "t")
     assert sorted(r.step for r in rows) == ["fan:1/pos:ping-x", "fan:1/pos:ping-y"]
+
+
+def _in_process_agent(
+    pool: psycopg_pool.ConnectionPool[Any], builder: Any, version: int, orders: list[str], monkeypatch: Any
+) -> list[Any]:
+    """Run ``builder`` once per order (a replay in the same process, each on a fresh LangGraph thread: as
+    after a crash that lost the tools step's checkpoint); the final messages of each."""
+    run = store.admit_run(pool, run_id="t", namespace="ns", name="t", graph="x:y", input={}, spec_hash="h")
+    store.claim_run(pool, run_id="t", epoch=1, holder="p")
+    assert run.key_version == 3
+    ctx = context.RunContext(conn=pool, run_id="t", attempt=1, epoch=1, key_version=version)
+    graph = builder.compile(checkpointer=InMemorySaver())
+    finals = []
+    for i, order in enumerate(orders):
+        monkeypatch.setenv("AGENTRUN_TEST_ORDER", order)
+        real_agents.reset_gate()
+        with context.activate(ctx):
+            out = graph.invoke(START_CHAT, {"configurable": {"thread_id": f"t{i}"}})
+        finals.append([(m.type, m.content) for m in out["messages"]])
+    return finals
+
+
+def test_a_subagent_called_by_parallel_tool_calls_is_named_by_its_call_not_by_arrival(
+    pool: psycopg_pool.ConnectionPool[Any], providers: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each of 3 parallel calls invokes the helper subgraph: LangGraph numbers the invocations in arrival
+    order (``tools:<id>|1|...``); the replay arrives in the other order and must still find each report."""
+    _, url = providers
+    monkeypatch.setenv("AGENTRUN_TEST_HTTP_URL", url)
+    first, again = _in_process_agent(pool, real_agents.react_helpers, 3, ["forward", "reverse"], monkeypatch)
+    assert again == first
+    (topics,) = real_agents.HELP_TURNS
+    assert deliveries(url, "to") == {t: 1 for t in topics}
+    rows = store.list_effects(pool, "t")
+    assert sorted(r.step for r in rows) == sorted(f"tools:2/call:call_{t}/file_report:1" for t in topics)
+    assert all(r.divergences == 0 for r in rows)
+
+
+def test_a_run_admitted_under_key_format_v2_keeps_its_keys(
+    pool: psycopg_pool.ConnectionPool[Any], providers: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A v2 run derives what it derived before (the tool call plays no part), whatever this worker knows."""
+    _, url = providers
+    monkeypatch.setenv("AGENTRUN_TEST_HTTP_URL", url)
+    _in_process_agent(pool, real_agents.react, 2, ["forward"], monkeypatch)
+    rows = store.list_effects(pool, "t")
+    by_step = collections.Counter(r.step for r in rows)
+    assert by_step == {"tools:2": 3, "tools:4": 2}
+    for r in rows:
+        assert r.key_version == 2
+        assert r.idempotency_key == keys.derive("t", r.step, "post_note", r.occurrence, version=2)
