@@ -98,7 +98,7 @@ def test_subgraph_identities_carry_the_parent_step_and_push_index() -> None:
 
 def test_a_subgraph_invoked_by_a_tool_does_not_restart_the_calling_nodes_counts() -> None:
     """Key format 3 sees the tool run between the node and the subgraph's root run: the root run is inside
-    the node's task, not a new start of it (format 2, kept for its runs, restarted the node's counts there)."""
+    the node's task, not a new start of it (format 2, kept for its runs, restarted the node's counts)."""
     from langchain_core.tools import tool
 
     sub = _sub()
