@@ -226,3 +226,129 @@ def build_nested() -> StateGraph[Log]:
 
 
 nested = build_nested()
+
+
+# --- the chaos agents (tests/chaos/test_real_agent_faults.py) --------------------------------------------
+# Turn 0 asks for 3 calls at once: a note, a refund settled by a tool whose effect calls another effect, and
+# a report filed by a subagent; turn 1 for 2 notes. Every effect posts {"run", "to"}: the provider counts
+# deliveries per run and per recipient, each of which must be exactly 1.
+CHAOS_SCRIPT: tuple[tuple[tuple[str, str, str], ...], ...] = (
+    (("note", "to", "ann"), ("settle_refund", "order", "o1"), ("ask_reporter", "topic", "pricing")),
+    (("note", "to", "bob"), ("note", "to", "cy")),
+)
+CHAOS_DELIVERIES = ("ann", "o1-notice", "o1-refund", "o1-receipt", "pricing", "bob", "cy")
+
+
+class ChaosModel(BaseChatModel):
+    """Turn n asks for the calls of ``CHAOS_SCRIPT[n]`` at once (ids ``call_<value>``), then answers."""
+
+    @property
+    def _llm_type(self) -> str:
+        return "scripted-chaos"
+
+    def bind_tools(
+        self, tools: Any, **kwargs: Any
+    ) -> Any:  # create_agent binds its tools: the script knows them
+        return self
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        turn = sum(isinstance(m, AIMessage) for m in messages)
+        if turn < len(CHAOS_SCRIPT):
+            calls = [{"name": n, "args": {a: v}, "id": f"call_{v}"} for n, a, v in CHAOS_SCRIPT[turn]]
+            message = AIMessage(content="", tool_calls=calls)
+        else:
+            message = AIMessage(content="all done")
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+
+@effects.tool(name="deliver", dedupes_by_key=True, lookup=effect_graph.find_charge)
+def deliver(call: effects.Call, *, to: str) -> Any:
+    return effect_graph._http(
+        "POST",
+        f"{os.environ['AGENTRUN_TEST_HTTP_URL']}/effects",
+        {"run": call.run_id, "to": to},
+        {"Idempotency-Key": call.idempotency_key},
+    )
+
+
+@effects.tool(name="refund_order", dedupes_by_key=True, lookup=effect_graph.find_charge)
+def refund_order(call: effects.Call, *, order: str) -> Any:
+    deliver(to=f"{order}-notice")  # an effect inside an effect
+    return effect_graph._http(
+        "POST",
+        f"{os.environ['AGENTRUN_TEST_HTTP_URL']}/effects",
+        {"run": call.run_id, "to": f"{order}-refund"},
+        {"Idempotency-Key": call.idempotency_key},
+    )
+
+
+@tool
+def note(to: str) -> str:
+    """Send a note."""
+    effect_graph._jitter()  # drafting
+    return f"sent to {deliver(to=to)['request']['to']}"
+
+
+@tool
+def settle_refund(order: str) -> str:
+    """Refund an order and send the receipt."""
+    effect_graph._jitter()
+    refunded = refund_order(order=order)["request"]["to"]
+    receipt = deliver(to=f"{order}-receipt")["request"]["to"]  # numbered after the refund's nested notice
+    return f"{refunded}, {receipt}"
+
+
+def _report(state: Report) -> dict[str, Any]:
+    effect_graph._jitter()
+    return {"filed": deliver(to=state["topic"])["request"]}
+
+
+def _reporter() -> Any:
+    g: StateGraph[Report] = StateGraph(Report)
+    g.add_node("report", _report)
+    g.add_edge(START, "report")
+    g.add_edge("report", END)
+    return g.compile()
+
+
+reporter = _reporter()
+
+
+@tool
+def ask_reporter(topic: str) -> str:
+    """Ask the reporter agent to file a report (a subagent called as a tool)."""
+    return f"filed {reporter.invoke({'topic': topic, 'messages': []})['filed']['to']}"
+
+
+CHAOS_TOOLS = [note, settle_refund, ask_reporter]
+
+
+def _chaos_model_node(state: MessagesState) -> dict[str, Any]:
+    return {"messages": [ChaosModel().invoke(state["messages"])]}
+
+
+def build_chaos_react() -> StateGraph[MessagesState]:
+    """The tutorial's ReAct shape: one ToolNode task runs a turn's calls in parallel threads."""
+    g: StateGraph[MessagesState] = StateGraph(MessagesState)
+    g.add_node("agent", _chaos_model_node)
+    g.add_node("tools", ToolNode(CHAOS_TOOLS))
+    g.add_edge(START, "agent")
+    g.add_conditional_edges("agent", tools_condition)
+    g.add_edge("tools", "agent")
+    return g
+
+
+chaos_react = build_chaos_react()
+
+
+def chaos_agent() -> Any:
+    """LangChain 1.x ``create_agent``: each tool call of a turn is its own ``Send`` task."""
+    from langchain.agents import create_agent
+
+    return create_agent(model=ChaosModel(), tools=CHAOS_TOOLS)
