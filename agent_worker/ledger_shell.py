@@ -160,12 +160,19 @@ class Execution:
             self.result = None
             return ledger.Event(ledger.EventKind.RESERVED_NEW, key=self.key, read_only=reservation.read_only)
         self.result = row.result
+        needs_human, error = row.needs_human, row.error
+        if row.args_hash != self.args_hash and self.raced is not None and self.raced() and not needs_human:
+            # The race was seen while this reservation was on its way: the row with other arguments may be the
+            # racing call's. The machine hands it to a human (on_divergence=needs_human), as when seen before.
+            self.spec = dataclasses.replace(self.spec, on_divergence="needs_human")
+            needs_human = True
+            error = "another call raced this one for its position and the stored arguments differ"
         return ledger.Event(
             _RESERVED[row.status],
             key=self.key,
             args_hash=row.args_hash,
-            needs_human=row.needs_human,
-            error=row.error,
+            needs_human=needs_human,
+            error=error,
             epoch=row.epoch,
             attempts=row.attempts,
             in_flight=reservation.in_flight_seconds,

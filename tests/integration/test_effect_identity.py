@@ -20,7 +20,7 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.graph import END, START, StateGraph
 
 from agent_worker import context, effects
-from agentrun_core import keys, store
+from agentrun_core import errors, keys, store
 from agentrun_dev import http_provider
 from tests.chaos import worker_harness
 from tests.graphs import real_agents
@@ -257,3 +257,65 @@ def test_a_run_admitted_under_key_format_v2_keeps_its_keys(
     for r in rows:
         assert r.key_version == 2
         assert r.idempotency_key == keys.derive("t", r.step, "post_note", r.occurrence, version=2)
+
+
+def test_a_divergent_hit_in_a_space_seen_racing_goes_to_a_human(
+    pool: psycopg_pool.ConnectionPool[Any], providers: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first run sends x at `fan:1` occurrence 0. In the replay, a thread asks for y at that position and,
+    while its reservation is on its way, the node's own thread calls the same effect: refused, and the space
+    is marked racing. The thread's hit on x's row (other arguments) is then not answered with x's result:
+    the run stops for a human. Only x was ever delivered."""
+    _, url = providers
+
+    @effects.tool(name="ping", dedupes_by_key=True)
+    def ping(call: effects.Call, *, who: str) -> Any:
+        status, body, _ = http_provider.request(
+            f"{url}/effects", "POST", {"who": who}, {"Idempotency-Key": call}
+        )
+        assert status == 201, (status, body)
+        return body
+
+    reserving, refused = threading.Event(), threading.Event()
+    real_reserve = store.reserve_effect
+
+    def reserve_when_refused(*args: Any, **kwargs: Any) -> Any:  # the real statement, a little later
+        if kwargs["args"] == {"who": "y"}:
+            reserving.set()
+            assert refused.wait(10)
+        return real_reserve(*args, **kwargs)
+
+    def first(state: State) -> State:
+        return {"out": [ping(who="x")["request"]]}
+
+    def replay(state: State) -> State:
+        with ContextThreadPoolExecutor(max_workers=1) as ex:
+            racing = ex.submit(ping, who="y")
+            assert reserving.wait(10)
+            with pytest.raises(effects.UnstablePosition):
+                ping(who="z")
+            refused.set()
+            return {"out": [racing.result()]}
+
+    ctx = _ctx(pool)
+    for name, node in (("a", first), ("b", replay)):
+        g: StateGraph[State] = StateGraph(State)
+        g.add_node("fan", node)
+        g.add_edge(START, "fan")
+        g.add_edge("fan", END)
+        if name == "b":
+            monkeypatch.setattr(store, "reserve_effect", reserve_when_refused)
+        with context.activate(ctx):
+            if name == "a":
+                g.compile(checkpointer=InMemorySaver()).invoke(
+                    {"out": []}, {"configurable": {"thread_id": name}}
+                )
+            else:
+                with pytest.raises(errors.NeedsHuman, match="raced this one") as stopped:
+                    g.compile(checkpointer=InMemorySaver()).invoke(
+                        {"out": []}, {"configurable": {"thread_id": name}}
+                    )
+    assert deliveries(url, "who") == {"x": 1}
+    (row,) = store.list_effects(pool, "t")
+    assert stopped.value.key == row.idempotency_key  # the run's error names the row a human looks at
+    assert row.divergences == 1 and row.args == {"who": "x"} and row.diverged_args == {"who": "y"}
