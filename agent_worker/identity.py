@@ -5,8 +5,8 @@ of one action per identity, so it is stable only when the calls of one identity 
 order. The identity, from the outside in (docs/worker.md, "What identifies an effect"):
 
 * the calling task's identity (``agent_worker.positions``), and inside a LangChain tool call with an id,
-  ``/call:<tool_call_id>`` (the id is in the model's message, so in the checkpoint: stable whatever order
-  parallel calls run in);
+  ``/call#<i>``, the call's index in the model's message (in the task's input, so in the checkpoint: stable
+  whatever order parallel calls run in, and when a re-run model step gives the calls new ids);
 * inside another effect's body, ``/in:<that effect's key>``: a replay that answers the outer effect from the
   ledger skips its body, and the numbering after it cannot shift;
 * inside ``effects.position("...")``, ``/pos:<name>`` for each enclosing position.

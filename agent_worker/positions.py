@@ -25,8 +25,11 @@ also sees every tool run start (``on_tool_start``: LangChain's ``BaseTool.run``/
 ``tool_call_id``, and run the tool's body under a child callback manager whose ``parent_run_id`` is the tool
 run). An effect walks up from its own run to the nearest enclosing tool run WITH an id inside the same task
 (a tool called by a tool without an id inherits the enclosing call's space): its identity is
-``<task identity>/call:<tool_call_id>``. A subgraph invoked inside a tool call is named by that call instead
-of LangGraph's invocation counter ``|<n>|`` (the order in which parallel calls reached ``invoke``).
+``<task identity>/call#<i>``, the call's index in the AI message of the task's input that asked for it (so a
+model step re-run after a lost checkpoint, which gives its calls new ids, still finds them), or
+``<task identity>/call:<tool_call_id>`` when the input does not hold that message. A subgraph invoked inside
+a tool call is named by that call instead of LangGraph's invocation counter ``|<n>|`` (the order in which
+parallel calls reached ``invoke``).
 """
 
 from __future__ import annotations
@@ -57,6 +60,9 @@ class Tracker(BaseCallbackHandler):
         self._runs: dict[uuid.UUID, str] = {}  # live callback run id -> its checkpoint namespace
         self._parents: dict[uuid.UUID, uuid.UUID | None] = {}  # scoped: live run id -> its parent run id
         self._calls: dict[uuid.UUID, str] = {}  # scoped: live tool run id -> the model's tool_call_id
+        self._indexes: dict[
+            str, dict[str, int]
+        ] = {}  # scoped: task ns -> tool_call_id -> index in its message
         self._ident: dict[str, str] = {}  # task checkpoint namespace -> stable identity
         self._started: set[str] = set()
         self._counts: collections.Counter[tuple[str, str]] = collections.Counter()
@@ -84,6 +90,8 @@ class Tracker(BaseCallbackHandler):
                 ident = self._resolve(ns, metadata or {}, parent_run_id)
             except LookupError:
                 return
+            if self.scoped:
+                self._indexes[ns] = call_indexes(inputs)
             # A top-level task starting, or any task starting again (a LangGraph retry), executes its step
             # afresh: its positions repeat. A nested task under a new namespace with a known identity is the
             # same subgraph invoked again from inside one node execution: it keeps counting.
@@ -163,7 +171,14 @@ class Tracker(BaseCallbackHandler):
         if outer is None or outer_ident is None:
             return None
         call = self._enclosing_call(parent_run_id, outer)
-        return f"{outer_ident}/call:{call}" if call is not None else None
+        return f"{outer_ident}/{self._call_part(outer, call)}" if call is not None else None
+
+    def _call_part(self, ns: str, call: str) -> str:
+        """``call#<index>``: the call's place in the model message that asked for it, found in the task's
+        input — kept when a re-run model step (``exit``/``async`` durability lost its checkpoint) gives the
+        calls new ids; ``call:<id>`` when the task's input does not hold that message."""
+        index = self._indexes.get(ns, {}).get(call)
+        return f"call#{index}" if index is not None else f"call:{call}"
 
     def _prefix(self, ns: str) -> str:
         """The identity of a namespace prefix: a task seen starting, or ``<prefix>#<n>`` for LangGraph's
@@ -187,13 +202,39 @@ class Tracker(BaseCallbackHandler):
                 return keys.step_part(metadata)
             ident = self._resolve(ns, metadata)
             call = self._enclosing_call(run_id, ns) if self.scoped else None
-            return f"{ident}/call:{call}" if call is not None else ident
+            return f"{ident}/{self._call_part(ns, call)}" if call is not None else ident
 
     def next_occurrence(self, identity: str, action: str) -> int:
         with self._lock:
             n = self._counts[(identity, action)]
             self._counts[(identity, action)] = n + 1
             return n
+
+
+def call_indexes(value: Any, depth: int = 0) -> dict[str, int]:
+    """tool_call_id -> its index in the AI message that asked for it, for every AI message in a task's input
+    (a state's ``messages``), or in a list of tool calls handed to the task (``create_agent`` sends each call
+    as ``[tool_call]`` to its own task, whose push index is the call's place). A later message wins: a fake
+    or careless model may reuse ids across turns, and the newest turn is the one executing."""
+    found: dict[str, int] = {}
+    if depth > 4:
+        return found
+    calls = getattr(value, "tool_calls", None)
+    if isinstance(calls, list) and getattr(value, "type", None) == "ai":
+        for i, call in enumerate(calls):
+            ident = call.get("id") if isinstance(call, Mapping) else None
+            if isinstance(ident, str) and ident:
+                found[ident] = i
+    elif isinstance(value, Mapping):
+        for v in value.values():
+            found.update(call_indexes(v, depth + 1))
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            if isinstance(v, Mapping) and v.get("type") == "tool_call" and isinstance(v.get("id"), str):
+                found[v["id"]] = i  # calls handed over as a list (create_agent sends each in its own task)
+            else:
+                found.update(call_indexes(v, depth + 1))
+    return found
 
 
 _active: contextvars.ContextVar[Tracker | None] = contextvars.ContextVar("agentrun_positions", default=None)

@@ -12,9 +12,9 @@ derive from checkpoint ids and so change when a lost checkpoint is re-made. ``oc
 the same action within one execution of that step (agent_worker.positions).
 
 Format v3 (migration 0031): the same material, but the identity names what the checkpoint holds instead of
-arrival order: inside a LangChain tool call ``/call:<tool_call_id>``, inside another effect's body
-``/in:<its key>``, inside ``effects.position(name)`` ``/pos:<name>`` (agent_worker.identity). Runs admitted
-under v2 keep v2: their identities (and so their keys) are derived as before.
+arrival order: inside a LangChain tool call ``/call#<its index in the model's message>``, inside another
+effect's body ``/in:<its key>``, inside ``effects.position(name)`` ``/pos:<name>`` (agent_worker.identity).
+Runs admitted under v2 keep v2: their identities (and so their keys) are derived as before.
 
 Format v1 (runs admitted before migration 0003 keep it, ``agentrun_runs.key_version``): the canonical args
 hash was part of the key, ``occurrence`` counted identical (action, args) calls, and the step had no parent

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import threading
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -240,7 +241,7 @@ CHAOS_DELIVERIES = ("ann", "o1-notice", "o1-refund", "o1-receipt", "pricing", "b
 
 
 class ChaosModel(BaseChatModel):
-    """Turn n asks for the calls of ``CHAOS_SCRIPT[n]`` at once (ids ``call_<value>``), then answers."""
+    """Turn n asks for the calls of ``CHAOS_SCRIPT[n]`` at once (fresh random ids), then answers."""
 
     @property
     def _llm_type(self) -> str:
@@ -260,7 +261,12 @@ class ChaosModel(BaseChatModel):
     ) -> ChatResult:
         turn = sum(isinstance(m, AIMessage) for m in messages)
         if turn < len(CHAOS_SCRIPT):
-            calls = [{"name": n, "args": {a: v}, "id": f"call_{v}"} for n, a, v in CHAOS_SCRIPT[turn]]
+            # Fresh ids on every generation, as a real model's: a model step re-run after a lost checkpoint
+            # (``exit``/``async`` durability) asks for the same calls under new ids.
+            calls = [
+                {"name": n, "args": {a: v}, "id": f"call_{uuid.uuid4().hex[:12]}"}
+                for n, a, v in CHAOS_SCRIPT[turn]
+            ]
             message = AIMessage(content="", tool_calls=calls)
         else:
             message = AIMessage(content="all done")
