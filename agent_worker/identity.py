@@ -124,6 +124,8 @@ class Flows:
                 holders[me] -= 1
                 if holders[me] <= 0:
                     del holders[me]
+                if not holders:  # one entry per space in flight, not per space ever used
+                    self._in_flight.pop(space, None)
 
     def raced(self, space: Space) -> bool:
         with self._lock:
