@@ -17,8 +17,9 @@
     def node(state):                                              # inside a LangGraph node
         receipt = charge(customer="c1", cents=500)                # exactly once per position in the run
 
-Each call: derive the key from the call's POSITION (``agentrun_core.keys``: run, step identity, action,
-occurrence — not the arguments) → **reserve** (one round trip: insert ``pending`` or return the existing row,
+Each call: derive the key from the call's POSITION (``agentrun_core.keys``: run, identity, action,
+occurrence — not the arguments; the identity names the step, the tool call, an enclosing effect and
+``effects.position(...)``: agent_worker.identity, docs/worker.md "What identifies an effect") → **reserve** (one round trip: insert ``pending`` or return the existing row,
 fenced) → **check** (``sent``/``confirmed``: return the stored result, call nothing) → **perform** (the
 function gets a ``Call``: a ``str`` that *is* the idempotency key, with ``.idempotency_key``, ``.attempt``,
 ``.heartbeat()``) → **record** (one round trip, fenced). Happy path: 2 Postgres round trips.
@@ -133,9 +134,7 @@ class Tool(Generic[P, R]):
         args_hash = canonical.digest(named)
         md = context.config_metadata()
         step = _step(ctx, md)
-        if (
-            ctx.key_version >= 3
-        ):  # tool calls, nesting and positions identify the effect (agent_worker.identity)
+        if ctx.key_version >= 3:  # tool calls, nesting and positions identify it (agent_worker.identity)
             step = identity.qualify(ctx.tracker.identity(md, identity.caller_run_id()))
             space = (step, self.action)
             with ctx.flows.enter(space):
