@@ -19,9 +19,10 @@
 
 Each call: derive the key from the call's POSITION (``agentrun_core.keys``: run, identity, action,
 occurrence — not the arguments; the identity names the step, the tool call, an enclosing effect and
-``effects.position(...)``: agent_worker.identity, docs/worker.md "What identifies an effect") → **reserve** (one round trip: insert ``pending`` or return the existing row,
-fenced) → **check** (``sent``/``confirmed``: return the stored result, call nothing) → **perform** (the
-function gets a ``Call``: a ``str`` that *is* the idempotency key, with ``.idempotency_key``, ``.attempt``,
+``effects.position(...)``: agent_worker.identity, docs/worker.md "What identifies an effect") →
+**reserve** (one round trip: insert ``pending`` or return the existing row, fenced) → **check**
+(``sent``/``confirmed``: return the stored result, call nothing) → **perform** (the function gets a
+``Call``: a ``str`` that *is* the idempotency key, with ``.idempotency_key``, ``.attempt``,
 ``.heartbeat()``) → **record** (one round trip, fenced). Happy path: 2 Postgres round trips.
 
 Divergence: a replay that reaches the same position with other arguments (a nondeterministic step) does NOT
