@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from agent_worker import positions
+from agent_worker import identity, positions
 from agentrun_core import errors, keys
 from agentrun_core.store import db
 
@@ -44,6 +44,7 @@ class RunContext:
     heartbeat_interval: float = 1.0  # seconds: tool heartbeats are coalesced to at most one write per key
     key_version: int = keys.KEY_VERSION  # the run's key format (agentrun_runs.key_version): never changes
     tracker: positions.Tracker = dataclasses.field(default_factory=positions.Tracker)
+    flows: identity.Flows = dataclasses.field(default_factory=identity.Flows)  # v3: racing positions
     # Sticky stop: once fenced or needing a human, every later effect refuses at once, even when graph
     # code swallowed the first exception. The runner checks it after the graph returns.
     stop: errors.ControlSignal | None = None
@@ -53,6 +54,10 @@ class RunContext:
     effect_keys: dict[str, list[str]] = dataclasses.field(default_factory=dict)
     _beats: dict[str, float] = dataclasses.field(default_factory=dict)
     _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        # Key format v3: tool calls name their effects and the subgraphs they invoke (agent_worker.positions).
+        self.tracker.scoped = self.key_version >= 3
 
     def next_occurrence(self, task: str, action: str, args_hash: str) -> int:
         """Key format v1 only: 0 for the first identical call within one task execution, 1 for the second."""

@@ -17,10 +17,12 @@
     def node(state):                                              # inside a LangGraph node
         receipt = charge(customer="c1", cents=500)                # exactly once per position in the run
 
-Each call: derive the key from the call's POSITION (``agentrun_core.keys``: run, step identity, action,
-occurrence — not the arguments) → **reserve** (one round trip: insert ``pending`` or return the existing row,
-fenced) → **check** (``sent``/``confirmed``: return the stored result, call nothing) → **perform** (the
-function gets a ``Call``: a ``str`` that *is* the idempotency key, with ``.idempotency_key``, ``.attempt``,
+Each call: derive the key from the call's POSITION (``agentrun_core.keys``: run, identity, action,
+occurrence — not the arguments; the identity names the step, the tool call, an enclosing effect and
+``effects.position(...)``: agent_worker.identity, docs/worker.md "What identifies an effect") →
+**reserve** (one round trip: insert ``pending`` or return the existing row, fenced) → **check**
+(``sent``/``confirmed``: return the stored result, call nothing) → **perform** (the function gets a
+``Call``: a ``str`` that *is* the idempotency key, with ``.idempotency_key``, ``.attempt``,
 ``.heartbeat()``) → **record** (one round trip, fenced). Happy path: 2 Postgres round trips.
 
 Divergence: a replay that reaches the same position with other arguments (a nondeterministic step) does NOT
@@ -48,7 +50,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 
-from agent_worker import calls, context, ledger_shell, retry
+from agent_worker import calls, context, identity, ledger_shell, retry
 from agentrun_core import canonical, keys, store
 
 P = ParamSpec("P")
@@ -62,6 +64,9 @@ Permanent = retry.Permanent
 Lookup = Callable[[str, dict[str, Any]], Any]
 ON_DIVERGENCE = ("return_stored", "needs_human")
 
+
+UnstablePosition = identity.UnstablePosition
+position = identity.position
 
 Outcome = calls.Outcome
 Call = calls.Call
@@ -132,13 +137,37 @@ class Tool(Generic[P, R]):
         args_hash = canonical.digest(named)
         md = context.config_metadata()
         step = _step(ctx, md)
+        if ctx.key_version >= 3:  # tool calls, nesting and positions identify it (agent_worker.identity)
+            step = identity.qualify(ctx.tracker.identity(md, identity.caller_run_id()))
+            space = (step, self.action)
+            with ctx.flows.enter(space):
+                occurrence = ctx.tracker.next_occurrence(step, self.action)
+                key = keys.derive(ctx.run_id, step, self.action, occurrence, version=ctx.key_version)
+                result: R = self._execute(
+                    ctx, step, key, occurrence, (normal, args_hash), args, kwargs, space
+                )
+                return result
         if ctx.key_version == 1:  # a run started under key format v1 keeps deriving v1 keys
             task = str(md.get("langgraph_checkpoint_ns") or step)
             occurrence = ctx.next_occurrence(task, self.action, args_hash)
             key = keys.derive(ctx.run_id, step, self.action, occurrence, version=1, args_hash=args_hash)
-        else:
+        else:  # v2: the order in which calls reach the ledger (racy under concurrency: issue 34)
             occurrence = ctx.tracker.next_occurrence(step, self.action)
-            key = keys.derive(ctx.run_id, step, self.action, occurrence)
+            key = keys.derive(ctx.run_id, step, self.action, occurrence, version=2)
+        return self._execute(ctx, step, key, occurrence, (normal, args_hash), args, kwargs, None)
+
+    def _execute(
+        self,
+        ctx: context.RunContext,
+        step: str,
+        key: str,
+        occurrence: int,
+        canonical_args: tuple[Any, str],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        space: identity.Space | None,
+    ) -> R:
+        normal, args_hash = canonical_args
         ctx.note_effect(step, key)
         version = ctx.key_version
         execution = ledger_shell.Execution(
@@ -154,6 +183,8 @@ class Tool(Generic[P, R]):
             rekey=lambda g: keys.derive(
                 ctx.run_id, step, self.action, occurrence, version=version, args_hash=args_hash, generation=g
             ),
+            # A space seen racing: a row with other arguments may be another call's, so a human decides.
+            raced=(lambda: ctx.flows.raced(space)) if space is not None else None,
         )
         result: R = execution.run()
         return result

@@ -8,12 +8,13 @@ branch of the ledger's logic lives in ``agent_worker.ledger`` and is tested ther
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from agent_worker import calls, context, ledger, retry
+from agent_worker import calls, context, identity, ledger, retry
 from agentrun_core import errors, faults, store
 
 if TYPE_CHECKING:
@@ -40,6 +41,7 @@ class Execution:
         call_args: tuple[Any, ...],
         call_kwargs: dict[str, Any],
         rekey: Callable[[int], str],
+        raced: Callable[[], bool] | None = None,
     ) -> None:
         self.tool = tool_
         self.ctx = ctx
@@ -51,6 +53,9 @@ class Execution:
         self.call_args = call_args
         self.call_kwargs = call_kwargs
         self.rekey = rekey  # the key of a retry generation (agentrun_core.keys.derive)
+        self.raced = (
+            raced  # key format v3: was this call's occurrence space seen racing (agent_worker.identity)
+        )
         self.spec = ledger.Spec(
             tool=tool_.name,
             step=step,
@@ -129,6 +134,9 @@ class Execution:
             raise self.ctx.set_stop(errors.Fenced(f"effect {self.key} not issued: lease not held ({reason})"))
 
     def _reserve(self) -> ledger.Event:
+        if self.raced is not None and self.raced() and self.spec.on_divergence != "needs_human":
+            # Another call raced this one for its position: a row with other arguments may be that call's.
+            self.spec = dataclasses.replace(self.spec, on_divergence="needs_human")
         try:
             reservation = store.reserve_effect(
                 self.ctx.conn,
@@ -143,7 +151,7 @@ class Execution:
                 args=self.args,
                 key_version=self.ctx.key_version,
                 timeout_seconds=self.tool.timeout,
-                divergence_needs_human=self.tool.on_divergence == "needs_human",
+                divergence_needs_human=self.spec.on_divergence == "needs_human",
             )
         except errors.Fenced as exc:
             raise self.ctx.set_stop(exc) from None
@@ -152,12 +160,19 @@ class Execution:
             self.result = None
             return ledger.Event(ledger.EventKind.RESERVED_NEW, key=self.key, read_only=reservation.read_only)
         self.result = row.result
+        needs_human, error = row.needs_human, row.error
+        if row.args_hash != self.args_hash and self.raced is not None and self.raced() and not needs_human:
+            # The race was seen while this reservation was on its way: the row with other arguments may be the
+            # racing call's. The machine hands it to a human (on_divergence=needs_human), as when seen before.
+            self.spec = dataclasses.replace(self.spec, on_divergence="needs_human")
+            needs_human = True
+            error = "another call raced this one for its position and the stored arguments differ"
         return ledger.Event(
             _RESERVED[row.status],
             key=self.key,
             args_hash=row.args_hash,
-            needs_human=row.needs_human,
-            error=row.error,
+            needs_human=needs_human,
+            error=error,
             epoch=row.epoch,
             attempts=row.attempts,
             in_flight=reservation.in_flight_seconds,
@@ -171,7 +186,8 @@ class Execution:
         )
         issued = time.monotonic()
         try:
-            self.value = self.tool.fn(call, *self.call_args, **self.call_kwargs)
+            with identity.enclosing(self.key):  # effects the body calls are numbered under this key (v3)
+                self.value = self.tool.fn(call, *self.call_args, **self.call_kwargs)
         except errors.WorkerError:
             raise
         except Exception as exc:

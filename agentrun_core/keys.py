@@ -11,6 +11,11 @@ its ``langgraph_step`` and, for ``Send``/pushed tasks, the push index — never 
 derive from checkpoint ids and so change when a lost checkpoint is re-made. ``occurrence`` counts calls of
 the same action within one execution of that step (agent_worker.positions).
 
+Format v3 (migration 0031): the same material, but the identity names what the checkpoint holds instead of
+arrival order: inside a LangChain tool call ``/call#<its index in the model's message>``, inside another
+effect's body ``/in:<its key>``, inside ``effects.position(name)`` ``/pos:<name>`` (agent_worker.identity).
+Runs admitted under v2 keep v2: their identities (and so their keys) are derived as before.
+
 Format v1 (runs admitted before migration 0003 keep it, ``agentrun_runs.key_version``): the canonical args
 hash was part of the key, ``occurrence`` counted identical (action, args) calls, and the step had no parent
 steps. Both formats coexist in one ledger; a run never changes format.
@@ -28,8 +33,8 @@ from typing import Any
 
 KEY_PREFIX = "ak-"
 _KEY_HEX = 40
-KEY_VERSION = 2  # the format new runs get; agentrun_runs.key_version says which one a run uses
-KEY_VERSIONS = (1, 2)
+KEY_VERSION = 3  # the format new runs get; agentrun_runs.key_version says which one a run uses
+KEY_VERSIONS = (1, 2, 3)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,8 +126,8 @@ def derive(
         if args_hash is None:
             raise ValueError("key format v1 needs the canonical args hash")
         parts: tuple[str, ...] = ("agentrun-key-v1", run_id, str(step), action, args_hash, str(occurrence))
-    elif version == 2:
-        parts = ("agentrun-key-v2", run_id, str(step), action, str(occurrence))
+    elif version in (2, 3):  # v3 differs in the step identity it is given (agent_worker.identity)
+        parts = (f"agentrun-key-v{version}", run_id, str(step), action, str(occurrence))
     else:
         raise ValueError(f"unknown key format version {version!r} (known: {KEY_VERSIONS})")
     if generation > 0:

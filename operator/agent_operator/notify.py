@@ -72,7 +72,8 @@ class Due:
 def key_for(run_uid: str, occasion: str, event: str) -> tuple[str, str]:
     """(key, step) of the notification of ``event`` for ``occasion`` (an approval id or an effect key)."""
     step = f"notify/{occasion}"
-    return keys.derive(run_uid, step, event, 0), step
+    # Pinned to format 2: a notification already sent must keep its key whatever format new runs' effects get.
+    return keys.derive(run_uid, step, event, 0, version=2), step
 
 
 def due(world: model.World, needs_human: Sequence[Mapping[str, Any]] = ()) -> list[Due]:

@@ -48,7 +48,7 @@ def pool(pg_dsn: str) -> Iterator[psycopg_pool.ConnectionPool[Any]]:
 
 def _ctx(pool: psycopg_pool.ConnectionPool[Any], **kw: Any) -> context.RunContext:
     run = store.admit_run(pool, run_id="r", namespace="ns", name="r", graph="x:y", input={}, spec_hash="h")
-    assert run.key_version == keys.KEY_VERSION == 2  # new runs get position keys
+    assert run.key_version == keys.KEY_VERSION == 3  # new runs get position keys (v3: agent_worker.identity)
     store.claim_run(pool, run_id="r", epoch=1, holder="p")
     return context.RunContext(conn=pool, run_id="r", attempt=1, epoch=1, **kw)
 
@@ -97,7 +97,7 @@ def test_replay_with_other_arguments_does_not_repeat_the_effect(
             _run(graph, ctx, "b")
     assert http_provider.stats(provider)["effects_performed_total"] == 1
     (row,) = store.list_effects(pool, "r")
-    assert row.status == "sent" and row.divergences == 1 and row.key_version == 2
+    assert row.status == "sent" and row.divergences == 1 and row.key_version == 3
     assert row.diverged_args_hash and row.diverged_args_hash != row.args_hash
     assert row.needs_human is (policy == "needs_human")
     with psycopg.connect(pg_dsn) as conn:  # the operator's collector counts divergent rows

@@ -21,7 +21,7 @@ def _key(occurrence: int = 0, step: keys.StepId | None = None) -> str:
 
 
 def _v2(occurrence: int = 0, step: str = "send:3", run: str = "run-1", action: str = "send_email") -> str:
-    return keys.derive(run, step, action, occurrence)
+    return keys.derive(run, step, action, occurrence, version=2)
 
 
 def test_deterministic_and_shaped() -> None:
@@ -53,7 +53,16 @@ def test_v2_is_position_only_and_differs_from_v1() -> None:
     with pytest.raises(ValueError):
         keys.derive("run-1", "send:3", "send_email", 0, version=1)
     with pytest.raises(ValueError):
-        keys.derive("run-1", "send:3", "send_email", 0, version=3)
+        keys.derive("run-1", "send:3", "send_email", 0, version=4)
+
+
+def test_v3_is_the_default_and_never_equals_a_v2_key() -> None:
+    """A run admitted under v2 keeps v2; a v3 run's identity may read like a v2 one (no tool call, nothing
+    nested), and its key still differs: the formats never share a key."""
+    assert keys.KEY_VERSION == 3 and keys.KEY_VERSIONS == (1, 2, 3)
+    v3 = keys.derive("run-1", "send:3", "send_email", 0)
+    assert v3 == keys.derive("run-1", "send:3", "send_email", 0, version=3) != _v2()
+    assert keys.derive("run-1", "tools:2/call:call_a", "send_email", 0) != v3
 
 
 def test_step_part() -> None:

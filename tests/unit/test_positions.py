@@ -9,7 +9,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import RetryPolicy, Send
 
-from agent_worker import context
+from agent_worker import context, positions
 
 
 class State(TypedDict, total=False):
@@ -94,3 +94,43 @@ def test_subgraph_identities_carry_the_parent_step_and_push_index() -> None:
         ("branch:2:push2/leaf:1", 0),
     }
     assert {s for s in seen if s[0].startswith("twice")} == {("twice:3/leaf:1", 0), ("twice:3#1/leaf:1", 0)}
+
+
+def test_a_subgraph_invoked_by_a_tool_does_not_restart_the_calling_nodes_counts() -> None:
+    """Key format 3 sees the tool run between the node and the subgraph's root run: the root run is inside
+    the node's task, not a new start of it (format 2, kept for its runs, restarted the node's counts)."""
+    from langchain_core.tools import tool
+
+    sub = _sub()
+
+    @tool
+    def consult(topic: str) -> str:
+        """Ask a subgraph."""
+        sub.invoke({"seen": []})
+        return topic
+
+    def node(state: State) -> State:
+        first = _position()
+        consult.invoke({"topic": "x"})  # plain arguments: no tool call id
+        return {"seen": [first, _position()]}
+
+    g: StateGraph[State] = StateGraph(State)
+    g.add_node("node", node)
+    g.add_edge(START, "node")
+    g.add_edge("node", END)
+    assert _invoke(g.compile(checkpointer=InMemorySaver()), _ctx()) == [("node:1", 0), ("node:1", 1)]
+
+
+def test_call_indexes_name_each_call_by_its_place_in_the_message_that_asked_for_it() -> None:
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+    def ask(*ids: str) -> AIMessage:
+        return AIMessage("", tool_calls=[{"name": "t", "args": {}, "id": i} for i in ids])
+
+    state = {
+        "messages": [HumanMessage("hi"), ask("a", "b"), ToolMessage("ok", tool_call_id="a"), ask("c", "a")]
+    }
+    assert positions.call_indexes(state) == {"a": 1, "b": 1, "c": 0}  # the newest message wins for "a"
+    handed = [{"name": "t", "args": {}, "id": "z", "type": "tool_call"}]  # create_agent's Send payload
+    assert positions.call_indexes(handed) == {"z": 0}
+    assert positions.call_indexes({"n": 1, "deep": [[[[[ask("x")]]]]]}) == {}  # bounded depth

@@ -1,0 +1,155 @@
+"""Real agents killed at the worker's fault points: exactly one delivery per effect of every tool call.
+
+Two agents as LangChain 1.x users write them (tests/graphs/real_agents.py), each with a deterministic fake
+chat model asking for 3 calls at once and then 2: the tutorial's ``ToolNode`` + ``tools_condition`` graph
+(one task runs a turn's calls in parallel threads) and ``create_agent`` (one ``Send`` task per call). Among
+the calls: a tool whose effect calls another effect before the tool's own later effect, and a subagent called
+as a tool. Every tool drafts with a random latency before its effect, so a resumed attempt reaches the
+effects in another order than the killed one.
+
+Each repetition: a fresh run, killed once at a random hit of one point in a random durability mode, re-run
+to completion. It must end ``succeeded`` with exactly one delivery per expected recipient at the HTTP
+provider (counted there, per run), none lost, no divergence recorded, and the final messages of an unkilled
+run. AGENTRUN_CHAOS_REPS_REAL repetitions per (agent, point), default 1 (14 killed runs and 2 references,
+~20 s on an idle 2-core machine, ~80 s when it is shared): the module stays CI-sized.
+Leases are off (``AGENTRUN_LEASE_MODE=none``): ``before_lease_renew`` is covered with real Leases by
+tests/chaos/test_worker_faults.py, as are ``while_parking`` and ``after_resume_read`` (these agents never
+interrupt).
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import os
+import random
+import time
+import uuid
+from typing import Any
+
+import psycopg
+import pytest
+from langgraph.checkpoint.postgres import PostgresSaver
+
+from agent_worker import graphs
+from agentrun_core import faults, store
+from agentrun_dev import http_provider
+from tests.chaos import worker_harness
+from tests.graphs import real_agents
+
+pytestmark = [pytest.mark.chaos, pytest.mark.postgres, pytest.mark.slow]
+
+REPS = int(os.environ.get("AGENTRUN_CHAOS_REPS_REAL", "1"))
+AGENTS = {
+    "react": "tests.graphs.real_agents:chaos_react",
+    "create_agent": "tests.graphs.real_agents:chaos_agent",
+}
+EFFECTS = len(real_agents.CHAOS_DELIVERIES)
+# point -> possible hit numbers in the killed process (a number past the last hit: the run is not killed)
+PLAN: dict[str, tuple[int, ...]] = {
+    "after_admission_read": (1,),
+    "after_lease_acquired": (1,),
+    "after_reserve": tuple(range(1, EFFECTS + 1)),
+    "after_call": tuple(range(1, EFFECTS + 1)),
+    "after_record": tuple(range(1, EFFECTS + 1)),
+    "after_checkpoint": (1, 2, 3, 4, 5),
+    "after_task_writes": (1, 2, 3, 4, 5, 6),
+}
+NOT_HERE = {  # and where they are covered
+    "before_lease_renew": "leases are off here: tests/chaos/test_worker_faults.py",
+    "while_parking": "no interrupt in these agents: tests/chaos/test_worker_faults.py",
+    "after_resume_read": "no interrupt in these agents: tests/chaos/test_worker_faults.py",
+}
+START = {"messages": [{"role": "user", "content": "settle everything"}]}
+
+
+def test_plan_names_every_worker_point() -> None:
+    assert set(PLAN) | set(NOT_HERE) == set(faults.WORKER_POINTS) and not set(PLAN) & set(NOT_HERE)
+
+
+def _deliveries(url: str) -> dict[str, collections.Counter[str]]:
+    """Effects performed at the provider: run id -> recipient -> count."""
+    found: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    for key, performed in http_provider.stats(url)["effects_performed"].items():
+        status, entry, _ = http_provider.request(f"{url}/effects/{key}")
+        assert status == 200, (status, entry)
+        found[entry["request"]["run"]][entry["request"]["to"]] += performed
+    return found
+
+
+def _final(dsn: str, ref: str, run_id: str) -> list[tuple[str, Any]]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        graph = graphs.compile_graph(graphs.load(ref), PostgresSaver(conn), ref=ref)
+        state = graph.get_state({"configurable": {"thread_id": run_id}})
+    assert state.next == (), (run_id, state.next)
+    return [(m.type, m.content) for m in state.values["messages"]]
+
+
+def _one_rep(worker: worker_harness.Worker, agent: str, point: str, rep: int) -> dict[str, Any]:
+    started = time.monotonic()
+    rng = random.Random(f"{agent}-{point}-{rep}-{uuid.uuid4()}")
+    durability = rng.choice(["sync", "async"] if point == "after_task_writes" else ["sync", "async", "exit"])
+    run_id = f"ra-{agent.replace('_', '-')}-{point.replace('_', '-')}-{rep}-{uuid.uuid4().hex[:6]}"
+    worker_harness.admit(worker.dsn, run_id, graph=AGENTS[agent], durability=durability, **START)
+    fault = f"{point}@{rng.choice(PLAN[point])}"
+    killed = 0
+    for attempt in range(1, 4):
+        proc = worker.run(
+            run_id,
+            pod=f"{run_id}-p{attempt}",
+            attempt=attempt,
+            faults=fault if not killed else "",
+            AGENTRUN_TEST_JITTER_MS=str(rng.choice([5, 30])),
+        )
+        if proc.returncode == -9:
+            assert f"fault point {point}" in proc.stderr, proc.stderr[-2000:]
+            killed += 1
+            continue
+        assert proc.returncode == 0, (
+            f"{run_id} ({fault}, {durability}): exit {proc.returncode}\n{proc.stderr[-3000:]}"
+        )
+        break
+    else:
+        raise AssertionError(f"{run_id}: did not finish in 3 processes")
+    seconds = round(time.monotonic() - started, 1)
+    return {
+        "run_id": run_id,
+        "point": point,
+        "killed": killed,
+        "fault": fault,
+        "mode": durability,
+        "s": seconds,
+    }
+
+
+@pytest.mark.parametrize("agent", sorted(AGENTS))
+def test_every_tool_call_is_delivered_once_whatever_point_kills_the_worker(
+    agent: str, pg_dsn: str, providers: worker_harness.Providers, zygotes: worker_harness.ZygotePool
+) -> None:
+    worker = worker_harness.Worker(pg_dsn, providers, zygotes=zygotes)
+    reference = f"ra-ref-{agent.replace('_', '-')}-{uuid.uuid4().hex[:6]}"
+    worker_harness.admit(pg_dsn, reference, graph=AGENTS[agent], **START)
+    unkilled = worker.run(reference, pod=f"{reference}-p")
+    assert unkilled.returncode == 0, unkilled.stderr[-3000:]
+    expected_final = _final(pg_dsn, AGENTS[agent], reference)
+
+    jobs = [(point, rep) for point in sorted(PLAN) for rep in range(REPS)]
+    with concurrent.futures.ThreadPoolExecutor(worker_harness.CONCURRENCY) as pool:
+        reps = list(pool.map(lambda job: _one_rep(worker, agent, *job), jobs))
+
+    delivered = _deliveries(providers.http_url)
+    everyone = {to: 1 for to in real_agents.CHAOS_DELIVERIES}
+    assert delivered[reference] == everyone
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        for r in reps:
+            assert delivered[r["run_id"]] == everyone, r  # one delivery per effect of each call, none lost
+            run = store.get_run(conn, r["run_id"])
+            assert run is not None and run.status == "succeeded", r
+            rows = store.list_effects(conn, r["run_id"])
+            assert len(rows) == len(everyone) and all(
+                e.status == "sent" and e.divergences == 0 for e in rows
+            ), r
+            assert _final(pg_dsn, AGENTS[agent], r["run_id"]) == expected_final, r
+    killed_at = {r["point"] for r in reps if r["killed"]}
+    assert killed_at >= {"after_admission_read", "after_lease_acquired"}, reps  # the kills did happen
+    assert sum(r["killed"] for r in reps) >= len(jobs) // 2, reps
