@@ -478,7 +478,17 @@ RETURNING run_id
 -- rollups when not yet, their gauge figures taken back, then their checkpoints and rows deleted
 -- (agentrun_attempts/effects/approvals/heartbeats/step_events go by ON DELETE CASCADE). One function
 -- (migration 13), so the fold and the delete are one transaction whatever the connection's mode.
-SELECT run_id FROM agentrun_purge_due(%(batch)s) AS run_id
+-- Only runs whose AgentRun is gone (migration 27): none of %(alive)s (uids of AgentRuns that exist), none of a
+-- namespace in %(held_namespaces)s (not listed: whether its runs exist is unknown).
+SELECT run_id FROM agentrun_purge_due(%(batch)s, %(alive)s::text[], %(held_namespaces)s::text[]) AS run_id
+
+-- name: purge_due_namespaces
+-- The namespaces of the runs due for purge ('' for a mark whose run row is gone already): the leader lists
+-- the AgentRuns of these before a purge pass.
+SELECT DISTINCT coalesce(r.namespace, '') AS namespace
+FROM agentrun_retention t LEFT JOIN agentrun_runs r ON r.run_id = t.run_id
+WHERE t.purge_after <= now()
+ORDER BY 1
 
 -- name: fold_runs
 -- One bounded batch of final runs folded into the metric rollups (migration 13); how many.
