@@ -67,7 +67,8 @@ ORDER BY admitted_at, run_id
 -- (its pod, its epoch), only when the claim took: one round trip before the first step.
 WITH claimed AS (
     UPDATE agentrun_runs
-    SET lease_epoch = %(epoch)s, holder = %(holder)s, status = 'running', status_reason = NULL, updated_at = now()
+    SET lease_epoch = %(epoch)s, holder = %(holder)s, status = 'running', status_reason = NULL, updated_at = now(),
+        claimed_at = now()  -- the takeover floor counts from here (reserve_effect; migration 28)
     WHERE run_id = %(run_id)s
       AND status IN ('admitted', 'running', 'parked')
       AND (lease_epoch < %(epoch)s OR (lease_epoch = %(epoch)s AND holder IS NOT DISTINCT FROM %(holder)s))
@@ -191,10 +192,11 @@ FROM run
 -- sent/confirmed counts a prevented duplicate; other arguments than stored count a divergence and, with
 -- on_divergence=needs_human, flag the row for a human the first time); neither → read-only refused.
 -- in_flight_seconds: how long the earlier call may still take effect, by Postgres's clock: its recorded
--- deadline and, when an older epoch wrote the row (takeover), the start of our epoch's attempt + timeout
--- (the deposed holder could issue a call until its lease ended, before we started).
+-- deadline and, when an older epoch wrote the row (takeover), our claim of the run + timeout (the deposed
+-- holder could issue a call until its lease ended, that is until we claimed the run; never counted from the
+-- attempt row the operator wrote at Pod creation, which a slow-starting Pod follows by any time).
 WITH run AS (
-    SELECT lease_epoch, read_only FROM agentrun_runs WHERE run_id = %(run_id)s FOR SHARE
+    SELECT lease_epoch, read_only, claimed_at FROM agentrun_runs WHERE run_id = %(run_id)s FOR SHARE
 ), ins AS (
     INSERT INTO agentrun_effects (idempotency_key, run_id, step, action, tool, occurrence, args_hash, args, epoch,
                                   key_version, call_deadline)
@@ -234,9 +236,7 @@ SELECT run.lease_epoch AS current_epoch, run.read_only,
        (SELECT greatest(0, extract(epoch FROM greatest(
                 x.call_deadline,
                 CASE WHEN x.epoch < run.lease_epoch THEN
-                    (SELECT max(a.started_at) FROM agentrun_attempts a
-                     WHERE a.run_id = %(run_id)s AND a.epoch = run.lease_epoch)
-                    + make_interval(secs => %(timeout_seconds)s::double precision)
+                    coalesce(run.claimed_at, now()) + make_interval(secs => %(timeout_seconds)s::double precision)
                 END) - now()))
         FROM existing x) AS in_flight_seconds
 FROM run

@@ -1,0 +1,12 @@
+-- agentrun schema, migration 28: when the current epoch's worker claimed the run (Postgres' clock).
+--
+-- Why: after a takeover, a negative lookup is trusted only once the deposed holder's calls can no longer
+-- land: it could issue one until its Lease ended, that is until we claimed the run, so the floor is our
+-- claim + the tool's timeout (queries.sql reserve_effect). It was counted from the attempt row the operator
+-- inserts when it creates the Pod: a Pod that started late (image pull, a slow node, a full throttle) took
+-- the run later than that, and the wait was shorter than the floor by as much.
+--
+-- Set by claim_run in the statement that raises lease_epoch (every claim, also a reclaim by the same
+-- holder: a later claim only lengthens the wait). NULL for a run not claimed since this migration: the
+-- floor then counts from the lookup itself (the longest wait), never from an earlier moment.
+ALTER TABLE agentrun_runs ADD COLUMN claimed_at timestamptz;
