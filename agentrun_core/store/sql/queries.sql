@@ -61,14 +61,14 @@ WHERE (%(namespace)s::text IS NULL OR namespace = %(namespace)s)
 ORDER BY admitted_at, run_id
 
 -- name: claim_run
--- The worker took the Lease with this epoch: raise lease_epoch (never lower it) and mark the run running.
+-- The worker took the Lease with this epoch: raise lease_epoch (never lower it) and mark the run running
+-- (agentrun_runs.claimed_at follows: migration 28's trigger).
 -- Equal epoch only for the same holder (a restart inside the same pod). Final runs are not touched.
 -- With %(attempt)s (the worker's own claim, store.claim_attempt) the same statement records that attempt's row
 -- (its pod, its epoch), only when the claim took: one round trip before the first step.
 WITH claimed AS (
     UPDATE agentrun_runs
-    SET lease_epoch = %(epoch)s, holder = %(holder)s, status = 'running', status_reason = NULL, updated_at = now(),
-        claimed_at = now()  -- the takeover floor counts from here (reserve_effect; migration 28)
+    SET lease_epoch = %(epoch)s, holder = %(holder)s, status = 'running', status_reason = NULL, updated_at = now()
     WHERE run_id = %(run_id)s
       AND status IN ('admitted', 'running', 'parked')
       AND (lease_epoch < %(epoch)s OR (lease_epoch = %(epoch)s AND holder IS NOT DISTINCT FROM %(holder)s))
