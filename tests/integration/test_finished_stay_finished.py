@@ -5,11 +5,15 @@
   again (counted in the file the effect appends to), and a ``LedgerMissing`` condition and Event say why.
 * Retention purges a run's rows only once its AgentRun is gone from the API server: a TTL-deleted run held
   by another finalizer keeps its rows while a run deleted next to it is purged, and loses them once the
-  other finalizer lets it go.
+  other finalizer lets it go; a TTL delete the API server refuses (an admission policy) marks nothing: the
+  run, its ledger and its single effect stay.
 """
 
 from __future__ import annotations
 
+import contextlib
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +36,7 @@ from agentrun_core import store
 STEPS = "tests.integration.test_operator_graphs:steps"
 GROUP, VERSION, PLURAL = "agentrun.dev", "v1alpha1", "agentruns"
 HOLD = "test.agentrun.dev/hold"
+REFUSE = "test.agentrun.dev/refuse-delete"
 
 
 def spec(path: Path, **extra: Any) -> dict[str, Any]:
@@ -164,3 +169,102 @@ def test_retention_purges_a_run_only_once_its_agentrun_is_gone(
     wait_for(lambda: _exists(kube, ns, "held") is None, 60, "the held run to go")
     wait_for(lambda: db_run(pg_dsn, held) is None, 60, "the held run's purge", on_timeout=operator.logs)
     assert len(lines(held_out)) == 1
+
+
+@contextlib.contextmanager
+def _deletes_refused(kube: kubernetes.client.ApiClient, ns: str) -> Iterator[None]:
+    """A ValidatingAdmissionPolicy that refuses deleting the AgentRuns labelled REFUSE in ``ns``."""
+    admission = kubernetes.client.AdmissionregistrationV1Api(kube)
+    name = f"test-refuse-delete-{uuid.uuid4().hex[:12]}"  # cluster-scoped: unique per test
+    admission.create_validating_admission_policy(
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {
+                    "resourceRules": [
+                        {
+                            "apiGroups": [GROUP],
+                            "apiVersions": ["*"],
+                            "operations": ["DELETE"],
+                            "resources": [PLURAL],
+                        }
+                    ]
+                },
+                "validations": [
+                    {
+                        "expression": f"!('{REFUSE}' in oldObject.metadata.?labels.orValue({{}}))",
+                        "message": "deleting this AgentRun is refused (test)",
+                    }
+                ],
+            },
+        }
+    )
+    admission.create_validating_admission_policy_binding(
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "policyName": name,
+                "validationActions": ["Deny"],
+                "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}},
+            },
+        }
+    )
+    try:
+        yield
+    finally:
+        admission.delete_validating_admission_policy_binding(name)
+        admission.delete_validating_admission_policy(name)
+
+
+def test_a_ttl_delete_the_api_server_refuses_leaves_the_run_and_its_ledger(
+    kube: kubernetes.client.ApiClient, operator: OperatorHandle, tmp_path: Path, pg_dsn: str
+) -> None:
+    """The issue's scenario: the TTL's delete is refused (an admission policy). Nothing is marked or purged,
+    the run is not admitted again, its effect is not performed again."""
+    ns = operator.namespace
+    operator.restart(hard=False, extra_env={"AGENTRUN_PURGE_INTERVAL_SECONDS": "0.5"})
+    operator.wait_leader(kube, timeout=60)
+    out, free_out = tmp_path / "refused.txt", tmp_path / "free.txt"
+    with _deletes_refused(kube, ns):
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "AgentRun",
+            "metadata": {"name": "refused", "labels": {REFUSE: "true"}},
+            "spec": spec(out, ttlSecondsAfterFinished=0),
+        }
+        uid = custom(kube).create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)["metadata"][
+            "uid"
+        ]
+
+        def finished_or_ran_again() -> bool:
+            # Ran again (the bug: marked for purge, purged although the delete was refused, admitted again)
+            # ends the wait too: the TTL deletes each time it finishes, so its phase may never be seen.
+            ran = len(lines(out))
+            return ran > 1 or (ran == 1 and run_status(kube, ns, "refused").get("phase") == "Succeeded")
+
+        wait_for(finished_or_ran_again, 120, "the run to succeed", on_timeout=operator.logs)
+        first = db_run(pg_dsn, uid)
+        assert first is not None and len(lines(out)) == 1, lines(out)
+        wait_for(
+            lambda: "deleting this AgentRun is refused" in operator.logs(),
+            60,
+            "the TTL's delete to be refused",
+            on_timeout=operator.logs,
+        )
+        # A purge pass has run since: a run deleted next to it is purged.
+        free = create_run(kube, ns, "free", spec(free_out, ttlSecondsAfterFinished=0))["metadata"]["uid"]
+        wait_for(
+            lambda: _exists(kube, ns, "free") is None, 120, "the free run's delete", on_timeout=operator.logs
+        )
+        wait_for(lambda: db_run(pg_dsn, free) is None, 60, "the free run's purge", on_timeout=operator.logs)
+
+        again = db_run(pg_dsn, uid)
+        assert again is not None and again.admitted_at == first.admitted_at, "purged and admitted again"
+        assert later_attempts(kube, ns, "refused") == []
+        assert len(lines(out)) == 1, lines(out)
+        assert run_status(kube, ns, "refused")["phase"] == "Succeeded"
+    # Once deletes are allowed again the TTL deletes it, and its rows go.
+    wait_for(lambda: _exists(kube, ns, "refused") is None, 120, "the TTL delete", on_timeout=operator.logs)
+    wait_for(lambda: db_run(pg_dsn, uid) is None, 60, "the refused run's purge", on_timeout=operator.logs)
+    assert len(lines(out)) == 1
