@@ -69,6 +69,7 @@ class Store:
         self.honour_keys = True
         self.faults: list[Fault] = []
         self.late_accepted = 0  # "late" requests received so far (committed or still sleeping)
+        self.late_committed = 0  # "late" requests performed (their delay over)
         self.rejected: list[dict[str, Any]] = []  # 4xx answers to malformed requests: what was received
 
     def save(self) -> None:
@@ -155,6 +156,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                         "requests": st["requests"],
                         "replays": st["replays"],
                         "late_accepted": store.late_accepted,
+                        "late_committed": store.late_committed,
                         "rejected": list(store.rejected),
                         "keys": len(per_key),
                         "effects_performed": per_key,
@@ -268,6 +270,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                     entry = {"request": body, "status": 201, "response": response, "effects_performed": 0}
                     st["keys"][key] = entry
                 entry["effects_performed"] += 1
+            if late is not None:
+                store.late_committed += 1
             store.save()
             if fault is not None and fault.mode == "drop":
                 self._drop()

@@ -49,7 +49,7 @@ from agentrun_core.store.effects_sql import (
 )
 from agentrun_core.store.forks import ForkSource, admit_fork, find_fork_source, list_forks
 from agentrun_core.store.observation import Observation, observe_run
-from agentrun_core.store.retention import fold_runs, mark_for_purge, purge_due
+from agentrun_core.store.retention import fold_runs, mark_for_purge, purge_due, purge_due_namespaces
 from agentrun_core.store.rows import Approval, Attempt, Decision, Effect, Heartbeat, Run, StepEvent
 from agentrun_core.store.runs import (
     admit_run,
@@ -142,6 +142,7 @@ __all__ = [
     "provision_random_tenant",
     "provision_tenant",
     "purge_due",
+    "purge_due_namespaces",
     "raise_if_refused",
     "record_approval",
     "record_attempt_end",

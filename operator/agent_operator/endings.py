@@ -67,11 +67,13 @@ def finish(w: walk.Walk, outcome: tuple[str, str, str], pod: model.PodInfo | Non
         else:
             completed, now = phases.parse_time(st.completion_time) or world.now, world.now
         remaining = (completed - now).total_seconds() + ttl
-        if remaining <= 0:
+        if remaining <= 0 and world.status.get("phase") == st.phase:
             plan.actions.append(actions.DeleteRun())
             plan.info("Expired", f"deleting: finished more than ttlSecondsAfterFinished={ttl}s ago")
         else:
-            plan.soon(remaining)
+            # The final status is written before the delete, in a round of its own: a delete that is
+            # refused or fails (the round stops at it) never keeps the run from showing how it ended.
+            plan.soon(max(0.0, remaining))
 
 
 def stop(w: walk.Walk, pod: model.PodInfo | None) -> None:

@@ -95,8 +95,8 @@ class Executor:
                 if present:
                     kube.remove_annotations(self.api, ns, name, present)
             case actions.DeleteRun():
-                # TTL: the run's rows and checkpoints go too (marked first: a crash in between still purges).
-                store.mark_for_purge(self.db, run.uid, after_seconds=0, reason="ttl")
+                # TTL. Its rows are marked for purge by the finalizer (handlers.run_deleted), never here: a
+                # delete that is refused or fails leaves the run and its ledger as they are.
                 kube.delete_run(self.api, ns, name)
 
     def _admit(self, world: model.World, admit: actions.Admit) -> None:

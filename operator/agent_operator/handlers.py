@@ -18,6 +18,7 @@ Loadable both ways: ``agentrun operator`` (``agent_operator.main``) and
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
 import sys
 import threading
@@ -135,6 +136,7 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         STATE.pool,
         interval_seconds=cfg.reconcile.purge_interval_seconds,
         batch=cfg.reconcile.purge_batch,
+        alive=lambda namespaces: kube.existing_runs(api, namespaces),
         after_purge=_drop_gone_tenants,
     ).start()
     logger.info("operator ready: namespaces=%s", ",".join(cfg.namespaces) or "(cluster-wide)")
@@ -383,10 +385,24 @@ async def run_deleted(
         ) from exc
     if not plan.done:
         raise kopf.TemporaryError("waiting for the worker Pod to stop", delay=max(0.5, plan.requeue_after))
-    retention = STATE.settings.reconcile.retention_seconds
-    await asyncio.to_thread(
-        store.mark_for_purge, STATE.reconciler.db, uid, after_seconds=retention, reason="deleted"
-    )
+    # The worker is gone: the run's rows may go once the AgentRun has gone too (the purger checks).
+    await asyncio.to_thread(_mark_for_purge, body, uid)
     STATE.memories.pop(uid, None)
     if STATE.throttle is not None:
         STATE.throttle.forget(namespace, uid)
+
+
+def _mark_for_purge(body: Mapping[str, Any], uid: str) -> None:
+    """Mark a deleted run for purge (``retention.purge_delay``: at once after its TTL, else after the
+    retention). Its finish is read from Postgres, with Postgres' clock: the status in ``body`` may predate
+    the final status, written in the same round as the TTL's delete."""
+    db = STATE.reconciler.db
+    run, db_now = store.get_run_now(db, uid)
+    finished_at, now = (run.finished_at, db_now) if run is not None and run.finished_at else (None, None)
+    after, why = retention.purge_delay(
+        body,
+        finished_at,
+        now or datetime.datetime.now(datetime.UTC),
+        STATE.settings.reconcile.retention_seconds,
+    )
+    store.mark_for_purge(db, uid, after_seconds=after, reason=why)

@@ -13,6 +13,7 @@ import base64
 import contextlib
 import datetime
 import uuid
+from collections.abc import Collection
 
 from agent_operator import admission, model
 from agentrun_core import kube as core
@@ -88,6 +89,21 @@ def add_finalizer(
             if model.FINALIZER in finalizers:
                 return {}
     raise Conflict(f"could not add the finalizer to {namespace}/{name}")
+
+
+def existing_runs(api: ApiClient, namespaces: Collection[str]) -> tuple[set[str], set[str]]:
+    """(uids of the AgentRuns that exist now in ``namespaces``, the namespaces that could not be listed): a
+    fresh list per namespace, never the watch cache (retention purges only runs not in the first set)."""
+    uids: set[str] = set()
+    unknown: set[str] = set()
+    for namespace in namespaces:
+        try:
+            found = core.runs.list_(api, namespace, timeout=TIMEOUT)
+        except KubeError:
+            unknown.add(namespace)
+            continue
+        uids.update(str((body.get("metadata") or {}).get("uid") or "") for body in found)
+    return uids, unknown
 
 
 def delete_run(api: ApiClient, namespace: str, name: str) -> None:

@@ -14,7 +14,7 @@ PHASES = protocol.PHASES
 # Condition types always present (True/False), in this order; extra ones appear only while True.
 # Finished is True for every final phase (reason = the outcome): `kubectl wait --for=condition=Finished`.
 CORE_CONDITIONS = ("Admitted", "Running", "WaitingApproval", "Succeeded", "Failed", "Finished")
-EXTRA_CONDITIONS = ("Cancelled", "Suspended", "ApprovalEscalated", "ReadOnly")
+EXTRA_CONDITIONS = ("Cancelled", "Suspended", "ApprovalEscalated", "ReadOnly", "LedgerMissing")
 
 # Failure reasons (condition Failed, reason).
 INVALID_SPEC = "InvalidSpec"

@@ -1,7 +1,9 @@
 """One reconcile of an AgentRun: ``decide(world, settings) -> Plan``. Pure; the runner carries the plan out.
 
 Order of concerns, each step able to end the pass:
-1. finalizer, then the admission row (nothing else exists for a run before its row does);
+1. finalizer, then the admission row (nothing else exists for a run before its row does) — written once
+   only: a run whose status shows it was admitted and whose row is gone is never admitted again
+   (``LedgerMissing``);
 2. decision annotations and approval deadlines (Postgres decides who wins); a human steering a stopped
    run — resolve an effect, retry (``steering``); a run Postgres shows reopened starts over with a fresh
    attempt budget from its checkpoint;
@@ -84,7 +86,10 @@ def _walk(w: walk.Walk) -> None:
     if model.FINALIZER not in run.finalizers and not run.deleting:
         plan.actions.append(actions.AddFinalizer())
     if db is None:
-        _admit(w)
+        if walk.shows_admission(world.status):
+            _ledger_missing(w)
+        else:
+            _admit(w)
         return
 
     current = max([st.attempts, *world.pods.keys()])
@@ -156,6 +161,23 @@ def _admit(w: walk.Walk) -> None:
     st.phase, st.reason, st.message = "Pending", "Admitted", "admitted; starting the first attempt"
     w.show(admitted_now=True)
     plan.soon(0)
+
+
+def _ledger_missing(w: walk.Walk) -> None:
+    """The status proves the run was admitted, and Postgres has no row of it: its rows were purged while the
+    AgentRun still existed, or the database was restored from an older backup. Admitting it again would run
+    every effect again on an empty ledger, so nothing is done but say so (condition and Event, once); the
+    phase it showed stays. A delete is let through: nothing in Postgres is left to cancel, and the run's
+    Pods are released with it (``cleanup.releasable``)."""
+    world, plan = w.world, w.plan
+    if world.run.deleting:
+        plan.done = True
+        return
+    status, new = run_status.ledger_missing(world)
+    if new:
+        plan.warn("LedgerMissing", run_status.LEDGER_MISSING)
+    plan.status = status
+    plan.idle(w.settings.idle_poll_seconds)
 
 
 def _steer(w: walk.Walk, finished: bool) -> bool:

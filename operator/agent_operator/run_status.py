@@ -122,6 +122,25 @@ def build(
     return status
 
 
+LEDGER_MISSING = (
+    "the run was admitted (its status shows it) but Postgres has no row of it: its rows were purged, or the "
+    "database was restored from an older backup. It is never admitted again, so no effect runs twice; to "
+    "run the graph again, create a new AgentRun"
+)
+
+
+def ledger_missing(world: model.World) -> tuple[dict[str, Any], bool]:
+    """The status of an admitted run whose rows are gone (``reconcile._ledger_missing``): as it was, with
+    the condition LedgerMissing True; and whether that condition is new (its Event is posted once)."""
+    old = [dict(c) for c in world.status.get("conditions") or ()]
+    had = any(c.get("type") == "LedgerMissing" and c.get("status") == "True" for c in old)
+    missing = phases.conditions(
+        old, {"LedgerMissing": (True, "LedgerMissing", LEDGER_MISSING)}, world.run.generation, world.now
+    )
+    kept = [c for c in old if c.get("type") != "LedgerMissing"]
+    return {**world.status, "conditions": kept + missing}, not had
+
+
 def policy_condition(world: model.World) -> dict[str, tuple[bool, str, str]]:
     """ApprovalPolicyMissing: True while decisions are refused for want of the admission policies."""
     if world.admission_ok is False:

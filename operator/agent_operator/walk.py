@@ -57,6 +57,22 @@ def initial(status: Mapping[str, Any]) -> State:
     )
 
 
+# Phases only a run with an admission row ever shows (Pending and Failed are also shown before admission:
+# waiting for a fork's source, a spec refused).
+_ADMITTED_PHASES = frozenset({"Running", "WaitingApproval", "Succeeded", "Cancelled", "Suspended"})
+
+
+def shows_admission(status: Mapping[str, Any]) -> bool:
+    """Whether the run's status proves its admission row was written: an attempt, a phase only an admitted
+    run reaches, or the Admitted condition (written only after the row: the plan's actions run before its
+    status is written). Such a run is never admitted again (``reconcile._ledger_missing``)."""
+    if int(status.get("attempts") or 0) > 0 or status.get("phase") in _ADMITTED_PHASES:
+        return True
+    return any(
+        c.get("type") == "Admitted" and c.get("status") == "True" for c in status.get("conditions") or ()
+    )
+
+
 def _condition(status: Mapping[str, Any], phase: str) -> str | None:
     """Reason of the condition that names the phase (Failed -> Failed's reason), for sticky phases."""
     for cond in status.get("conditions") or ():

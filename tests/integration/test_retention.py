@@ -80,7 +80,13 @@ def test_ten_thousand_finished_runs_are_purged_and_the_collector_sees_only_what_
         for i in range(2, RUNS + 1):
             store.mark_for_purge(conn, f"r-{i}", after_seconds=0, reason="ttl")
         store.mark_for_purge(conn, "r-1", after_seconds=3600, reason="deleted")  # not due yet
-        purger = retention.Purger(conn, interval_seconds=3600, batch=500)
+        asked: list[list[str]] = []
+
+        def alive(namespaces: object) -> tuple[set[str], set[str]]:
+            asked.append(sorted(namespaces))  # type: ignore[call-overload]
+            return set(), set()  # every AgentRun of these runs is gone
+
+        purger = retention.Purger(conn, interval_seconds=3600, batch=500, alive=alive)
         started = time.perf_counter()
         purged = purger.purge_now()
         purge_s = time.perf_counter() - started
@@ -90,6 +96,7 @@ def test_ten_thousand_finished_runs_are_purged_and_the_collector_sees_only_what_
             1,
         )
     assert purged == RUNS - 1
+    assert asked == [["ns"]]  # one list of the AgentRuns of the namespace with due runs, for all batches
     assert after == {
         "agentrun_runs": 1,
         "agentrun_attempts": 1,
@@ -125,3 +132,30 @@ def test_get_run_now_reads_postgres_clock(pg_dsn: str) -> None:
         store.admit_run(conn, run_id="r", namespace="ns", name="r", graph="p.m:g", input={}, spec_hash="h")
         run, later = store.get_run_now(conn, "r")
         assert run is not None and run.run_id == "r" and later >= now
+
+
+def test_a_due_run_whose_agentrun_exists_is_not_purged(pg_dsn: str) -> None:
+    """Purged only once the AgentRun is gone: a due run whose AgentRun is listed, or whose namespace could not
+    be listed, keeps its rows; the next pass that finds it gone purges it."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        for run_id, ns in (("kept", "a"), ("gone", "a"), ("unlisted", "b")):
+            store.admit_run(
+                conn, run_id=run_id, namespace=ns, name=run_id, graph="p.m:g", input={}, spec_hash="h"
+            )
+            store.mark_for_purge(conn, run_id, after_seconds=0, reason="ttl")
+        assert store.purge_due_namespaces(conn) == ["a", "b"]
+        listed = {"a": {"kept"}}
+
+        def alive(namespaces: object) -> tuple[set[str], set[str]]:
+            asked = set(namespaces)  # type: ignore[call-overload]
+            uids = {u for ns in asked & listed.keys() for u in listed[ns]}
+            return uids, asked - listed.keys()
+
+        purger = retention.Purger(conn, interval_seconds=3600, batch=500, alive=alive)
+        assert purger.purge_now() == 1
+        left = {r[0] for r in conn.execute("SELECT run_id FROM agentrun_runs").fetchall()}
+        assert left == {"kept", "unlisted"}
+        listed = {"a": set(), "b": set()}  # both gone now, and namespace b listed
+        assert purger.purge_now() == 2
+        assert conn.execute("SELECT count(*) FROM agentrun_runs").fetchone() == (0,)
+        assert store.purge_due_namespaces(conn) == []

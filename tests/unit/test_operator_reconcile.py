@@ -206,6 +206,17 @@ def test_ttl_deletes_finished_run() -> None:
     assert actions.DeleteRun() not in plan.actions and plan.requeue_after <= 540
 
 
+def test_ttl_deletes_only_once_the_final_status_is_written() -> None:
+    """The round that sees the run finished writes its final status and deletes nothing: a delete that is
+    refused or fails stops its round, and would keep the run from ever showing how it ended."""
+    running = {"phase": "Running", "attempts": 1}
+    plan = reconcile.decide(world(db="succeeded", status=running, spec={"ttlSecondsAfterFinished": 0}))
+    assert actions.DeleteRun() not in plan.actions and plan.requeue_after == 0
+    assert plan.status is not None and plan.status["phase"] == "Succeeded"
+    then = reconcile.decide(world(db="succeeded", status=plan.status, spec={"ttlSecondsAfterFinished": 0}))
+    assert actions.DeleteRun() in then.actions
+
+
 def test_cancel_deletes_pod_then_cancels_in_postgres() -> None:
     running = pod(phase="Running")
     plan = reconcile.decide(

@@ -61,7 +61,8 @@ WHERE (%(namespace)s::text IS NULL OR namespace = %(namespace)s)
 ORDER BY admitted_at, run_id
 
 -- name: claim_run
--- The worker took the Lease with this epoch: raise lease_epoch (never lower it) and mark the run running.
+-- The worker took the Lease with this epoch: raise lease_epoch (never lower it) and mark the run running
+-- (agentrun_runs.claimed_at follows: migration 28's trigger).
 -- Equal epoch only for the same holder (a restart inside the same pod). Final runs are not touched.
 -- With %(attempt)s (the worker's own claim, store.claim_attempt) the same statement records that attempt's row
 -- (its pod, its epoch), only when the claim took: one round trip before the first step.
@@ -191,10 +192,11 @@ FROM run
 -- sent/confirmed counts a prevented duplicate; other arguments than stored count a divergence and, with
 -- on_divergence=needs_human, flag the row for a human the first time); neither → read-only refused.
 -- in_flight_seconds: how long the earlier call may still take effect, by Postgres's clock: its recorded
--- deadline and, when an older epoch wrote the row (takeover), the start of our epoch's attempt + timeout
--- (the deposed holder could issue a call until its lease ended, before we started).
+-- deadline and, when an older epoch wrote the row (takeover), our claim of the run + timeout (the deposed
+-- holder could issue a call until its lease ended, that is until we claimed the run; never counted from the
+-- attempt row the operator wrote at Pod creation, which a slow-starting Pod follows by any time).
 WITH run AS (
-    SELECT lease_epoch, read_only FROM agentrun_runs WHERE run_id = %(run_id)s FOR SHARE
+    SELECT lease_epoch, read_only, claimed_at FROM agentrun_runs WHERE run_id = %(run_id)s FOR SHARE
 ), ins AS (
     INSERT INTO agentrun_effects (idempotency_key, run_id, step, action, tool, occurrence, args_hash, args, epoch,
                                   key_version, call_deadline)
@@ -234,9 +236,7 @@ SELECT run.lease_epoch AS current_epoch, run.read_only,
        (SELECT greatest(0, extract(epoch FROM greatest(
                 x.call_deadline,
                 CASE WHEN x.epoch < run.lease_epoch THEN
-                    (SELECT max(a.started_at) FROM agentrun_attempts a
-                     WHERE a.run_id = %(run_id)s AND a.epoch = run.lease_epoch)
-                    + make_interval(secs => %(timeout_seconds)s::double precision)
+                    coalesce(run.claimed_at, now()) + make_interval(secs => %(timeout_seconds)s::double precision)
                 END) - now()))
         FROM existing x) AS in_flight_seconds
 FROM run
@@ -516,7 +516,17 @@ RETURNING run_id
 -- rollups when not yet, their gauge figures taken back, then their checkpoints and rows deleted
 -- (agentrun_attempts/effects/approvals/heartbeats/step_events go by ON DELETE CASCADE). One function
 -- (migration 13), so the fold and the delete are one transaction whatever the connection's mode.
-SELECT run_id FROM agentrun_purge_due(%(batch)s) AS run_id
+-- Only runs whose AgentRun is gone (migration 27): none of %(alive)s (uids of AgentRuns that exist), none of a
+-- namespace in %(held_namespaces)s (not listed: whether its runs exist is unknown).
+SELECT run_id FROM agentrun_purge_due(%(batch)s, %(alive)s::text[], %(held_namespaces)s::text[]) AS run_id
+
+-- name: purge_due_namespaces
+-- The namespaces of the runs due for purge ('' for a mark whose run row is gone already): the leader lists
+-- the AgentRuns of these before a purge pass.
+SELECT DISTINCT coalesce(r.namespace, '') AS namespace
+FROM agentrun_retention t LEFT JOIN agentrun_runs r ON r.run_id = t.run_id
+WHERE t.purge_after <= now()
+ORDER BY 1
 
 -- name: fold_runs
 -- One bounded batch of final runs folded into the metric rollups (migration 13); how many.
