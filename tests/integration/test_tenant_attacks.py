@@ -1,0 +1,200 @@
+"""Tenant A's worker credentials used as an attacker would, against a database holding two tenants.
+
+Real Postgres, real tenant roles (provisioned as the operator does), every table seeded for both tenants by
+the admin. Each attempt is named (the test id says what was tried) and must fail or reveal nothing of
+tenant B: shadowing the relations and functions the row-level-security policies and the definer triggers
+use, planting objects for definer code to pick up, reading B's query text, holding locks B or the operator
+need, squatting B's identifiers, reaching server files.
+"""
+
+from __future__ import annotations
+
+import datetime
+import secrets
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from langgraph.checkpoint.postgres import PostgresSaver
+from langgraph.graph import END, START, StateGraph
+
+from agent_operator import tenants
+from agentrun_core import keys, store
+
+pytestmark = pytest.mark.postgres
+
+RUN_A, RUN_B = "run-a", "run-b"
+
+
+def _graph() -> Any:
+    g: StateGraph[dict[str, Any]] = StateGraph(dict)
+    g.add_node("one", lambda s: {"x": 1})
+    g.add_edge(START, "one")
+    g.add_edge("one", END)
+    return g
+
+
+def _seed(admin: psycopg.Connection[Any], namespace: str, run_id: str, dsn: str) -> None:
+    """A run of ``namespace`` with a row in every table (input holding a secret), written by the admin."""
+    store.admit_run(
+        admin,
+        run_id=run_id,
+        namespace=namespace,
+        name=run_id,
+        graph="m:g",
+        input={"secret": f"secret-of-{run_id}"},
+        spec_hash="h",
+        approval_policy={"timeoutSeconds": 3600},
+    )
+    store.claim_run(admin, run_id=run_id, epoch=1, holder="p")
+    store.record_attempt_start(admin, run_id=run_id, attempt=1, pod="p", epoch=1)
+    store.reserve_effect(
+        admin, key=f"k-{run_id}", run_id=run_id, epoch=1, step="s:1", action="a", tool="t",
+        occurrence=0, args_hash="x", args={},
+    )
+    store.heartbeat(admin, run_id=run_id, key="worker", details={})
+    store.record_step_event(
+        admin, run_id=run_id, attempt=1, step="s:1", checkpoint_id=None,
+        started_at=datetime.datetime.now(datetime.UTC), duration_seconds=0.1,
+    )
+    with psycopg.connect(dsn, autocommit=True) as conn:  # LangGraph's own tables, one thread per run
+        _graph().compile(checkpointer=PostgresSaver(conn)).invoke({}, {"configurable": {"thread_id": run_id}})
+
+
+@pytest.fixture
+def two(pg_dsn: str) -> dict[str, Any]:
+    """Two tenants, one run each; A's and B's worker DSNs."""
+    out: dict[str, Any] = {}
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        for label, run_id in (("a", RUN_A), ("b", RUN_B)):
+            namespace = f"team-{label}-{secrets.token_hex(4)}"
+            role, password = store.provision_random_tenant(admin, namespace)
+            out[label] = namespace
+            out[f"dsn_{label}"] = tenants.worker_dsn(pg_dsn, role, password)
+            out[f"role_{label}"] = role
+            _seed(admin, namespace, run_id, pg_dsn)
+    return out
+
+
+@pytest.fixture
+def attacker(two: dict[str, Any]) -> Iterator[psycopg.Connection[Any]]:
+    with psycopg.connect(two["dsn_a"], autocommit=True) as a:
+        yield a
+
+
+def _try(conn: psycopg.Connection[Any], sql: str, params: Any = None) -> str:
+    """Run ``sql``; "" if it ran, else Postgres's refusal (the connection stays usable)."""
+    try:
+        conn.execute(sql, params)
+    except psycopg.Error as exc:
+        return str(exc) or type(exc).__name__
+    return ""
+
+
+def _b_untouched(pg_dsn: str) -> None:
+    """B's run, checkpoints and effects are as the admin seeded them."""
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        run = store.get_run(admin, RUN_B)
+        assert run is not None and run.status == "running" and run.lease_epoch == 1, run
+        n = admin.execute("SELECT count(*) FROM checkpoints WHERE thread_id = %s", (RUN_B,)).fetchone()
+        assert n is not None and n[0] > 0
+        assert [e.idempotency_key for e in store.list_effects(admin, RUN_B)] == [f"k-{RUN_B}"]
+
+
+# --- 1. shadowing what the policies and the definer triggers use --------------------------------------------
+
+# A temporary table that maps A's role to B's namespace: the definer functions behind the policies
+# (agentrun_tenant_namespace, agentrun_run_is_mine) would read it instead of the real tenant map.
+_FAKE_TENANTS = (
+    "CREATE TEMP TABLE agentrun_tenants (role_name text, namespace text, created_at timestamptz)",
+    "INSERT INTO agentrun_tenants VALUES (session_user, %(b)s, now())",
+)
+# A temporary copy of the runs that says B's run is A's (agentrun_run_is_mine reads agentrun_runs).
+_FAKE_RUNS = (
+    "CREATE TEMP TABLE agentrun_runs (run_id text, namespace text, folded_at timestamptz, approval_policy jsonb)",
+    "INSERT INTO agentrun_runs VALUES ('run-b', %(a)s, NULL, '{}')",
+)
+
+
+@pytest.mark.parametrize(
+    "plant",
+    [pytest.param(_FAKE_TENANTS, id="temp-agentrun_tenants"), pytest.param(_FAKE_RUNS, id="temp-agentrun_runs")],
+)
+def test_temp_table_shadowing_reaches_nothing_of_b(
+    two: dict[str, Any], attacker: psycopg.Connection[Any], pg_dsn: str, plant: tuple[str, ...]
+) -> None:
+    """The reproduction of issue 35 item 1: after planting the table, A reads, cancels, deletes B's rows."""
+    create, fill = plant
+    refusal = _try(attacker, create)
+    if refusal:  # tenants have no TEMP: nothing planted
+        assert "permission denied" in refusal, refusal
+    else:
+        attacker.execute(fill, {"a": two["a"], "b": two["b"]})
+    seen = attacker.execute(
+        "SELECT (SELECT count(*) FROM public.agentrun_runs WHERE run_id = 'run-b'),"
+        " (SELECT count(*) FROM public.checkpoints WHERE thread_id = 'run-b'),"
+        " (SELECT count(*) FROM public.agentrun_effects WHERE run_id = 'run-b')"
+    ).fetchone()
+    assert seen == (0, 0, 0)
+    updated = attacker.execute(
+        "UPDATE public.agentrun_runs SET status = 'cancelled', lease_epoch = 100 WHERE run_id = 'run-b'"
+    ).rowcount
+    deleted = attacker.execute("DELETE FROM public.checkpoints WHERE thread_id = 'run-b'").rowcount
+    assert (updated, deleted) == (0, 0)
+    _b_untouched(pg_dsn)
+
+
+# --- 2. identifiers one tenant could squat --------------------------------------------------------------
+
+
+def test_a_squatting_bs_next_effect_key_does_not_fence_b(
+    two: dict[str, Any], attacker: psycopg.Connection[Any], pg_dsn: str
+) -> None:
+    """The reproduction of issue 35 item 2: keys are a pure function of the run's uid; A inserts B's next key
+    under its own run, and B's worker must still reserve (and record) that effect."""
+    key = keys.derive(RUN_B, "send:2", "send_email", 0)
+    assert "" == _try(
+        attacker,
+        "INSERT INTO agentrun_effects (idempotency_key, run_id, step, action, tool, args_hash, args, epoch)"
+        " VALUES (%s, 'run-a', 's', 'a', 't', 'x', '{}', 1)",
+        (key,),
+    )
+    with psycopg.connect(two["dsn_b"], autocommit=True) as b:
+        res = store.reserve_effect(
+            b, key=key, run_id=RUN_B, epoch=1, step="send:2", action="send_email", tool="smtp",
+            occurrence=0, args_hash="h", args={"to": "x"},
+        )
+        assert res.outcome == "reserved"
+        store.record_effect(b, key=key, run_id=RUN_B, epoch=1, status="sent", calls=1)
+        assert [e.status for e in store.list_effects(b, RUN_B) if e.idempotency_key == key] == ["sent"]
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:  # A's squatted row stays A's, B's is B's
+        owners = admin.execute(
+            "SELECT run_id FROM agentrun_effects WHERE idempotency_key = %s ORDER BY run_id", (key,)
+        ).fetchall()
+        assert owners == [(RUN_A,), (RUN_B,)]
+
+
+def test_a_squatting_bs_next_approval_id_does_not_block_b(
+    two: dict[str, Any], attacker: psycopg.Connection[Any], pg_dsn: str
+) -> None:
+    """Approval ids are deterministic per interrupt too: A takes B's next one under its own run first."""
+    approval_id = keys.approval_id(RUN_B, "interrupt-1")
+    assert "" == _try(
+        attacker,
+        "INSERT INTO agentrun_approvals (approval_id, run_id, interrupt_id, prompt)"
+        " VALUES (%s, 'run-a', 'i', '{}')",
+        (approval_id,),
+    )
+    with psycopg.connect(two["dsn_b"], autocommit=True) as b:
+        row = store.record_approval(
+            b, run_id=RUN_B, epoch=1, approval_id=approval_id, interrupt_id="i", prompt={"q": 1}
+        )
+        assert row.run_id == RUN_B and row.status == "pending"
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        assert [a.approval_id for a in store.list_approvals(admin, RUN_B)] == [approval_id]
+        assert store.decide_approval(
+            admin, approval_id=approval_id, run_id=RUN_B, decision="approved", decided_by="manager"
+        )
+        [a_row] = store.list_approvals(admin, RUN_A)
+        assert a_row.status == "pending"  # deciding B's approval never touches A's row of that id
