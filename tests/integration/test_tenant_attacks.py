@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
+import psycopg.sql
 import pytest
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.graph import END, START, StateGraph
@@ -117,32 +118,78 @@ _FAKE_RUNS = (
 )
 
 
+@pytest.mark.parametrize("temp", ["temp-revoked", "temp-granted-back"])
 @pytest.mark.parametrize(
     "plant",
     [pytest.param(_FAKE_TENANTS, id="temp-agentrun_tenants"), pytest.param(_FAKE_RUNS, id="temp-agentrun_runs")],
 )
 def test_temp_table_shadowing_reaches_nothing_of_b(
-    two: dict[str, Any], attacker: psycopg.Connection[Any], pg_dsn: str, plant: tuple[str, ...]
+    two: dict[str, Any], pg_dsn: str, plant: tuple[str, ...], temp: str
 ) -> None:
-    """The reproduction of issue 35 item 1: after planting the table, A reads, cancels, deletes B's rows."""
+    """The reproduction of issue 35 item 1: after planting the table, A read, cancelled, deleted B's rows.
+    temp-granted-back: TEMP given back to A (a database whose migrations ran as a role that could not revoke
+    it): the definer functions' pinned search path alone must hold."""
+    if temp == "temp-granted-back":
+        with psycopg.connect(pg_dsn, autocommit=True) as admin:
+            admin.execute(
+                psycopg.sql.SQL("GRANT TEMPORARY ON DATABASE {} TO {}").format(
+                    psycopg.sql.Identifier(admin.info.dbname), psycopg.sql.Identifier(two["role_a"])
+                )
+            )
     create, fill = plant
-    refusal = _try(attacker, create)
-    if refusal:  # tenants have no TEMP: nothing planted
-        assert "permission denied" in refusal, refusal
-    else:
-        attacker.execute(fill, {"a": two["a"], "b": two["b"]})
-    seen = attacker.execute(
-        "SELECT (SELECT count(*) FROM public.agentrun_runs WHERE run_id = 'run-b'),"
-        " (SELECT count(*) FROM public.checkpoints WHERE thread_id = 'run-b'),"
-        " (SELECT count(*) FROM public.agentrun_effects WHERE run_id = 'run-b')"
-    ).fetchone()
-    assert seen == (0, 0, 0)
-    updated = attacker.execute(
-        "UPDATE public.agentrun_runs SET status = 'cancelled', lease_epoch = 100 WHERE run_id = 'run-b'"
-    ).rowcount
-    deleted = attacker.execute("DELETE FROM public.checkpoints WHERE thread_id = 'run-b'").rowcount
-    assert (updated, deleted) == (0, 0)
+    with psycopg.connect(two["dsn_a"], autocommit=True) as attacker:
+        refusal = _try(attacker, create)
+        if temp == "temp-revoked":
+            assert "permission denied to create temporary tables" in refusal, refusal
+        else:
+            assert refusal == ""
+            attacker.execute(fill, {"a": two["a"], "b": two["b"]})
+        seen = attacker.execute(
+            "SELECT (SELECT count(*) FROM public.agentrun_runs WHERE run_id = 'run-b'),"
+            " (SELECT count(*) FROM public.checkpoints WHERE thread_id = 'run-b'),"
+            " (SELECT count(*) FROM public.agentrun_effects WHERE run_id = 'run-b')"
+        ).fetchone()
+        assert seen == (0, 0, 0)
+        updated = attacker.execute(
+            "UPDATE public.agentrun_runs SET status = 'cancelled', lease_epoch = 100 WHERE run_id = 'run-b'"
+        ).rowcount
+        deleted = attacker.execute("DELETE FROM public.checkpoints WHERE thread_id = 'run-b'").rowcount
+        assert (updated, deleted) == (0, 0)
     _b_untouched(pg_dsn)
+
+
+def test_every_definer_function_pins_its_search_path(pg_dsn: str) -> None:
+    """Whatever a later migration adds: a function running with its owner's rights has
+    search_path = pg_catalog, <schema>, pg_temp (temporary objects last, built-ins first)."""
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        found = admin.execute(
+            "SELECT p.oid::regprocedure::text, coalesce(array_to_string(p.proconfig, ';'), '')"
+            " FROM pg_proc p WHERE p.prosecdef AND p.pronamespace = current_schema()::regnamespace"
+        ).fetchall()
+    assert len(found) >= 6, found
+    wrong = [(f, c) for f, c in found if c != "search_path=pg_catalog, public, pg_temp"]
+    assert not wrong, wrong
+
+
+@pytest.mark.parametrize(
+    "attempt",
+    [
+        pytest.param("CREATE TEMP TABLE x (a int)", id="temp-table"),
+        pytest.param("CREATE TEMP VIEW agentrun_tenants AS SELECT session_user AS role_name", id="temp-view"),
+        pytest.param("CREATE FUNCTION pg_temp.agentrun_tenant_namespace() RETURNS text LANGUAGE sql"
+                     " AS $$ SELECT 'x' $$", id="temp-function"),
+        pytest.param("CREATE TABLE public.agentrun_tenants (role_name text)", id="table-in-public"),
+        pytest.param("CREATE FUNCTION public.agentrun_tenant_namespace_x() RETURNS text LANGUAGE sql"
+                     " AS $$ SELECT 'x' $$", id="function-in-public"),
+        pytest.param("CREATE OPERATOR public.= (LEFTARG = text, RIGHTARG = text, FUNCTION = texteq)",
+                     id="operator-in-public"),
+        pytest.param("CREATE SCHEMA evil", id="schema"),
+        pytest.param("CREATE TYPE public.text AS (a int)", id="type-in-public"),
+    ],
+)
+def test_a_tenant_creates_nothing(attacker: psycopg.Connection[Any], attempt: str) -> None:
+    """Nothing a definer function or a check running in A's session could be made to pick up."""
+    assert "permission denied" in _try(attacker, attempt)
 
 
 # --- 2. identifiers one tenant could squat --------------------------------------------------------------
