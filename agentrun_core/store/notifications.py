@@ -93,6 +93,7 @@ def reserve(
 def record(
     conn: db.Conn,
     *,
+    run_id: str,
     key: str,
     epoch: int,
     status: str,
@@ -110,6 +111,7 @@ def record(
             conn,
             "record_notification",
             {
+                "run_id": run_id,
                 "key": key,
                 "epoch": epoch,
                 "status": status,

@@ -153,6 +153,7 @@ class Notifier:
                 # no call is outstanding: provably not sent, and no longer to be sent.
                 ledger.record(
                     self.db,
+                    run_id=world.run.uid,
                     key=key,
                     epoch=epoch,
                     status="failed",
@@ -237,6 +238,7 @@ class Notifier:
             message = _unknown(what, "a call was issued and its result not recorded", run)
             ledger.record(
                 self.db,
+                run_id=run.uid,
                 key=item.key,
                 epoch=epoch,
                 status="pending",
@@ -255,7 +257,7 @@ class Notifier:
         if token:
             headers["Authorization"] = f"Bearer {token}"
         # Marked issued first: from here until the outcome is recorded, a crash leaves an unknown outcome.
-        ledger.record(self.db, key=item.key, epoch=epoch, status="pending", issued=True)
+        ledger.record(self.db, run_id=run.uid, key=item.key, epoch=epoch, status="pending", issued=True)
         outcome = post(
             spec.url, notify.body(item.content, spec.format, item.key), headers, self.limits.timeout_seconds
         )
@@ -264,6 +266,7 @@ class Notifier:
         if outcome.kind == "delivered":
             ledger.record(
                 self.db,
+                run_id=run.uid,
                 key=item.key,
                 epoch=epoch,
                 status="sent",
@@ -282,6 +285,7 @@ class Notifier:
             delay = retry_delay(self.limits, attempt, outcome.retry_after)
             ledger.record(
                 self.db,
+                run_id=run.uid,
                 key=item.key,
                 epoch=epoch,
                 status="pending",
@@ -300,6 +304,7 @@ class Notifier:
             message = _unknown(what, outcome.detail, run)
             ledger.record(
                 self.db,
+                run_id=run.uid,
                 key=item.key,
                 epoch=epoch,
                 status="pending",
@@ -317,7 +322,8 @@ class Notifier:
         )
         message = f"{what} failed: {why}"
         ledger.record(
-            self.db, key=item.key, epoch=epoch, status="failed", issued=False, calls=1, error=message
+            self.db, run_id=run.uid, key=item.key, epoch=epoch, status="failed", issued=False, calls=1,
+            error=message,
         )
         self._warn(run, memory, "NotificationFailed", message, f"failed:{item.key}")
         return None
