@@ -39,6 +39,7 @@ SELECT r.*, now() AS db_now FROM (SELECT 1) one LEFT JOIN agentrun_runs r ON r.r
 WITH synced AS (
     UPDATE agentrun_runs r SET approval_policy = %(approval_policy)s, updated_at = now()
     WHERE r.run_id = %(run_id)s AND r.status <> ALL (%(final_statuses)s::text[])
+      AND %(approval_policy)s::jsonb IS NOT NULL  -- NULL: read only (a spec.approval Postgres cannot store)
       AND r.approval_policy IS DISTINCT FROM %(approval_policy)s
       AND NOT EXISTS (SELECT 1 FROM agentrun_approvals a WHERE a.run_id = r.run_id AND a.status = 'pending')
     RETURNING 1
