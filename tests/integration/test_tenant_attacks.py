@@ -249,3 +249,176 @@ def test_a_squatting_bs_next_approval_id_does_not_block_b(
         )
         [a_row] = store.list_approvals(admin, RUN_A)
         assert a_row.status == "pending"  # deciding B's approval never touches A's row of that id
+
+
+# --- objects planted for definer code, or for checks in A's own session, to pick up ----------------------
+
+
+def _grant(pg_dsn: str, role: str, *grants: str) -> None:
+    """Give A back what a database whose migrations ran as a non-owner would have left it."""
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        for grant in grants:
+            admin.execute(
+                psycopg.sql.SQL(grant).format(
+                    db=psycopg.sql.Identifier(admin.info.dbname), role=psycopg.sql.Identifier(role)
+                )
+            )
+
+
+# Every relation the policies' functions and the definer triggers read or write, shadowed by a temporary
+# table whose rows say B's run is A's (or hold nothing: a rollup written to the copy instead of the real one).
+SHADOWED = {
+    "agentrun_tenants": "(role_name text, namespace text, created_at timestamptz)",
+    "agentrun_runs": "(run_id text, namespace text, status text, folded_at timestamptz,"
+    " approval_policy jsonb)",
+    "agentrun_metric_rollups": "(family text, namespace text, label1 text, label2 text, n bigint, v1 bigint,"
+    " v2 bigint, v3 bigint, total float8, buckets bigint[])",
+    "agentrun_metric_bounds": "(family text, bounds float8[])",
+    "agentrun_effects": "(run_id text, tool text, status text, needs_human boolean, attempts int,"
+    " duplicates_prevented int, divergences int)",
+    "agentrun_approvals": "(run_id text, status text, decided_at timestamptz, requested_at timestamptz,"
+    " deadline_action text)",
+    "agentrun_attempts": "(run_id text, outcome text, control_plane boolean)",
+    "agentrun_step_events": "(run_id text, duration_seconds float8, checkpoint_seconds float8)",
+}
+
+
+def _rollups(pg_dsn: str, namespace: str) -> list[tuple[Any, ...]]:
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        return admin.execute(
+            "SELECT family, label1, label2, n, v1, v2, v3 FROM agentrun_metric_rollups WHERE namespace = %s"
+            " ORDER BY 1, 2, 3",
+            (namespace,),
+        ).fetchall()
+
+
+def _everything_a_tenant_triggers(a: psycopg.Connection[Any]) -> None:
+    """Statements that run the policies and every definer trigger in A's session: reads and writes aimed
+    at B, an approval asked (agentrun_approval_requested), writes to A's own folded run (the unfold
+    triggers and the rollup they rewrite), an update of A's run (the admitted-columns guard)."""
+    a.execute("SELECT * FROM public.agentrun_runs WHERE run_id = 'run-b'")
+    a.execute("UPDATE public.agentrun_runs SET status = 'cancelled', lease_epoch = 9 WHERE run_id = 'run-b'")
+    a.execute("DELETE FROM public.checkpoints WHERE thread_id = 'run-b'")
+    a.execute("UPDATE public.agentrun_effects SET status = 'failed' WHERE run_id = 'run-b'")
+    _try(
+        a,
+        "INSERT INTO public.agentrun_approvals (approval_id, run_id, interrupt_id, prompt)"
+        " VALUES ('a-evil', 'run-a', 'i', '{}')",
+    )
+    a.execute("UPDATE public.agentrun_effects SET attempts = attempts + 1 WHERE run_id = 'run-a'")
+    a.execute("UPDATE public.agentrun_runs SET current_step = 'x' WHERE run_id = 'run-a'")
+
+
+@pytest.fixture
+def a_folded(two: dict[str, Any], pg_dsn: str) -> dict[str, Any]:
+    """A's and B's runs finished and folded into the rollups (what a write to a folded run unfolds)."""
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        admin.execute("UPDATE agentrun_runs SET status = 'succeeded', finished_at = now()")
+        store.fold_runs(admin, batch=100)
+    return two
+
+
+@pytest.mark.parametrize("relation", sorted(SHADOWED))
+def test_a_temp_table_shadows_nothing_definer_code_reads(
+    a_folded: dict[str, Any], pg_dsn: str, relation: str
+) -> None:
+    """With TEMP given back: a temporary table of each name (rows mapping A's role, or B's run, to A), then
+    everything that runs the policies and the definer triggers: B is untouched, B's rollups unchanged."""
+    two = a_folded
+    _grant(pg_dsn, two["role_a"], "GRANT TEMPORARY ON DATABASE {db} TO {role}")
+    before = _rollups(pg_dsn, two["b"])
+    with psycopg.connect(two["dsn_a"], autocommit=True) as a:
+        a.execute(f"CREATE TEMP TABLE {relation} {SHADOWED[relation]}")
+        if relation == "agentrun_tenants":
+            a.execute("INSERT INTO pg_temp.agentrun_tenants VALUES (session_user, %s, now())", (two["b"],))
+        elif relation == "agentrun_runs":
+            a.execute(
+                "INSERT INTO pg_temp.agentrun_runs VALUES ('run-a', %s, 'succeeded', now(), '{}'),"
+                " ('run-b', %s, 'succeeded', NULL, '{}')",
+                (two["b"], two["a"]),
+            )
+        _everything_a_tenant_triggers(a)
+    _b_untouched_after_fold(pg_dsn)
+    assert _rollups(pg_dsn, two["b"]) == before
+
+
+@pytest.mark.parametrize(
+    "function",
+    [
+        pytest.param(
+            "agentrun_tenant_namespace() RETURNS text AS $$ SELECT %(b)L::text $$", id="tenant_namespace"
+        ),
+        pytest.param("agentrun_run_is_mine(text) RETURNS boolean AS $$ SELECT true $$", id="run_is_mine"),
+        pytest.param(
+            "agentrun_rollup_add(text[], integer, boolean) RETURNS void AS $$ SELECT $$", id="rollup_add"
+        ),
+        pytest.param("agentrun_unfold_run(text) RETURNS void AS $$ SELECT $$", id="unfold_run"),
+        pytest.param("jsonb_typeof(jsonb) RETURNS text AS $$ SELECT 'number' $$", id="jsonb_typeof"),
+    ],
+)
+def test_a_temp_function_shadows_nothing(
+    a_folded: dict[str, Any], pg_dsn: str, function: str
+) -> None:
+    """pg_temp functions: Postgres never looks them up unqualified; planted anyway (TEMP given back)."""
+    two = a_folded
+    _grant(pg_dsn, two["role_a"], "GRANT TEMPORARY ON DATABASE {db} TO {role}")
+    before = _rollups(pg_dsn, two["b"])
+    body = function.replace("%(b)L", "'" + two["b"] + "'")
+    with psycopg.connect(two["dsn_a"], autocommit=True) as a:
+        a.execute(f"CREATE FUNCTION pg_temp.{body.replace(' AS ', ' LANGUAGE sql AS ', 1)}")
+        a.execute("SET search_path = pg_temp, public")
+        _everything_a_tenant_triggers(a)
+        assert a.execute("SELECT count(*) FROM public.agentrun_runs").fetchone() == (1,)
+    _b_untouched_after_fold(pg_dsn)
+    assert _rollups(pg_dsn, two["b"]) == before
+
+
+def _b_untouched_after_fold(pg_dsn: str) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        run = store.get_run(admin, RUN_B)
+        assert run is not None and run.status == "succeeded" and run.lease_epoch == 1, run
+        n = admin.execute("SELECT count(*) FROM checkpoints WHERE thread_id = %s", (RUN_B,)).fetchone()
+        assert n is not None and n[0] > 0
+
+
+@pytest.mark.parametrize(
+    "plant",
+    [
+        pytest.param(
+            "CREATE OPERATOR public.= (LEFTARG = jsonb, RIGHTARG = jsonb, FUNCTION = pg_catalog.jsonb_ne)",
+            id="operator-jsonb-eq",
+        ),
+        pytest.param(
+            "CREATE OPERATOR public.= (LEFTARG = text, RIGHTARG = text, FUNCTION = pg_catalog.textne)",
+            id="operator-text-eq",
+        ),
+        pytest.param(
+            "CREATE FUNCTION evil.agentrun_tenant_namespace() RETURNS text LANGUAGE sql AS $$ SELECT NULL $$",
+            id="function-in-own-schema",
+        ),
+    ],
+)
+def test_objects_planted_in_a_writable_schema_change_no_check(
+    two: dict[str, Any], pg_dsn: str, plant: str
+) -> None:
+    """With CREATE given back (on public and a schema of its own): an `=` that answers the opposite, or a
+    tenant-namespace function that says "not a tenant", placed first in A's search path, must not let A
+    rewrite what the operator admitted (the guard's IS DISTINCT FROM) nor reach B."""
+    _grant(
+        pg_dsn, two["role_a"],
+        "GRANT CREATE ON SCHEMA public TO {role}", "GRANT CREATE ON DATABASE {db} TO {role}",
+    )
+    with psycopg.connect(two["dsn_a"], autocommit=True) as a:
+        a.execute("CREATE SCHEMA evil")
+        a.execute(plant)
+        a.execute("SET search_path = evil, public, pg_catalog")
+        for column, value in (("input", "'{\"evil\": true}'"), ("read_only", "true"), ("graph", "'evil:g'")):
+            # no WHERE: row-level security picks A's run (A's own `=` would only fool A's own filter)
+            refusal = _try(a, f"UPDATE public.agentrun_runs SET {column} = {value}")
+            assert "permission denied" in refusal, (column, refusal)
+        assert a.execute("SELECT count(*) FROM public.agentrun_runs").fetchone() == (1,)
+        cancel_b = (
+            "UPDATE public.agentrun_runs SET status = 'cancelled' WHERE run_id OPERATOR(pg_catalog.=) 'run-b'"
+        )
+        assert a.execute(cancel_b).rowcount == 0
+    _b_untouched(pg_dsn)
