@@ -9,6 +9,7 @@ need, squatting B's identifiers, reaching server files.
 
 from __future__ import annotations
 
+import concurrent.futures
 import datetime
 import secrets
 from collections.abc import Iterator
@@ -422,3 +423,143 @@ def test_objects_planted_in_a_writable_schema_change_no_check(
         )
         assert a.execute(cancel_b).rowcount == 0
     _b_untouched(pg_dsn)
+
+
+# --- what A can hold or see of others: locks, activity, channels, large objects, sequences, files -----------
+
+
+def _advisory_keys(conn: psycopg.Connection[Any]) -> list[int]:
+    """The bigint advisory keys other sessions hold, as any role sees them in pg_locks."""
+    found = conn.execute(
+        "SELECT classid::bigint, objid::bigint FROM pg_locks"
+        " WHERE locktype = 'advisory' AND objsubid = 1 AND pid <> pg_backend_pid()"
+    ).fetchall()
+    keys_ = [(hi << 32) | lo for hi, lo in found]
+    return [k - 2**64 if k >= 2**63 else k for k in keys_]
+
+
+def test_a_tenant_cannot_hold_the_schema_migration_lock(two: dict[str, Any], pg_dsn: str) -> None:
+    """A holds the constant key migrate() used, and every key it saw a migration hold in pg_locks; the next
+    migration (an operator starting after an upgrade) still runs to the end."""
+    from agentrun_core.store import schema
+
+    with psycopg.connect(two["dsn_a"], autocommit=True) as a:
+        assert a.execute("SELECT pg_try_advisory_lock(%s)", (schema._MIGRATE_LOCK_ID,)).fetchone() == (True,)
+        with psycopg.connect(pg_dsn, autocommit=True) as admin:
+            lock = schema._MigrateLock(admin)
+            lock.take()
+            seen = _advisory_keys(a)
+            assert seen  # a migration's key is visible to anyone while it runs
+            lock.release()
+        for key in seen:  # A takes them all the moment they are free
+            assert a.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone() == (True,)
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+
+            def migrate() -> list[str]:
+                with psycopg.connect(pg_dsn, autocommit=True) as admin:
+                    return store.migrate(admin)
+
+            done = pool.submit(migrate)
+            try:
+                assert done.result(timeout=120) == []  # up to date: nothing to apply, but not stuck
+            finally:
+                a.close()  # releases A's locks: a stuck migrate() ends, the test fails instead of hanging
+
+
+def test_a_sees_no_query_text_of_others(
+    two: dict[str, Any], attacker: psycopg.Connection[Any], pg_dsn: str
+) -> None:
+    """pg_stat_activity (and the function behind it): B's and the operator's statements, with their text,
+    stay hidden from A; B's last statement carries a marker A looks for."""
+    marker = f"marker-{secrets.token_hex(6)}"
+    with (
+        psycopg.connect(two["dsn_b"], autocommit=True) as b,
+        psycopg.connect(pg_dsn, autocommit=True) as admin,
+    ):
+        b.execute(f"SELECT '{marker}-b', run_id FROM agentrun_runs")
+        admin.execute(f"SELECT '{marker}-admin', input FROM agentrun_runs")
+        others = attacker.execute(
+            "SELECT usename, query FROM pg_stat_activity"
+            " WHERE pid <> pg_backend_pid() AND usename IS NOT NULL"
+        ).fetchall()
+        assert {u for u, _ in others} >= {two["role_b"]}  # the sessions are there ...
+        assert all(q in (None, "<insufficient privilege>") for _, q in others), others  # ... their text not
+        via_function = attacker.execute(
+            "SELECT count(*) FROM pg_stat_get_activity(NULL) WHERE query LIKE %s", (f"%{marker}%",)
+        ).fetchone()
+        assert via_function == (0,)
+
+
+@pytest.mark.parametrize(
+    "attempt",
+    [
+        pytest.param("CREATE EXTENSION pg_stat_statements", id="pg_stat_statements-create"),
+        pytest.param("LOAD 'pg_stat_statements'", id="pg_stat_statements-load"),
+        pytest.param("SELECT pg_stat_statements_reset()", id="pg_stat_statements-reset"),
+        pytest.param("SELECT pg_read_file('/etc/passwd')", id="pg_read_file"),
+        pytest.param("SELECT pg_read_binary_file('postgresql.conf')", id="pg_read_binary_file"),
+        pytest.param("SELECT pg_ls_dir('.')", id="pg_ls_dir"),
+        pytest.param("SELECT pg_stat_file('postgresql.conf')", id="pg_stat_file"),
+        pytest.param("SELECT lo_import('/etc/passwd')", id="lo_import"),
+        pytest.param("SELECT lo_export(lo_create(0), '/tmp/agentrun-attack')", id="lo_export"),
+        pytest.param("COPY (SELECT 1) TO '/tmp/agentrun-attack'", id="copy-to-server-file"),
+        pytest.param("COPY agentrun_heartbeats FROM '/etc/passwd'", id="copy-from-server-file"),
+        pytest.param("COPY (SELECT 1) TO PROGRAM 'true'", id="copy-to-program"),
+        pytest.param("SELECT setval('agentrun_step_batches_id_seq', 1)", id="sequence-setval"),
+        pytest.param("SELECT last_value FROM agentrun_step_batches_id_seq", id="sequence-read"),
+        pytest.param("SELECT nextval('agentrun_interventions_id_seq')", id="sequence-of-operator-table"),
+        pytest.param(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename <> current_user",
+            id="terminate-others",
+        ),
+        pytest.param(
+            "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE usename <> current_user",
+            id="cancel-others",
+        ),
+        pytest.param("SET ROLE postgres", id="set-role-superuser"),
+    ],
+)
+def test_a_tenant_reaches_nothing_outside_its_rows(
+    two: dict[str, Any], attacker: psycopg.Connection[Any], attempt: str
+) -> None:
+    with psycopg.connect(two["dsn_b"], autocommit=True) as b:
+        b.execute("SELECT 1")  # a session of B's, for the signalling attempts to aim at
+        refusal = _try(attacker, attempt)
+        assert refusal, f"{attempt!r} ran"
+        assert b.execute("SELECT 1").fetchone() == (1,)  # B's session survived
+
+
+def test_large_objects_of_one_role_are_unreadable_by_another(
+    two: dict[str, Any], attacker: psycopg.Connection[Any]
+) -> None:
+    """Any role may create a large object (Postgres has no privilege for it); only its owner reads it."""
+    oid = attacker.execute("SELECT lo_from_bytea(0, 'secret of A')").fetchone()[0]  # type: ignore[index]
+    with psycopg.connect(two["dsn_b"], autocommit=True) as b:
+        assert "permission denied" in _try(b, "SELECT lo_get(%s)", (oid,))
+        assert "must be owner" in _try(b, "SELECT lo_unlink(%s)", (oid,))
+        assert "permission denied" in _try(b, "SELECT lo_put(%s, 0, 'x')", (oid,))
+
+
+def test_copy_out_and_notifications_show_only_a_tenants_own_rows(
+    two: dict[str, Any], attacker: psycopg.Connection[Any], pg_dsn: str
+) -> None:
+    """COPY ... TO STDOUT reads through row-level security; the agentrun components send no notifications
+    a tenant listening on a channel could read (a run of B's written as the operator and as B)."""
+    with attacker.cursor() as cur, cur.copy("COPY agentrun_runs (run_id) TO STDOUT") as copy:
+        copied = b"".join(bytes(chunk) for chunk in copy)
+    assert copied.split() == [RUN_A.encode()]
+    with (
+        pytest.raises(psycopg.Error, match="row-level security"),
+        attacker.cursor() as cur,
+        cur.copy("COPY agentrun_heartbeats (run_id, key) FROM STDIN") as copy,  # B's row, through COPY
+    ):
+        copy.write_row((RUN_B, "evil"))
+    for channel in ("agentrun", "agentrun_runs", "agentrun_effects", "approvals", "runs"):
+        attacker.execute(f"LISTEN {channel}")
+    with psycopg.connect(two["dsn_b"], autocommit=True) as b:
+        store.heartbeat(b, run_id=RUN_B, key="worker", details={"secret": "b"})
+        store.record_effect(b, key=f"k-{RUN_B}", run_id=RUN_B, epoch=1, status="sent", calls=1)
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        store.cancel_run(admin, RUN_B, "test")
+    attacker.execute("SELECT 1")
+    assert list(attacker.notifies(timeout=0.5, stop_after=1)) == []
