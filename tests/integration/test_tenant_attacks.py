@@ -563,3 +563,15 @@ def test_copy_out_and_notifications_show_only_a_tenants_own_rows(
         store.cancel_run(admin, RUN_B, "test")
     attacker.execute("SELECT 1")
     assert list(attacker.notifies(timeout=0.5, stop_after=1)) == []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known, not fixed (issue 35 report): Postgres lets any role with UPDATE on a table LOCK it in "
+    "ACCESS EXCLUSIVE mode, and workers need UPDATE on agentrun_runs; a tenant holding that lock in an open "
+    "transaction stops every other tenant and the operator until its session ends",
+)
+def test_a_tenant_cannot_lock_a_shared_table_for_everyone(attacker: psycopg.Connection[Any]) -> None:
+    with attacker.transaction():
+        refusal = _try(attacker, "LOCK TABLE agentrun_runs IN ACCESS EXCLUSIVE MODE NOWAIT")
+    assert "permission denied" in refusal, refusal
