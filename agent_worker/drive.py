@@ -115,7 +115,7 @@ class Stream:
                 faults.hit("after_checkpoint")
                 self.finished_values = None if payload.get("next") else payload.get("values")
                 if resumed is not None:
-                    store.mark_approval_resumed(self.pool, resumed)
+                    store.mark_approval_resumed(self.pool, run_id=self.ctx.run_id, approval_id=resumed)
                     resumed = None
                 if step_tasks:
                     self._step_event(event, step_tasks, last_result, payload)

@@ -236,4 +236,7 @@ _DEFAULT_RETRY = retry.RetryPolicy()
 def confirm(key: str, *, result: Any = None, provider_ref: str | None = None) -> bool:
     """Mark a sent effect confirmed (the provider confirmed it later: webhook, poll). True if changed."""
     ctx = context.current()
-    return store.confirm_effect(ctx.conn, key=key, result=result, provider_ref=provider_ref) is not None
+    confirmed = store.confirm_effect(
+        ctx.conn, run_id=ctx.run_id, key=key, result=result, provider_ref=provider_ref
+    )
+    return confirmed is not None

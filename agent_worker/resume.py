@@ -94,7 +94,7 @@ def start_input(
     state = compiled.get_state(config)
     if state.interrupts:
         interrupt = single_interrupt(state.interrupts)
-        approval = store.get_approval(pool, keys.approval_id(run_id, interrupt.id))
+        approval = store.get_approval(pool, run_id=run_id, approval_id=keys.approval_id(run_id, interrupt.id))
         if approval is None or approval.status == "pending":
             return Park("still waiting for the approval")
         faults.hit("after_resume_read")

@@ -48,8 +48,9 @@ def record_approval(
     return rows.pack_json(rows.Approval, checked["approval"])
 
 
-def get_approval(conn: db.Conn, approval_id: str) -> rows.Approval | None:
-    row = db.fetch_one(conn, "get_approval", {"approval_id": approval_id})
+def get_approval(conn: db.Conn, *, run_id: str, approval_id: str) -> rows.Approval | None:
+    """An approval id names an approval within its run only (migration 24)."""
+    row = db.fetch_one(conn, "get_approval", {"run_id": run_id, "approval_id": approval_id})
     return rows.pack(rows.Approval, row) if row else None
 
 
@@ -139,5 +140,5 @@ def sync_approval_policy(conn: db.Conn, run_id: str, approval_policy: dict[str, 
     return db.execute(conn, "sync_approval_policy", params) == 1
 
 
-def mark_approval_resumed(conn: db.Conn, approval_id: str) -> bool:
-    return db.execute(conn, "mark_approval_resumed", {"approval_id": approval_id}) == 1
+def mark_approval_resumed(conn: db.Conn, *, run_id: str, approval_id: str) -> bool:
+    return db.execute(conn, "mark_approval_resumed", {"run_id": run_id, "approval_id": approval_id}) == 1

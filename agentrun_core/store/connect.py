@@ -23,6 +23,9 @@ DictCursor = psycopg.Cursor[DictRow]
 # The driver's error classes, for callers that classify failures without importing the driver.
 Error = psycopg.Error
 InsufficientPrivilege = psycopg.errors.InsufficientPrivilege
+# A value Postgres cannot store (SQLSTATE class 22: U+0000 in jsonb or text, an untranslatable character, a
+# number out of range), refused by the server or by the driver before sending: the same value always is.
+DataError = psycopg.DataError
 # A restart (AdminShutdown / CrashShutdown / CannotConnectNow), a dropped connection, or a pool that cannot
 # hand out a working connection while the server is down: infrastructure, not the caller's fault.
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (psycopg.OperationalError, psycopg_pool.PoolTimeout)

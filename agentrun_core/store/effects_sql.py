@@ -162,19 +162,25 @@ def record_effect(
 
 
 def confirm_effect(
-    conn: db.Conn, *, key: str, result: Any = None, provider_ref: str | None = None
+    conn: db.Conn, *, run_id: str, key: str, result: Any = None, provider_ref: str | None = None
 ) -> rows.Effect | None:
-    """The provider confirmed ``key`` later (poll, webhook): ``pending``/``sent`` → ``confirmed``."""
+    """The provider confirmed ``key`` of ``run_id`` later (poll, webhook): ``pending``/``sent`` →
+    ``confirmed``. A key names an effect within its run only (migration 24)."""
     row = db.fetch_one(
         conn,
         "confirm_effect",
-        {"key": key, "result": None if result is None else Jsonb(result), "provider_ref": provider_ref},
+        {
+            "run_id": run_id,
+            "key": key,
+            "result": None if result is None else Jsonb(result),
+            "provider_ref": provider_ref,
+        },
     )
     return rows.pack(rows.Effect, row) if row else None
 
 
-def get_effect(conn: db.Conn, key: str) -> rows.Effect | None:
-    row = db.fetch_one(conn, "get_effect", {"key": key})
+def get_effect(conn: db.Conn, *, run_id: str, key: str) -> rows.Effect | None:
+    row = db.fetch_one(conn, "get_effect", {"run_id": run_id, "key": key})
     return rows.pack(rows.Effect, row) if row else None
 
 

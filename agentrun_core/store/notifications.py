@@ -94,6 +94,7 @@ def reserve(
 def record(
     conn: db.Conn,
     *,
+    run_id: str,
     key: str,
     epoch: int,
     status: str,
@@ -111,6 +112,7 @@ def record(
             conn,
             "record_notification",
             {
+                "run_id": run_id,
                 "key": key,
                 "epoch": epoch,
                 "status": status,

@@ -31,15 +31,16 @@ class Observation:
     policy_synced: bool = False  # the run's approval policy was changed to the one given
 
 
-def observe_run(conn: db.Conn, run_id: str, approval_policy: dict[str, Any]) -> Observation:
+def observe_run(conn: db.Conn, run_id: str, approval_policy: dict[str, Any] | None) -> Observation:
     """The run and all the operator reads with it; ``approval_policy`` (spec.approval) becomes the run's
-    policy unless an approval is pending or the run is finished (``sync_approval_policy``'s rule)."""
+    policy unless an approval is pending or the run is finished (``sync_approval_policy``'s rule); None:
+    nothing is synced."""
     row = db.fetch_one(
         conn,
         "observe_run",
         {
             "run_id": run_id,
-            "approval_policy": Jsonb(approval_policy),
+            "approval_policy": None if approval_policy is None else Jsonb(approval_policy),
             "final_statuses": list(protocol.FINAL_RUN_STATUSES),
         },
     )

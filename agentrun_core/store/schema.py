@@ -3,7 +3,9 @@ row-level security on every table keyed by a run (``agentrun_protect_all``, migr
 checkpoint tables only exist after its ``setup()``, so they are covered last.
 
 Our version table is ``agentrun_schema_version`` (never langgraph's ``checkpoint_migrations``). Migrations run
-under a session advisory lock so concurrent workers/operators starting together apply each file once.
+under a session advisory lock so concurrent operators starting together apply each file once. Its key is a
+secret that changes at every migration (migration 25, ``_MigrateLock``): any role may take any advisory
+lock, and a tenant holding a known key would stop every later migration.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from typing import Any
 import psycopg
 from langgraph.checkpoint.postgres import PostgresSaver
 
-# Arbitrary constant: the advisory lock id that serialises migrate() across processes.
+# Arbitrary constant: the advisory lock id that serialises migrate() where agentrun_migrate_lock does not
+# exist yet (a new database; one from before migration 25).
 _MIGRATE_LOCK_ID = 0x61676E74  # "agnt"
 
 _FILENAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
@@ -61,8 +64,9 @@ def migrate(conn: psycopg.Connection[Any]) -> list[str]:
         conn.commit()
         conn.autocommit = True
     applied_now: list[str] = []
+    lock = _MigrateLock(conn)
     try:
-        conn.execute("SELECT pg_advisory_lock(%s)", (_MIGRATE_LOCK_ID,))
+        lock.take()
         try:
             conn.execute(
                 "CREATE TABLE IF NOT EXISTS agentrun_schema_version ("
@@ -88,11 +92,74 @@ def migrate(conn: psycopg.Connection[Any]) -> list[str]:
                 if _has_function(conn, after_setup):
                     conn.execute(f"SELECT {after_setup}()")
         finally:
-            conn.execute("SELECT pg_advisory_unlock(%s)", (_MIGRATE_LOCK_ID,))
+            lock.release()
     finally:
         if not was_autocommit:
             conn.autocommit = False
     return applied_now
+
+
+class _MigrateLock:
+    """The session advisory lock migrate() holds; its key the secret of ``agentrun_migrate_lock`` (migration
+    25), replaced once taken and again before release, so a key anyone saw in ``pg_locks`` is stale before
+    anyone else can take it. The connection must be in autocommit mode."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.conn = conn
+        self.held: list[int] = []
+
+    def _lock(self, key: int) -> None:
+        self.conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+        self.held.append(key)
+
+    def _unlock(self, key: int) -> None:
+        self.conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+        self.held.remove(key)
+
+    def _key(self) -> int | None:
+        found = self.conn.execute("SELECT to_regclass('agentrun_migrate_lock') IS NOT NULL").fetchone()
+        if not (found and found[0]):
+            return None
+        row = self.conn.execute("SELECT key FROM agentrun_migrate_lock WHERE id = 1").fetchone()
+        return int(row[0]) if row else None
+
+    def _rotate(self, *, lock_new: bool) -> int:
+        """A new key (locked before the transaction that writes it commits, when ``lock_new``)."""
+        with self.conn.transaction():
+            row = self.conn.execute(
+                "UPDATE agentrun_migrate_lock SET key = agentrun_random_key() WHERE id = 1 RETURNING key"
+            ).fetchone()
+            assert row is not None
+            if lock_new:
+                self._lock(int(row[0]))
+        return int(row[0])
+
+    def take(self) -> None:
+        key = self._key()
+        if key is None:
+            self._lock(_MIGRATE_LOCK_ID)  # before migration 25: the constant key
+            key = self._key()  # another migrator may have applied migration 25 meanwhile
+            if key is None:
+                return
+        while True:
+            self._lock(key)
+            current = self._key()
+            if current == key:
+                break
+            self._unlock(key)  # replaced while we waited: the holder moved on to the current key
+            assert current is not None
+            key = current
+        self._rotate(lock_new=True)
+        self._unlock(key)
+
+    def release(self) -> None:
+        key = self._key()
+        if key is not None:
+            if key not in self.held:
+                self.held.append(key)  # locked by migration 25 itself, applied by this call
+            self._rotate(lock_new=False)
+        for key in list(reversed(self.held)):
+            self._unlock(key)
 
 
 # Functions of our migrations that act on LangGraph's tables, run after PostgresSaver.setup() made them.

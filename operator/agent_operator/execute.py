@@ -15,10 +15,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from agent_operator import actions, edits, forks, kube, metrics, model, pods, steering, tenants
+from agent_operator import actions, edits, forks, kube, metrics, model, phases, pods, steering, tenants
 from agent_operator import memory as memory_
 from agent_operator import settings as settings_
 from agentrun_core import protocol, store
+from agentrun_core.store import connect
 
 logger = logging.getLogger(__name__)
 
@@ -26,6 +27,14 @@ logger = logging.getLogger(__name__)
 def spec_hash(spec: model.RunSpec) -> str:
     doc = {"graph": spec.graph, "input": spec.input, "durability": spec.durability}
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+# The Failed condition's reason of a run whose spec Postgres refuses to store (issue 35).
+UNSTORABLE = phases.UNSTORABLE
+
+
+class Unstorable(Exception):
+    """The run's admission row cannot be stored, and never will be (the same spec, the same refusal)."""
 
 
 class StaleObject(kube.KubeError):
@@ -114,13 +123,18 @@ class Executor:
             "retry_generation": spec.retry_generation,
         }
         source, checkpoint = admit.fork_source, admit.fork_checkpoint
-        if source and checkpoint:
-            fork = spec.fork_of
-            assert fork is not None  # decide plans a fork's admission only for a spec with forkOf
-            record = forks.admission_record(source, fork.run, checkpoint, fork.step, fork.set)
-            store.admit_fork(self.db, **admitted, fork_of=record)
-        else:
-            store.admit_run(self.db, **admitted)
+        try:
+            if source and checkpoint:
+                fork = spec.fork_of
+                assert fork is not None  # decide plans a fork's admission only for a spec with forkOf
+                record = forks.admission_record(source, fork.run, checkpoint, fork.step, fork.set)
+                store.admit_fork(self.db, **admitted, fork_of=record)
+            else:
+                store.admit_run(self.db, **admitted)
+        except connect.DataError as exc:
+            # Retrying would meet the same refusal every poll, with nothing on the run to say why.
+            why = ": ".join(m for m in (exc.diag.message_primary, exc.diag.message_detail) if m) or str(exc)
+            raise Unstorable(f"the spec cannot be stored in Postgres: {why}; nothing was admitted") from exc
 
     def _create_pod(self, world: model.World, create: actions.CreatePod, memory: memory_.RunMemory) -> None:
         run, ns = world.run, world.run.namespace

@@ -381,6 +381,8 @@ class World:
     start_wait: str = ""
     # attempt -> seconds this operator has seen that attempt's Pod terminated (agent_operator.cleanup).
     pods_terminated_for: Mapping[int, float] = dataclasses.field(default_factory=dict)
+    # Why a part of the spec the operator stores cannot be stored in Postgres (U+0000), or None.
+    unstorable: str | None = None
     # The worker image when spec.worker.image names none (AGENTRUN_WORKER_IMAGE): what a run is pinned to.
     default_image: str = "agentrun:dev"
     # A fork not admitted yet: its source as resolved in Postgres (None: not a fork, or already admitted).

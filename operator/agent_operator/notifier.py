@@ -99,6 +99,7 @@ class Notifier:
                     # resent, and not said "failed" (it may have landed). No Warning: nobody needs to act now.
                     ledger.record(
                         self.db,
+                        run_id=world.run.uid,
                         key=key,
                         epoch=epoch,
                         status="pending",
@@ -111,6 +112,7 @@ class Notifier:
                 # no call is outstanding: provably not sent, and no longer to be sent.
                 ledger.record(
                     self.db,
+                    run_id=world.run.uid,
                     key=key,
                     epoch=epoch,
                     status="failed",
@@ -209,7 +211,7 @@ class Notifier:
         prepared = notify_http.prepare(spec.url, self.policy, self.limits.timeout_seconds)
         if isinstance(prepared, notify_http.Prepared):
             # Marked issued first: from here until the outcome is recorded, a crash leaves an unknown outcome.
-            ledger.record(self.db, key=item.key, epoch=epoch, status="pending", issued=True)
+            ledger.record(self.db, run_id=run.uid, key=item.key, epoch=epoch, status="pending", issued=True)
             outcome = notify_http.send(prepared, notify.body(item.content, spec.format, item.key), headers)
             faults.hit("notify_after_call")
             calls = 1
@@ -227,6 +229,7 @@ class Notifier:
         if step.status == "sent":
             ledger.record(
                 self.db,
+                run_id=run.uid,
                 key=item.key,
                 epoch=epoch,
                 status="sent",
@@ -244,6 +247,7 @@ class Notifier:
             delay = retry_delay(self.limits, max(attempt, 1), outcome.retry_after)
             ledger.record(
                 self.db,
+                run_id=run.uid,
                 key=item.key,
                 epoch=epoch,
                 status="pending",
@@ -269,7 +273,14 @@ class Notifier:
             reason, why = "NotificationFailed", outcome.detail
         message = f"{what} failed: {why}"
         ledger.record(
-            self.db, key=item.key, epoch=epoch, status="failed", issued=False, calls=calls, error=message
+            self.db,
+            run_id=run.uid,
+            key=item.key,
+            epoch=epoch,
+            status="failed",
+            issued=False,
+            calls=calls,
+            error=message,
         )
         self._warn(run, memory, reason, message, f"failed:{item.key}")
         return None
@@ -299,6 +310,7 @@ class Notifier:
         )
         ledger.record(
             self.db,
+            run_id=run.uid,
             key=key,
             epoch=self._epoch,
             status="pending",

@@ -19,6 +19,7 @@ from agent_operator import kube, metrics, model, throttle
 from agent_operator import memory as memory_
 from agent_operator import settings as settings_
 from agentrun_core import lease_math, protocol, store
+from agentrun_core.store import connect
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +74,15 @@ class Observer:
         # The run, its approvals, effect counts and interventions, in one round trip; and the policy a future
         # approval is requested under follows spec.approval (never while one is pending: that one keeps its
         # snapshot; never for a finished run).
-        seen = store.observe_run(self.db, run.uid, spec.approval.as_json())
+        unstorable = None
+        try:
+            seen = store.observe_run(self.db, run.uid, spec.approval.as_json())
+        except connect.DataError as exc:
+            # spec.approval holds what Postgres cannot store (U+0000): read without syncing it, and say so
+            # (reconcile refuses to admit such a run) instead of failing every reconcile.
+            why = ": ".join(m for m in (exc.diag.message_primary, exc.diag.message_detail) if m) or str(exc)
+            unstorable = f"spec.approval cannot be stored in Postgres: {why}"
+            seen = store.observe_run(self.db, run.uid, None)
         db, approvals = seen.run, seen.approvals
         by_attempt = {p.attempt: p for p in pod_bodies if p.attempt > 0}
         now_mono = time.monotonic()
@@ -125,6 +134,7 @@ class Observer:
         return model.World(
             run=run,
             spec=spec,
+            unstorable=unstorable,
             status=status,
             now=datetime.datetime.now(datetime.UTC),
             db=db,

@@ -18,6 +18,7 @@ EXTRA_CONDITIONS = ("Cancelled", "Suspended", "ApprovalEscalated", "ReadOnly", "
 
 # Failure reasons (condition Failed, reason).
 INVALID_SPEC = "InvalidSpec"
+UNSTORABLE = "Unstorable"  # Postgres refuses to store the spec (U+0000): never admitted, never retried
 ATTEMPTS_EXHAUSTED = "AttemptsExhausted"
 GRAPH_FAILED = "GraphFailed"
 NEEDS_HUMAN = "NeedsHuman"
@@ -170,8 +171,13 @@ def status_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, An
     return patch or None
 
 
+# Valid JSON that the API server accepts, but neither Postgres's jsonb nor its text can hold (issue 35).
+NUL_IN_INPUT = "spec.input holds the character U+0000 (NUL) in a string or a key, which Postgres cannot store"
+
+
 def input_problem(value: Any) -> str | None:
-    """Why ``spec.input`` cannot run (too deep, too large, an integer msgpack cannot carry), or None.
+    """Why ``spec.input`` cannot run (too deep, too large, an integer msgpack cannot carry, a character
+    Postgres cannot store), or None.
 
     Iterative (an explicit stack), so a hostile depth costs memory, never a RecursionError.
     """
@@ -182,6 +188,8 @@ def input_problem(value: Any) -> str | None:
         if depth > MAX_INPUT_DEPTH:
             return f"spec.input is nested deeper than {MAX_INPUT_DEPTH} levels"
         if isinstance(item, Mapping):
+            if any("\x00" in str(k) for k in item):
+                return NUL_IN_INPUT
             size += 2 + sum(len(str(k)) + 4 for k in item)
             stack.extend((v, depth + 1) for v in item.values())
         elif isinstance(item, list | tuple):
@@ -194,6 +202,8 @@ def input_problem(value: Any) -> str | None:
                 return f"spec.input holds an integer outside the 64-bit range: {str(item)[:40]}..."
             size += 20
         else:
+            if isinstance(item, str) and "\x00" in item:
+                return NUL_IN_INPUT
             size += len(str(item)) + 2
         if size > MAX_INPUT_BYTES:
             return f"spec.input is larger than {MAX_INPUT_BYTES // 1024} KiB"

@@ -132,6 +132,8 @@ def _admit(w: walk.Walk) -> None:
         plan.done = True  # never admitted: nothing ran, nothing to release
         return
     problem, reason = phases.input_problem(spec.input), phases.INVALID_SPEC
+    if problem is None and world.unstorable is not None:
+        problem, reason = world.unstorable, phases.UNSTORABLE
     fork = world.fork_source
     if problem is None and fork is not None and fork.problem is not None:
         # A fork whose source, checkpoint, step or edits do not exist: refused before anything is copied.

@@ -31,6 +31,7 @@ from agent_operator import (
     run_status,
     tenants,
     throttle,
+    walk,
 )
 from agent_operator import memory as memory_
 from agent_operator import settings as settings_
@@ -194,7 +195,11 @@ class Runner:
         run = world.run
         for action in plan.actions:
             self._fence(run)
-            self.executor.do(world, action, memory)
+            try:
+                self.executor.do(world, action, memory)
+            except execute.Unstorable as exc:
+                _failed_unstorable(world, plan, str(exc))
+                break
         events = plan.events + run_status.transition_events(world.status, plan.status)
         for event in events:
             self.event(run, event)
@@ -249,6 +254,19 @@ class Runner:
             logger.warning(
                 "could not post event %s for %s/%s: %s", event.reason, run.namespace, run.name, exc
             )
+
+
+def _failed_unstorable(world: model.World, plan: actions.Plan, message: str) -> None:
+    """``plan`` once its run's admission was refused for good: the run ``Failed`` (reason ``Unstorable``)
+    with a Warning, nothing else of it done. The next reconcile finds the run Failed and never admitted, and
+    keeps it so (reconcile._admit) without trying again."""
+    st = walk.initial(world.status)
+    st.phase, st.reason, st.message = "Failed", execute.UNSTORABLE, message
+    st.completion_time = phases.iso(world.now)
+    st.next_attempt_at = None
+    plan.actions = []
+    plan.events = [actions.Event("Warning", execute.UNSTORABLE, message)]
+    plan.status = run_status.build(world, st)
 
 
 def _group(world: model.World) -> throttle.Group | None:

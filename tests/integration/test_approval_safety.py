@@ -138,7 +138,7 @@ def test_approve_and_expire_race_in_postgres(pg_dsn: str) -> None:
                     won = ["expired"] if decide("expired") else []
             assert len(won) == 1, (i, won)
             wins[won[0]] += 1
-            row = store.get_approval(admin, f"a-{i}")
+            row = store.get_approval(admin, run_id=run_id, approval_id=f"a-{i}")
             assert row is not None and row.status == won[0]
             if won[0] == "approved":  # never after the deadline Postgres stored
                 assert row.decided_at is not None and row.deadline is not None

@@ -119,7 +119,7 @@ def test_reserve_record_and_fencing(conn: psycopg.Connection[object]) -> None:
     store.record_effect(
         conn, key="k1", run_id="r1", epoch=1, status="sent", calls=1, result={"id": 7}, provider_ref="p7"
     )
-    sent = store.get_effect(conn, "k1")  # nothing of the row comes back from the record
+    sent = store.get_effect(conn, run_id="r1", key="k1")  # nothing of the row comes back from the record
     assert sent is not None and sent.status == "sent" and sent.attempts == 1 and sent.sent_at
     assert sent.result == {"id": 7} and sent.provider_ref == "p7"
     hit = _reserve(conn)
@@ -131,11 +131,11 @@ def test_reserve_record_and_fencing(conn: psycopg.Connection[object]) -> None:
     store.claim_run(conn, run_id="r1", epoch=2, holder="b")
     with pytest.raises(errors.Fenced):
         _reserve(conn, key="k2", epoch=1)
-    assert store.get_effect(conn, "k2") is None
+    assert store.get_effect(conn, run_id="r1", key="k2") is None
     with pytest.raises(errors.Fenced):
         store.record_effect(conn, key="k1", run_id="r1", epoch=1, status="confirmed")
     store.record_effect(conn, key="k1", run_id="r1", epoch=2, status="confirmed")
-    confirmed = store.get_effect(conn, "k1")
+    confirmed = store.get_effect(conn, run_id="r1", key="k1")
     assert confirmed is not None and confirmed.status == "confirmed" and confirmed.confirmed_at
     assert store.effect_counts(conn, "r1") == {
         "pending": 0,
@@ -173,7 +173,7 @@ def test_only_a_success_record_commits_without_waiting_for_the_flush(
     assert not _waits_for_flush(
         conn, lambda: store.record_effect(conn, key="k1", **fence, status="sent", result=1, flush=False)
     )
-    assert (got := store.get_effect(conn, "k1")) is not None and got.status == "sent"
+    assert (got := store.get_effect(conn, run_id="r1", key="k1")) is not None and got.status == "sent"
     _reserve(conn, key="k2")
     with pytest.raises(ValueError, match="must be flushed"):
         store.record_effect(conn, key="k2", **fence, status="failed", error="e", flush=False)
@@ -197,9 +197,9 @@ def test_confirm_effect_later(conn: psycopg.Connection[object]) -> None:
     store.claim_run(conn, run_id="r1", epoch=1, holder="a")
     _reserve(conn)
     store.record_effect(conn, key="k1", run_id="r1", epoch=1, status="sent", calls=1)
-    got = store.confirm_effect(conn, key="k1", provider_ref="msg-1")
+    got = store.confirm_effect(conn, run_id="r1", key="k1", provider_ref="msg-1")
     assert got is not None and got.status == "confirmed" and got.provider_ref == "msg-1"
-    assert store.confirm_effect(conn, key="k1") is None
+    assert store.confirm_effect(conn, run_id="r1", key="k1") is None
 
 
 def test_approvals_decided_exactly_once(conn: psycopg.Connection[object]) -> None:
@@ -228,7 +228,7 @@ def test_approvals_decided_exactly_once(conn: psycopg.Connection[object]) -> Non
     decide = dict(approval_id="a-1", run_id="r1", decision="approved", decided_by="alice", comment="fine")
     assert store.decide_approval(conn, **decide) is True  # type: ignore[arg-type]
     assert store.decide_approval(conn, **decide) is False  # type: ignore[arg-type]
-    decided = store.get_approval(conn, "a-1")
+    decided = store.get_approval(conn, run_id="r1", approval_id="a-1")
     assert decided is not None and decided.payload == {
         "approved": True,
         "approval_id": "a-1",
@@ -272,7 +272,7 @@ def test_expiry_read_only(conn: psycopg.Connection[object]) -> None:
         time.sleep(0.1)
     run = store.get_run(conn, "r1")
     assert run is not None and run.read_only
-    approval = store.get_approval(conn, "a-1")
+    approval = store.get_approval(conn, run_id="r1", approval_id="a-1")
     assert approval is not None and approval.payload["expired"] is True and approval.payload["read_only"]
 
 

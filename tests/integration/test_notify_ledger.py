@@ -46,26 +46,28 @@ def test_an_older_notifier_epoch_is_refused_in_the_statement(conn: psycopg.Conne
     with pytest.raises(errors.Fenced):
         reserve(conn, old)
     with pytest.raises(errors.Fenced):
-        ledger.record(conn, key="ak-n1", epoch=old, status="sent", issued=False, calls=1)
+        ledger.record(conn, run_id=RUN, key="ak-n1", epoch=old, status="sent", issued=False, calls=1)
     again = reserve(conn, new)
     assert again is not None and not again.inserted and again.status == "pending"
-    assert ledger.record(conn, key="ak-n1", epoch=new, status="pending", issued=True)
+    assert ledger.record(conn, run_id=RUN, key="ak-n1", epoch=new, status="pending", issued=True)
     seen = reserve(conn, new)
     assert seen is not None and seen.issued  # a call is outstanding: the next reader treats it as unknown
     assert ledger.record(
-        conn, key="ak-n1", epoch=new, status="sent", issued=False, calls=1, result={"status": 200}
+        conn, run_id=RUN, key="ak-n1", epoch=new, status="sent", issued=False, calls=1, result={"status": 200}
     )
     done = reserve(conn, new)
     assert done is not None and (done.status, done.issued, done.attempts) == ("sent", False, 1)
     assert not ledger.record(
-        conn, key="ak-n1", epoch=new, status="failed", issued=False
+        conn, run_id=RUN, key="ak-n1", epoch=new, status="failed", issued=False
     )  # only pending moves
 
 
 def test_a_scheduled_retry_is_due_by_postgres_clock(conn: psycopg.Connection[Any]) -> None:
     epoch = ledger.take_epoch(conn, "operator-a")
     reserve(conn, epoch)
-    ledger.record(conn, key="ak-n1", epoch=epoch, status="pending", issued=False, calls=1, retry_seconds=30)
+    ledger.record(
+        conn, run_id=RUN, key="ak-n1", epoch=epoch, status="pending", issued=False, calls=1, retry_seconds=30
+    )
     later = reserve(conn, epoch)
     # not yet due by Postgres's clock (no tighter lower bound: a loaded machine may pause here)
     assert later is not None and 0 < later.due_in_seconds <= 30 and later.attempts == 1

@@ -67,3 +67,10 @@ def test_input_problem_bounds_depth_size_and_integers() -> None:
     assert "larger" in (phases.input_problem({"blob": "x" * (1024 * 1024)}) or "")
     assert "64-bit" in (phases.input_problem({"n": [2**64]}) or "")
     assert "64-bit" in (phases.input_problem({"n": -(2**63) - 1}) or "")
+
+
+def test_input_problem_refuses_a_nul_postgres_cannot_store() -> None:
+    """U+0000 anywhere (a value, a key, nested): refused before admission, never stored and retried."""
+    for bad in ({"s": "a\x00b"}, {"k\x00": 1}, {"l": [{"m": ["ok", "\x00"]}]}):
+        assert phases.input_problem(bad) == phases.NUL_IN_INPUT, bad
+    assert phases.input_problem({"s": "a\\u0000b", "t": "\u2400"}) is None  # an escape as text, a symbol

@@ -39,6 +39,7 @@ SELECT r.*, now() AS db_now FROM (SELECT 1) one LEFT JOIN agentrun_runs r ON r.r
 WITH synced AS (
     UPDATE agentrun_runs r SET approval_policy = %(approval_policy)s, updated_at = now()
     WHERE r.run_id = %(run_id)s AND r.status <> ALL (%(final_statuses)s::text[])
+      AND %(approval_policy)s::jsonb IS NOT NULL  -- NULL: read only (a spec.approval Postgres cannot store)
       AND r.approval_policy IS DISTINCT FROM %(approval_policy)s
       AND NOT EXISTS (SELECT 1 FROM agentrun_approvals a WHERE a.run_id = r.run_id AND a.status = 'pending')
     RETURNING 1
@@ -178,7 +179,7 @@ WITH run AS (
            %(epoch)s, %(key_version)s,
            now() + make_interval(secs => %(timeout_seconds)s::double precision)
     FROM run WHERE run.lease_epoch = %(epoch)s AND NOT run.read_only
-    ON CONFLICT (idempotency_key) DO NOTHING
+    ON CONFLICT (run_id, idempotency_key) DO NOTHING
     RETURNING 1
 )
 SELECT run.lease_epoch AS current_epoch, run.read_only, EXISTS (SELECT 1 FROM ins) AS inserted
@@ -204,7 +205,7 @@ WITH run AS (
            %(epoch)s, %(key_version)s,
            now() + make_interval(secs => %(timeout_seconds)s::double precision)
     FROM run WHERE run.lease_epoch = %(epoch)s AND NOT run.read_only
-    ON CONFLICT (idempotency_key) DO NOTHING
+    ON CONFLICT (run_id, idempotency_key) DO NOTHING
     RETURNING 1
 ), hit AS (
     UPDATE agentrun_effects e
@@ -220,14 +221,14 @@ WITH run AS (
                      THEN 'replay asked for this effect with other arguments (on_divergence=needs_human)'
                      ELSE e.error END
     FROM run
-    WHERE e.idempotency_key = %(key)s AND run.lease_epoch = %(epoch)s
+    WHERE e.run_id = %(run_id)s AND e.idempotency_key = %(key)s AND run.lease_epoch = %(epoch)s
       AND (e.status IN ('sent', 'confirmed') OR e.args_hash <> %(args_hash)s)
     RETURNING e.*
 ), existing AS (
     SELECT to_jsonb(hit) AS doc, hit.call_deadline, hit.epoch FROM hit
     UNION ALL
     SELECT to_jsonb(e), e.call_deadline, e.epoch FROM agentrun_effects e
-    WHERE e.idempotency_key = %(key)s AND NOT EXISTS (SELECT 1 FROM hit)
+    WHERE e.run_id = %(run_id)s AND e.idempotency_key = %(key)s AND NOT EXISTS (SELECT 1 FROM hit)
 )
 SELECT run.lease_epoch AS current_epoch, run.read_only,
        -- a new row is what the caller sent: only whether it was inserted comes back
@@ -267,10 +268,8 @@ WITH run AS (
         confirmed_at = CASE WHEN %(status)s = 'confirmed' THEN coalesce(e.confirmed_at, now())
                             ELSE e.confirmed_at END
     FROM run
-    -- The row is reached by its key (the primary key); the run is checked on it, never used to find it
-    -- (IS NOT DISTINCT FROM, both sides non-null: the planner cannot scan the run's index with it, and a
-    -- generic plan made on an empty table otherwise may, reading every effect of the run per record).
-    WHERE e.idempotency_key = %(key)s AND e.run_id IS NOT DISTINCT FROM %(run_id)s
+    -- The row is reached by its primary key (run, key: migration 24).
+    WHERE e.run_id = %(run_id)s AND e.idempotency_key = %(key)s
       AND run.lease_epoch = %(epoch)s AND e.status = ANY(%(from_statuses)s)
     RETURNING e.status
 )
@@ -278,7 +277,8 @@ WITH run AS (
 -- nothing was updated, for the illegal transition's error (an uncorrelated NOT EXISTS: a one-time filter).
 SELECT run.lease_epoch AS current_epoch, (SELECT upd.status FROM upd) AS updated_status,
        (SELECT e.status FROM agentrun_effects e
-        WHERE e.idempotency_key = %(key)s AND NOT EXISTS (SELECT 1 FROM upd)) AS previous_status,
+        WHERE e.run_id = %(run_id)s AND e.idempotency_key = %(key)s AND NOT EXISTS (SELECT 1 FROM upd))
+           AS previous_status,
        -- not flush: this transaction's commit does not wait for its WAL to reach the disk (effects_sql.
        -- record_effect says when that is safe). Read at commit, reset after it: nothing else is affected.
        CASE WHEN %(flush)s THEN NULL ELSE set_config('synchronous_commit', 'off', true) END AS commit_wait
@@ -290,11 +290,11 @@ UPDATE agentrun_effects
 SET status = 'confirmed', confirmed_at = coalesce(confirmed_at, now()), updated_at = now(),
     provider_ref = coalesce(%(provider_ref)s, provider_ref), result = coalesce(%(result)s, result),
     needs_human = false
-WHERE idempotency_key = %(key)s AND status IN ('pending', 'sent')
+WHERE run_id = %(run_id)s AND idempotency_key = %(key)s AND status IN ('pending', 'sent')
 RETURNING *
 
 -- name: get_effect
-SELECT * FROM agentrun_effects WHERE idempotency_key = %(key)s
+SELECT * FROM agentrun_effects WHERE run_id = %(run_id)s AND idempotency_key = %(key)s
 
 -- name: list_effects
 SELECT * FROM agentrun_effects WHERE run_id = %(run_id)s ORDER BY created_at, idempotency_key
@@ -314,7 +314,7 @@ WITH run AS (
     INSERT INTO agentrun_approvals (approval_id, run_id, interrupt_id, prompt)
     SELECT %(approval_id)s, %(run_id)s, %(interrupt_id)s, %(prompt)s
     FROM run WHERE run.lease_epoch = %(epoch)s
-    ON CONFLICT (approval_id) DO NOTHING
+    ON CONFLICT (run_id, approval_id) DO NOTHING
     RETURNING *
 ), park AS (
     UPDATE agentrun_runs r SET status = 'parked', status_reason = %(reason)s, updated_at = now()
@@ -324,12 +324,13 @@ WITH run AS (
 )
 SELECT run.lease_epoch AS current_epoch,
        coalesce((SELECT to_jsonb(ins) FROM ins),
-                (SELECT to_jsonb(a) FROM agentrun_approvals a WHERE a.approval_id = %(approval_id)s)) AS approval,
+                (SELECT to_jsonb(a) FROM agentrun_approvals a
+                 WHERE a.run_id = %(run_id)s AND a.approval_id = %(approval_id)s)) AS approval,
        (SELECT count(*) FROM park) AS parked
 FROM run
 
 -- name: get_approval
-SELECT * FROM agentrun_approvals WHERE approval_id = %(approval_id)s
+SELECT * FROM agentrun_approvals WHERE run_id = %(run_id)s AND approval_id = %(approval_id)s
 
 -- name: list_approvals
 SELECT * FROM agentrun_approvals WHERE run_id = %(run_id)s ORDER BY requested_at, approval_id
@@ -344,7 +345,7 @@ WITH upd AS (
     UPDATE agentrun_approvals
     SET status = %(decision)s, decided_by = %(decided_by)s, decided_at = now(), comment = %(comment)s,
         payload = %(payload)s, deadline_action = %(deadline_action)s
-    WHERE approval_id = %(approval_id)s AND run_id = %(run_id)s AND status = 'pending'
+    WHERE run_id = %(run_id)s AND approval_id = %(approval_id)s AND status = 'pending'
       AND CASE WHEN %(decision)s = 'expired' THEN deadline IS NOT NULL AND deadline <= now()
                ELSE deadline IS NULL OR now() < deadline
                     OR coalesce(policy ->> 'onTimeout', 'escalate') = 'escalate' END
@@ -357,8 +358,8 @@ WITH upd AS (
 SELECT (SELECT count(*) FROM upd) AS decided, (SELECT count(*) FROM ro) AS made_read_only,
        a.status AS status, a.deadline IS NOT NULL AND a.deadline <= now() AS past_deadline
 FROM (SELECT 1) one
-LEFT JOIN agentrun_approvals a  -- by its key, the run checked on the row (not indexable: see record_effect)
-    ON a.approval_id = %(approval_id)s AND a.run_id IS NOT DISTINCT FROM %(run_id)s
+LEFT JOIN agentrun_approvals a  -- by its primary key (run, approval id: migration 24)
+    ON a.run_id = %(run_id)s AND a.approval_id = %(approval_id)s
 
 -- name: sync_approval_policy
 -- spec.approval changed: the run's policy follows, but never while an approval is pending (that one keeps
@@ -369,7 +370,7 @@ WHERE r.run_id = %(run_id)s AND r.approval_policy IS DISTINCT FROM %(approval_po
 
 -- name: mark_approval_resumed
 UPDATE agentrun_approvals SET resumed_at = coalesce(resumed_at, now())
-WHERE approval_id = %(approval_id)s AND status <> 'pending'
+WHERE run_id = %(run_id)s AND approval_id = %(approval_id)s AND status <> 'pending'
 
 -- ------------------------------------------------------------------------------------------- tenants
 
@@ -557,7 +558,8 @@ WITH run AS (
     SET status = 'pending', needs_human = false, updated_at = now(),
         error = 'failed, may have been performed: kept its key on retry ' || %(generation)s
                 || ' (unknown outcome): ' || coalesce(e.error, '')
-    FROM failed f WHERE e.idempotency_key = f.idempotency_key AND NOT f.not_performed
+    FROM failed f
+    WHERE e.run_id = %(run_id)s AND e.idempotency_key = f.idempotency_key AND NOT f.not_performed
     RETURNING e.idempotency_key
 ), report AS (
     SELECT jsonb_build_object(
@@ -595,9 +597,9 @@ WITH run AS (
     WHERE run_id = %(run_id)s AND status IN ('needs_human', 'failed', 'cancelled')
     FOR UPDATE
 ), eff AS (
-    -- by its key, the run and status checked on the row (not indexable: see record_effect)
-    SELECT e.* FROM agentrun_effects e JOIN run ON e.run_id IS NOT DISTINCT FROM run.run_id
-    WHERE e.idempotency_key = %(key)s
+    -- by its primary key (run, key), the status checked on the row
+    SELECT e.* FROM agentrun_effects e JOIN run ON e.run_id = run.run_id
+    WHERE e.run_id = %(run_id)s AND e.idempotency_key = %(key)s
       AND (e.status IS NOT DISTINCT FROM 'pending'
            OR (e.status IS NOT DISTINCT FROM 'failed' AND NOT e.not_performed))
     FOR UPDATE OF e
@@ -605,11 +607,11 @@ WITH run AS (
     UPDATE agentrun_effects e
     SET status = 'sent', result = %(result)s, needs_human = false, error = NULL,
         sent_at = coalesce(e.sent_at, now()), updated_at = now()
-    FROM eff WHERE e.idempotency_key = eff.idempotency_key AND %(outcome)s = 'sent'
+    FROM eff WHERE e.run_id = eff.run_id AND e.idempotency_key = eff.idempotency_key AND %(outcome)s = 'sent'
     RETURNING e.idempotency_key
 ), gone AS (
     DELETE FROM agentrun_effects e USING eff
-    WHERE e.idempotency_key = eff.idempotency_key AND %(outcome)s = 'not_sent'
+    WHERE e.run_id = eff.run_id AND e.idempotency_key = eff.idempotency_key AND %(outcome)s = 'not_sent'
     RETURNING e.idempotency_key
 ), log AS (
     INSERT INTO agentrun_interventions (run_id, kind, effect_key, by, from_status, detail)
@@ -629,8 +631,10 @@ WITH run AS (
     RETURNING r.status
 )
 SELECT (SELECT status FROM run) AS run_status,
-       (SELECT e.status FROM agentrun_effects e WHERE e.idempotency_key = %(key)s) AS effect_status,
-       (SELECT e.not_performed FROM agentrun_effects e WHERE e.idempotency_key = %(key)s) AS not_performed,
+       (SELECT e.status FROM agentrun_effects e
+        WHERE e.run_id = %(run_id)s AND e.idempotency_key = %(key)s) AS effect_status,
+       (SELECT e.not_performed FROM agentrun_effects e
+        WHERE e.run_id = %(run_id)s AND e.idempotency_key = %(key)s) AS not_performed,
        (SELECT count(*) FROM log) AS resolved,
        (SELECT status FROM upd) AS new_status
 
@@ -658,13 +662,13 @@ WITH fence AS (
     SELECT %(key)s, %(run_id)s, %(step)s, %(action)s, 'notify', 0, %(args_hash)s, %(args)s, %(epoch)s, 2
     FROM fence WHERE fence.epoch = %(epoch)s
       AND EXISTS (SELECT 1 FROM agentrun_runs r WHERE r.run_id = %(run_id)s)
-    ON CONFLICT (idempotency_key) DO NOTHING
+    ON CONFLICT (run_id, idempotency_key) DO NOTHING
     RETURNING *
 ), found AS (
     SELECT to_jsonb(ins) AS doc, ins.retry_at FROM ins
     UNION ALL
     SELECT to_jsonb(e), e.retry_at FROM agentrun_effects e
-    WHERE e.idempotency_key = %(key)s AND NOT EXISTS (SELECT 1 FROM ins)
+    WHERE e.run_id = %(run_id)s AND e.idempotency_key = %(key)s AND NOT EXISTS (SELECT 1 FROM ins)
 )
 SELECT fence.epoch AS current_epoch, (SELECT count(*) FROM ins) AS inserted, found.doc AS effect,
        greatest(0, extract(epoch FROM found.retry_at - now()))::float8 AS due_in_seconds
@@ -690,8 +694,8 @@ WITH fence AS (
         updated_at = now(),
         sent_at = CASE WHEN %(status)s = 'sent' THEN coalesce(e.sent_at, now()) ELSE e.sent_at END
     FROM fence
-    -- by its key, the status checked on the row (not indexable: see record_effect)
-    WHERE e.idempotency_key = %(key)s AND e.tool = 'notify' AND fence.epoch = %(epoch)s
+    -- by its primary key (run, key), the status checked on the row
+    WHERE e.run_id = %(run_id)s AND e.idempotency_key = %(key)s AND e.tool = 'notify' AND fence.epoch = %(epoch)s
       AND e.status IS NOT DISTINCT FROM 'pending'
     RETURNING e.*
 )
