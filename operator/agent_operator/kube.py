@@ -171,18 +171,13 @@ def put_secret(api: ApiClient, namespace: str, body: Body) -> None:
 
 # --- admission policies ----------------------------------------------------------------------------------
 
-# What makes decision annotations trustworthy (deploy/admission): (plural, name).
-ADMISSION_OBJECTS = (
-    ("validatingadmissionpolicies", "agentrun-approvals"),
-    ("validatingadmissionpolicybindings", "agentrun-approvals"),
-    ("mutatingadmissionpolicies", "agentrun-stamp-decided-by"),
-    ("mutatingadmissionpolicybindings", "agentrun-stamp-decided-by"),
-)
+# What makes steering trustworthy (deploy/admission): (plural, name).
+ADMISSION_OBJECTS = tuple(admission.STEERING_OBJECTS)
 
 
 def missing_admission_objects(api: ApiClient) -> list[str]:
-    """The decision-guarding admission objects that are absent or not as shipped (``admission.problem``:
-    edited CEL, failurePolicy Ignore, a binding without Deny or narrowed)."""
+    """The steering-guarding admission objects that are absent or not as shipped (``admission.problem``:
+    an edited spec, failurePolicy Ignore, a binding without Deny or narrowed), each named with why."""
     missing = []
     for kind, name in ADMISSION_OBJECTS:
         try:
