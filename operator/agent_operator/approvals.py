@@ -83,7 +83,7 @@ def from_annotations(world: model.World, plan: actions.Plan, finished: bool) -> 
         return False
     remove = actions.RemoveDecisionAnnotations()
     if not world.admission_ok:
-        plan.warn("ApprovalPolicyMissing", POLICY_MISSING)
+        plan.warn("ApprovalPolicyMissing", "decision annotations ignored: " + policy_missing(world))
         plan.actions.append(remove)
         return False
     if refusal is not None:
@@ -99,11 +99,17 @@ def from_annotations(world: model.World, plan: actions.Plan, finished: bool) -> 
 
 
 POLICY_MISSING = (
-    "decision annotations ignored: the agentrun admission policies (ValidatingAdmissionPolicy "
-    "agentrun-approvals, MutatingAdmissionPolicy agentrun-stamp-decided-by and their bindings) are not "
-    "installed, so anyone who can patch this run could have written them; install deploy/admission and "
-    "decide again"
+    "the agentrun admission policies (deploy/admission: ValidatingAdmissionPolicies agentrun-approvals, "
+    "agentrun-decision-payload, agentrun-steering, agentrun-fork, the MutatingAdmissionPolicies that stamp "
+    "who did it, and their bindings) are not installed as shipped, so anyone who can patch this run could "
+    "have written it; install deploy/admission and steer again"
 )
+
+
+def policy_missing(world: model.World) -> str:
+    """Why steering is refused, naming each policy object that is absent or not as shipped."""
+    which = "; ".join(world.admission_missing)
+    return POLICY_MISSING + (f" (not as shipped: {which})" if which else "")
 
 
 def _check(world: model.World, plan: actions.Plan, request: Request, finished: bool) -> actions.Decide | None:

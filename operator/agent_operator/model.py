@@ -105,6 +105,9 @@ class ForkRequest:
     step: str | None = None
     set: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # dotted state path -> new value
     problem: str | None = None  # setJson that is not JSON, or a path in both set and setJson
+    # The creator approves what the fork carries past a gate (spec.forkOf.approve, implied by edits); the
+    # admission policy agentrun-fork let it through only with the RBAC verb approve on the source.
+    approve: bool = False
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any] | None) -> ForkRequest | None:
@@ -126,6 +129,7 @@ class ForkRequest:
             step=str(doc["step"]) if doc.get("step") else None,
             set=edits,
             problem=problem,
+            approve=bool(doc.get("approve")) or bool(edits),
         )
 
     @property
@@ -361,9 +365,12 @@ class World:
     # The current attempt's Pod as last seen, when it is gone from the cache now: why it ended
     # (eviction, OOM) is often only visible in its last state.
     last_seen_pod: PodInfo | None = None
-    # The admission policies that make decision annotations trustworthy are installed (None: unknown, the
-    # check itself failed). Without them the operator applies no decision.
+    # The admission policies that make steering trustworthy are installed as shipped (None: unknown, the
+    # check itself failed, or not looked at). Without them the operator applies no decision, resolve,
+    # retry, fork or resume (agent_operator.admission).
     admission_ok: bool | None = True
+    # When not ok: each object absent or not as shipped, with why ("validatingadmissionpolicies/… (…)").
+    admission_missing: tuple[str, ...] = ()
     # The current attempt's Pod and the run's Lease in this World were read from the API server during this
     # reconcile (a fresh read), not only from the watch-fed indexes, which may lag or stall.
     live: bool = False
