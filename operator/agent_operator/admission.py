@@ -29,7 +29,7 @@ from typing import Any
 
 # (plural, name) -> fingerprint of the shipped spec: every object the steering verbs rely on.
 STEERING_OBJECTS = {
-    ("validatingadmissionpolicies", "agentrun-approvals"): "f0c85737162561d8",
+    ("validatingadmissionpolicies", "agentrun-approvals"): "d4eea9a2033426bd",
     ("validatingadmissionpolicybindings", "agentrun-approvals"): "49212e3b71a72a27",
     ("validatingadmissionpolicies", "agentrun-decision-payload"): "e9b1ecf666289cb7",
     ("validatingadmissionpolicybindings", "agentrun-decision-payload"): "f1e133899ecee087",
@@ -43,7 +43,7 @@ STEERING_OBJECTS = {
     ("mutatingadmissionpolicybindings", "agentrun-stamp-resolved-by"): "91c61f344a0c0bdd",
     ("mutatingadmissionpolicies", "agentrun-stamp-retried-by"): "37515d70f901afa5",
     ("mutatingadmissionpolicybindings", "agentrun-stamp-retried-by"): "7a7609e1c00cf04d",
-    ("validatingadmissionpolicies", "agentrun-fork"): "624ec4f39b53c0ee",
+    ("validatingadmissionpolicies", "agentrun-fork"): "3832efe684262687",
     ("validatingadmissionpolicybindings", "agentrun-fork"): "595235bd7d932162",
 }
 DIFFERS = "its spec (CEL, matchConstraints, matchConditions) differs from the shipped one (deploy/admission)"

@@ -151,6 +151,27 @@ def _check(world: model.World, plan: actions.Plan, request: Request, finished: b
             f"groups {list(policy.approver_groups)})",
         )
         return None
+    groups = world.namespace_approver_groups
+    if groups and not any(g in groups for g in request.groups):
+        plan.warn(
+            "ApproverRefused",
+            f"{verb} of {approval.approval_id} by {request.decided_by} refused: not in the approver groups "
+            f"of namespace {world.run.namespace} ({', '.join(groups)}; its annotation "
+            f"{model.ANN_APPROVER_GROUPS})",
+        )
+        return None
+    if (
+        request.decision == "approved"
+        and world.namespace_four_eyes
+        and request.created_by
+        and request.created_by == request.decided_by
+    ):
+        plan.warn(
+            "SelfApprovalRefused",
+            f"{request.decided_by} created this run and namespace {world.run.namespace} requires four eyes "
+            f"(label {model.LABEL_FOUR_EYES}), whatever spec.approval.allowSelfApproval says",
+        )
+        return None
     if (
         request.decision == "approved"
         and not policy.allow_self_approval

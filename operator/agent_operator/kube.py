@@ -154,6 +154,15 @@ def namespace_exists(api: ApiClient, name: str) -> bool:
     return True
 
 
+def namespace_approval_policy(api: ApiClient, name: str) -> tuple[bool, tuple[str, ...]]:
+    """(four eyes required, approver groups) from the Namespace's label and annotation (model.LABEL_FOUR_EYES,
+    model.ANN_APPROVER_GROUPS). Errors propagate: an unread policy is never read as "none"."""
+    meta = core.objects.get_namespace(api, name, timeout=TIMEOUT).get("metadata") or {}
+    four_eyes = (meta.get("labels") or {}).get(model.LABEL_FOUR_EYES) == "true"
+    text = str((meta.get("annotations") or {}).get(model.ANN_APPROVER_GROUPS) or "")
+    return four_eyes, tuple(g.strip() for g in text.split(",") if g.strip())
+
+
 def read_secret_key(api: ApiClient, namespace: str, name: str, key: str) -> str | None:
     """One key of a Secret, decoded (None: the Secret has no such key). ``NotFound`` / ``KubeError`` (403)
     propagate. The value is a credential: callers never log it."""

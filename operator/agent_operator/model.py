@@ -46,6 +46,10 @@ BLOCKED_WAITING_REASONS = frozenset(
 
 # Steering (agent_operator.steering): resolve an effect of unknown outcome; who retried / resolved (stamped by
 # the MutatingAdmissionPolicy in deploy/admission/steer-mutating-policy.yaml from request.userInfo).
+LABEL_FOUR_EYES = (
+    "agentrun.dev/require-four-eyes"  # on the Namespace (deploy/admission/validating-policy.yaml)
+)
+ANN_APPROVER_GROUPS = "agentrun.dev/approver-groups"  # on the Namespace: "group-a,group-b"
 ANN_RESOLVE = "agentrun.dev/resolve"  # "<effect key>=sent" | "<effect key>=not-sent"
 ANN_RESOLVE_RESULT = "agentrun.dev/resolve-result"  # JSON: the tool's return value for =sent
 ANN_RESOLVED_BY = "agentrun.dev/resolved-by"
@@ -371,6 +375,11 @@ class World:
     admission_ok: bool | None = True
     # When not ok: each object absent or not as shipped, with why ("validatingadmissionpolicies/… (…)").
     admission_missing: tuple[str, ...] = ()
+    # The namespace's own approval policy, set on the Namespace object (not by the run's author), read when
+    # a decision is applied: label LABEL_FOUR_EYES "true" (nobody approves a run they created, whatever
+    # spec.approval says) and annotation ANN_APPROVER_GROUPS (only members of these groups decide).
+    namespace_four_eyes: bool = False
+    namespace_approver_groups: tuple[str, ...] = ()
     # The current attempt's Pod and the run's Lease in this World were read from the API server during this
     # reconcile (a fresh read), not only from the watch-fed indexes, which may lag or stall.
     live: bool = False

@@ -126,6 +126,15 @@ class Observer:
             carried = forks.carried_problem(fork.run, found.checkpoint_id, found.carried, fork.approve)
             problem = fork.problem or found.problem or carried
             fork_source = model.ForkSource(found.run_id, found.checkpoint_id, problem)
+        ok = self.admission_ok(fresh=steering) if guarded else None
+        four_eyes: bool = False
+        approver_groups: tuple[str, ...] = ()
+        if deciding and ok:
+            try:
+                four_eyes, approver_groups = kube.namespace_approval_policy(self.api, run.namespace)
+            except kube.KubeError as exc:
+                logger.warning("could not read namespace %s's approval policy: %s", run.namespace, exc)
+                ok = None  # decide nothing until it is read
         group = spec.concurrency.group if spec.concurrency is not None else None
         wait = self.throttle.waits_for(run.namespace, run.uid, group)
         return model.World(
@@ -144,8 +153,10 @@ class Observer:
             annotations_handled=run.resource_version in memory.handled_rvs,
             last_seen_pod=last_seen,
             # None: not looked at (nothing to guard)
-            admission_ok=(ok := self.admission_ok(fresh=steering) if guarded else None),
+            admission_ok=ok,
             admission_missing=self.admission_missing if ok is False else (),
+            namespace_four_eyes=four_eyes,
+            namespace_approver_groups=approver_groups,
             db_now=seen.db_now,
             blocked_for=now_mono - memory.blocked[1] if memory.blocked else None,
             unclaimed_for=now_mono - memory.unclaimed[1] if memory.unclaimed else None,
@@ -227,10 +238,13 @@ class Observer:
 def _steering_requested(
     run: model.RunRef, spec: model.RunSpec, status: Mapping[str, Any], db: store.Run | None
 ) -> bool:
-    """A steering verb waits to be applied (resolve, retry, a fork to admit, a resume): the admission
-    policies must be looked at, fresh, before it is (agent_operator.admission)."""
+    """A steering verb waits to be applied (resolve, retry, a fork to admit, a resume), or a refusal is
+    shown: the admission policies must be looked at, fresh (agent_operator.admission)."""
     if model.ANN_RESOLVE in run.annotations:
         return True
+    conditions = status.get("conditions") or ()
+    if any(c.get("type") == "ApprovalPolicyMissing" and c.get("status") == "True" for c in conditions):
+        return True  # keep looking until the policies are back, so the condition says so
     if db is None:
         return spec.fork_of is not None
     wanted = spec.retry_generation

@@ -184,6 +184,8 @@ def _steer(w: walk.Walk, finished: bool) -> bool:
     if not steering.retried_since_expiry(world):  # a retry overrides an onTimeout: cancel that stopped it
         approvals.expiry_followups(world, plan)
 
+    if world.admission_ok is False or (world.admission_ok and run_status.policy_condition(world)):
+        w.show()  # the ApprovalPolicyMissing condition (True, or back to False), whatever else this pass does
     # Humans steering a stopped run (resolve, retry); Postgres applies each exactly once.
     stopped = finished or db.status == "needs_human"
     steering_planned = steering.resolve(world, plan)

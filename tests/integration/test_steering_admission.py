@@ -23,6 +23,7 @@ from typing import Any
 
 import kubernetes
 import pytest
+from conftest import wait_for
 from test_approval_admission import CUSTOM, Arena, _run_body
 
 ACTORS = ("creator", "approver", "editor", "stranger", "serviceaccount")
@@ -190,3 +191,83 @@ def test_zz_steering_matrix_counts(arena: SteerArena) -> None:
     if RESULTS["applied"] + RESULTS["refused"] == total:
         assert RESULTS["applied"] == allowed
         assert RESULTS["stranger:applied"] == 0
+
+
+# --- issue 35.5: a namespace that requires four eyes ------------------------------------------------------
+
+FOUR_EYES = "agentrun.dev/require-four-eyes"
+APPROVER_GROUPS = "agentrun.dev/approver-groups"
+
+
+@pytest.fixture(scope="module")
+def four_eyes(
+    kube: kubernetes.client.ApiClient,
+    admin_kubeconfig: Path,
+    dev_cluster: Any,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Arena]:
+    """The approval arena, plus ``selfish``: created by carol with allowSelfApproval: true and waiting for
+    an approval, BEFORE the namespace owner requires four eyes and names the approver group managers."""
+    a = Arena(kube, admin_kubeconfig, dev_cluster.settings, tmp_path_factory.mktemp("four-eyes"))
+    a.setup()
+    try:
+        selfish = _run_body("selfish", {"allowSelfApproval": True})
+        proc = a.kubectl("creator", "create", "-f", "-", stdin=json.dumps(selfish))
+        assert proc.returncode == 0, proc.stderr
+        status = {"status": {"phase": "WaitingApproval", "pendingApproval": {"id": "a-cccccccccccc"}}}
+        a.custom.patch_namespaced_custom_object_status(*CUSTOM, a.ns, "agentruns", "selfish", status)
+        meta = {"metadata": {"labels": {FOUR_EYES: "true"}, "annotations": {APPROVER_GROUPS: "managers"}}}
+        kubernetes.client.CoreV1Api(kube).patch_namespace(a.ns, meta)
+        yield a
+    finally:
+        a.close()
+
+
+def _until_refused(a: Arena, actor: str, *args: str, stdin: str | None = None) -> str:
+    """The API server's refusal once it sees the namespace's labels (its namespace cache may lag a moment);
+    the request must not take effect meanwhile, so each try is one the test would refuse anyway."""
+    found: list[str] = []
+
+    def refused() -> bool:
+        proc = a.kubectl(actor, *args, stdin=stdin)
+        if proc.returncode == 0:
+            return False
+        found.append(proc.stderr)
+        return "four eyes" in proc.stderr or "approver groups" in proc.stderr or "only members" in proc.stderr
+
+    wait_for(refused, 60, f"{actor} {' '.join(args)} refused by the namespace's policy", interval=0.5)
+    return found[-1]
+
+
+def test_four_eyes_namespace_refuses_a_creator_who_allowed_self_approval(four_eyes: Arena) -> None:
+    a = four_eyes
+    # A run created before the label asked for allowSelfApproval: true; its creator still cannot approve.
+    answer = _until_refused(
+        a, "creator", "annotate", "--overwrite", "ar/selfish", "agentrun.dev/approve=a-cccccccccccc"
+    )
+    assert "self-approval refused" in answer and "requires four eyes" in answer, answer
+    assert "agentrun.dev/approve" not in a.annotations("selfish")
+    # A new run cannot even ask for it there.
+    body = json.dumps(_run_body("selfish-2", {"allowSelfApproval": True}))
+    answer = _until_refused(a, "creator", "create", "-f", "-", stdin=body)
+    assert "allowSelfApproval cannot be true" in answer, answer
+    # Nor name approver groups the namespace does not.
+    body = json.dumps(_run_body("widened", {"approvers": {"groups": ["devs"]}}))
+    answer = a.kubectl("creator", "create", "-f", "-", stdin=body).stderr
+    assert "may name only the approver groups" in answer and "managers" in answer, answer
+    # Someone outside the approver groups cannot decide, even with the approve verb (the ServiceAccount).
+    proc = a.kubectl(
+        "serviceaccount", "annotate", "--overwrite", "ar/selfish", "agentrun.dev/approve=a-cccccccccccc"
+    )
+    assert proc.returncode != 0 and "only members of managers" in proc.stderr, proc.stderr
+    # A fork with edits would be approved by its own creator: refused in this namespace.
+    fork = _run_body("fork", {})
+    fork["spec"]["forkOf"] = {"run": "gate", "step": "review", "set": {"draft.body": "x"}}
+    proc = a.kubectl("creator", "create", "-f", "-", stdin=json.dumps(fork))
+    assert proc.returncode != 0 and "requires four eyes" in proc.stderr, proc.stderr
+    # The manager (group managers) decides, stamped with their own name.
+    proc = a.kubectl(
+        "approver", "annotate", "--overwrite", "ar/selfish", "agentrun.dev/approve=a-cccccccccccc"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert a.annotations("selfish")["agentrun.dev/decided-by"] == "manager"

@@ -10,16 +10,29 @@ approval asks for it again, and someone who may approve can still fork past the 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
 import kubernetes
 import pytest
-from conftest import OperatorHandle, bind, create_run, get_run, run_status, wait_for, wait_phase
+from conftest import (
+    REPO,
+    OperatorHandle,
+    bind,
+    condition,
+    create_run,
+    events,
+    get_run,
+    run_status,
+    wait_for,
+    wait_phase,
+)
 from test_fork_flow import bodies, kubectl, ticket_spec
 
 from agentrun_dev import smtp_sink
 
+FLAKY = "tests.integration.steer_graphs:flaky"
 UNAPPROVED = "Dear Ada, here is a reply the manager never saw."
 
 
@@ -101,3 +114,87 @@ def test_a_fork_does_not_walk_past_a_rejected_approval(
     wait_phase(kube, ns, "f5", "Succeeded", 240, operator)
     mails = bodies(sink)
     assert len(mails) == 1 and mails[0].strip() == UNAPPROVED, mails  # only the approver's fork sent
+
+
+# --- issue 35.4: no steering while a steering policy is not as shipped ------------------------------------
+
+
+def test_operator_refuses_a_retry_while_the_steering_policy_is_narrowed_to_create(
+    kube: kubernetes.client.ApiClient,
+    operator: OperatorHandle,
+    identity: Callable[..., Path],
+    admin_kubeconfig: Path,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    """The steering policy narrowed to CREATE (its matchConstraints): an editor's patch raises
+    retryGeneration without the retry verb, and the API server stamps retried-by. On main the operator
+    applied it; now it refuses it and says which policy."""
+    ns, out, flag = operator.namespace, tmp_path / "effects.txt", tmp_path / "fixed"
+    bind(kube, namespace, "mallory", "agentrun-editor")
+    bind(kube, namespace, "oncall", "agentrun-retrier")
+    mallory, oncall = identity("mallory", ["devs"]), identity("oncall", ["sre"])
+    body = {"path": str(out), "flag": str(flag), "fail_with": "bug"}
+    create_run(kube, ns, "fix", {"graph": FLAKY, "input": body, "lease": {"durationSeconds": 8}})
+    wait_phase(kube, ns, "fix", "Failed", 120, operator)
+    flag.touch()  # a retry would now succeed: only the operator's refusal keeps the run Failed
+    rule = "/spec/matchConstraints/resourceRules/0/operations"
+    narrow = json.dumps([{"op": "replace", "path": rule, "value": ["CREATE"]}])
+    done = kubectl(
+        admin_kubeconfig,
+        "patch",
+        "validatingadmissionpolicy",
+        "agentrun-steering",
+        "--type=json",
+        "-p",
+        narrow,
+    )
+    assert done.returncode == 0, done.stderr
+    try:
+        patch = '{"spec": {"retryGeneration": 1}}'
+        # The API server's policy informer takes a moment to see the narrowed policy: until then it refuses.
+        wait_for(
+            lambda: (
+                kubectl(mallory, "patch", "ar", "fix", "-n", ns, "--type=merge", "-p", patch).returncode == 0
+            ),
+            60,
+            "the narrowed policy to let mallory's retry through (unguarded)",
+            interval=1,
+        )
+        assert get_run(kube, ns, "fix")["metadata"]["annotations"]["agentrun.dev/retried-by"] == "mallory"
+        warned = wait_for(
+            lambda: [e for e in events(kube, ns, "fix") if e.reason == "SteeringPolicyMissing"],
+            90,
+            "the SteeringPolicyMissing Warning",
+            on_timeout=lambda: f"{run_status(kube, ns, 'fix')}\n{operator.logs()[-5000:]}",
+        )
+        assert "retry generation 1 ignored" in warned[0].message, warned[0].message
+        assert "validatingadmissionpolicies/agentrun-steering (its spec" in warned[0].message
+        status = wait_for(
+            lambda: (
+                (s := run_status(kube, ns, "fix"))
+                and condition(s, "ApprovalPolicyMissing").get("status") == "True"
+                and s
+            ),
+            60,
+            "condition ApprovalPolicyMissing",
+        )
+        assert "agentrun-steering" in condition(status, "ApprovalPolicyMissing")["message"]
+        assert status["phase"] == "Failed" and not status.get("reopened"), status
+    finally:
+        restored = kubectl(
+            admin_kubeconfig, "apply", "--server-side", "--force-conflicts", "--field-manager=agentrun-dev",
+            "-f", str(REPO / "deploy" / "admission" / "steer-validating-policy.yaml"),
+        )  # fmt: skip
+        assert restored.returncode == 0, restored.stderr
+    wait_for(
+        lambda: condition(run_status(kube, ns, "fix"), "ApprovalPolicyMissing").get("status") != "True",
+        90,
+        "condition ApprovalPolicyMissing no longer True",
+        on_timeout=lambda: f"{run_status(kube, ns, 'fix')}\n{operator.logs()[-6000:]}",
+    )
+    assert run_status(kube, ns, "fix")["phase"] == "Failed"  # the refused retry stays refused
+    retried = kubectl(oncall, "agentrun", "retry", "fix", "-n", ns)
+    assert retried.returncode == 0, retried.stderr
+    wait_phase(kube, ns, "fix", "Succeeded", 180, operator)
+    assert len(out.read_text().splitlines()) == 1  # the effect before the failure was not repeated
