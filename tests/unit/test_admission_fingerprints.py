@@ -158,3 +158,20 @@ def test_match_constraints_and_conditions_count() -> None:
     for rule in match["resourceRules"]:
         rule["scope"] = "*"
     assert admission.problem(*vap, live) is None
+
+
+def test_the_operator_may_read_every_steering_object() -> None:
+    """The operator's ClusterRole names each object it checks: a 403 would read as "unknown" and apply no
+    steering at all on a cluster installed as documented."""
+    docs = yaml.safe_load_all((ADMISSION_DIR.parent / "base" / "rbac-operator.yaml").read_text())
+    readable = {
+        (resource, name)
+        for doc in docs
+        if doc and doc.get("kind") == "ClusterRole"
+        for rule in doc.get("rules") or ()
+        if "get" in rule.get("verbs", ()) and "admissionregistration.k8s.io" in rule.get("apiGroups", ())
+        for resource in rule.get("resources") or ()
+        for name in rule.get("resourceNames") or ()
+    }
+    for key in kube.ADMISSION_OBJECTS:
+        assert key in readable, key

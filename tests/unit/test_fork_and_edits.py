@@ -264,3 +264,19 @@ def test_a_fork_edit_refused_by_the_worker_is_its_own_failure_reason() -> None:
         "fork edit refused: draft.body.x: ...",
     )
     assert forks.FORK_EDIT_REFUSED == forking.FORK_EDIT_REFUSED  # the operator reads what the worker writes
+
+
+def test_no_fork_is_admitted_while_a_steering_policy_is_not_as_shipped() -> None:
+    """Issue 35.4: the fork policy (get/approve on the source) may be gone: admit nothing, say which."""
+    missing = ("validatingadmissionpolicies/agentrun-fork (failurePolicy Ignore (must be Fail))",)
+    w = dataclasses.replace(
+        world(model.ForkSource("src-uid", "cp-1")), admission_ok=False, admission_missing=missing
+    )
+    plan = reconcile.decide(w)
+    assert not [a for a in plan.actions if isinstance(a, actions.Admit)]
+    failed = {c["type"]: c for c in (plan.status or {})["conditions"]}["Failed"]
+    assert (
+        failed["reason"] == forks.FORK_REFUSED and "agentrun-fork (failurePolicy Ignore" in failed["message"]
+    )
+    unknown = reconcile.decide(dataclasses.replace(w, admission_ok=None))
+    assert not [a for a in unknown.actions if isinstance(a, actions.Admit)] and unknown.status is None
