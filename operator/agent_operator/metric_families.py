@@ -56,9 +56,8 @@ def families(snap: metrics_sql.Snapshot) -> list[core.Metric]:
     namespaces = sorted({ns for ns, _, _ in snap.runs} | {row[0] for row in snap.effects})
     out: list[core.Metric] = []
 
-    runs = core.GaugeMetricFamily(
-        "agentrun_runs", "Runs known to the ledger, by AgentRun phase.", labels=["namespace", "phase"]
-    )
+    runs = core.GaugeMetricFamily("agentrun_runs", "Runs known to the ledger, by AgentRun phase.",
+                                  labels=["namespace", "phase"])
     per_phase = {(ns, PHASE_BY_STATUS.get(st, "Unknown")): 0 for ns in namespaces for st in PHASE_BY_STATUS}
     for ns, status, n in snap.runs:
         key = (ns, PHASE_BY_STATUS.get(status, "Unknown"))
@@ -67,22 +66,16 @@ def families(snap: metrics_sql.Snapshot) -> list[core.Metric]:
         runs.add_metric([ns, phase], n)
     out.append(runs)
 
-    effects = core.GaugeMetricFamily(
-        "agentrun_effects", "Effect ledger rows, by tool and status.", labels=["namespace", "tool", "status"]
-    )
-    human = core.GaugeMetricFamily(
-        "agentrun_effects_needs_human",
-        "Effects of unknown outcome awaiting a human.",
-        labels=["namespace", "tool"],
-    )
-    calls = core.CounterMetricFamily(
-        "agentrun_effect_provider_calls", "Provider calls made for effects.", labels=["namespace", "tool"]
-    )
-    dups = core.CounterMetricFamily(
-        "agentrun_effect_duplicates_prevented",
-        "Ledger hits that returned a stored result, skipping a provider call.",
-        labels=["namespace", "tool"],
-    )
+    effects = core.GaugeMetricFamily("agentrun_effects", "Effect ledger rows, by tool and status.",
+                                     labels=["namespace", "tool", "status"])
+    human = core.GaugeMetricFamily("agentrun_effects_needs_human",
+                                   "Effects of unknown outcome awaiting a human.",
+                                   labels=["namespace", "tool"])
+    calls = core.CounterMetricFamily("agentrun_effect_provider_calls", "Provider calls made for effects.",
+                                     labels=["namespace", "tool"])
+    dups = core.CounterMetricFamily("agentrun_effect_duplicates_prevented",
+                                    "Ledger hits that returned a stored result, skipping a provider call.",
+                                    labels=["namespace", "tool"])
     by_status: dict[tuple[str, str, str], int] = {}
     by_tool: dict[tuple[str, str], list[int]] = {}
     for ns, tool, status, n, nh, pc, dp in snap.effects:
@@ -118,11 +111,9 @@ def families(snap: metrics_sql.Snapshot) -> list[core.Metric]:
         divergences.add_metric([ns, tool], total)
     out += [divergent, divergences]
 
-    oldest = core.GaugeMetricFamily(
-        "agentrun_effect_oldest_pending_age_seconds",
-        "Age of the oldest effect still pending (0: none pending).",
-        labels=["namespace"],
-    )
+    oldest = core.GaugeMetricFamily("agentrun_effect_oldest_pending_age_seconds",
+                                    "Age of the oldest effect still pending (0: none pending).",
+                                    labels=["namespace"])
     for ns in sorted(set(namespaces) | set(snap.oldest_pending_effect)):
         oldest.add_metric([ns], snap.oldest_pending_effect.get(ns, 0.0))
     out.append(oldest)
@@ -130,12 +121,10 @@ def families(snap: metrics_sql.Snapshot) -> list[core.Metric]:
     out += _heartbeat_families(snap, namespaces)
     out += _approval_families(snap, namespaces)
 
-    ended = core.CounterMetricFamily(
-        "agentrun_attempts_ended",
-        "Worker attempts ended, by outcome and cause (control_plane: lost to "
-        "the control plane, not counted against maxAttempts; run: the rest).",
-        labels=["namespace", "outcome", "cause"],
-    )
+    ended = core.CounterMetricFamily("agentrun_attempts_ended",
+                                     "Worker attempts ended, by outcome and cause (control_plane: lost to "
+                                     "the control plane, not counted against maxAttempts; run: the rest).",
+                                     labels=["namespace", "outcome", "cause"])
     # Zeros: every outcome as "run", and the outcomes a control-plane loss ends with as "control_plane".
     per_outcome = {(ns, o, "run"): 0 for ns in namespaces for o in ATTEMPT_OUTCOMES}
     per_outcome |= {(ns, o, "control_plane"): 0 for ns in namespaces for o in CONTROL_PLANE_OUTCOMES}
@@ -146,18 +135,10 @@ def families(snap: metrics_sql.Snapshot) -> list[core.Metric]:
     out.append(ended)
 
     for name, doc, data, bounds in (
-        (
-            "agentrun_step_duration_seconds",
-            "Duration of graph steps, reported by workers.",
-            snap.step_duration,
-            metrics_sql.STEP_BUCKETS,
-        ),
-        (
-            "agentrun_checkpoint_write_duration_seconds",
-            "Duration of checkpoint writes, reported by workers.",
-            snap.checkpoint_duration,
-            metrics_sql.CHECKPOINT_BUCKETS,
-        ),
+        ("agentrun_step_duration_seconds", "Duration of graph steps, reported by workers.",
+         snap.step_duration, metrics_sql.STEP_BUCKETS),
+        ("agentrun_checkpoint_write_duration_seconds", "Duration of checkpoint writes, reported by workers.",
+         snap.checkpoint_duration, metrics_sql.CHECKPOINT_BUCKETS),
     ):
         fam = core.HistogramMetricFamily(name, doc, labels=["namespace"])
         for ns, h in sorted(_with_zeros(data, namespaces, bounds).items()):
@@ -179,13 +160,10 @@ def _heartbeat_families(snap: metrics_sql.Snapshot, namespaces: list[str]) -> li
     dist = core.GaugeHistogramMetricFamily(
         "agentrun_heartbeat_age_seconds",
         "Current age of heartbeats of running runs (kind: worker, step, tool).",
-        labels=["namespace", "kind"],
-    )
-    stalest = core.GaugeMetricFamily(
-        "agentrun_heartbeat_oldest_age_seconds",
-        "Age of the stalest heartbeat of a running run (0: none).",
-        labels=["namespace"],
-    )
+        labels=["namespace", "kind"])
+    stalest = core.GaugeMetricFamily("agentrun_heartbeat_oldest_age_seconds",
+                                     "Age of the stalest heartbeat of a running run (0: none).",
+                                     labels=["namespace"])
     grouped: dict[tuple[str, str], list[float]] = {}
     for ns, kind, age in snap.heartbeat_ages:
         grouped.setdefault((ns, kind), []).append(age)
@@ -201,14 +179,12 @@ def _heartbeat_families(snap: metrics_sql.Snapshot, namespaces: list[str]) -> li
 
 
 def _approval_families(snap: metrics_sql.Snapshot, namespaces: list[str]) -> list[core.Metric]:
-    pending = core.GaugeMetricFamily(
-        "agentrun_approvals_pending", "Approvals waiting for a human.", labels=["namespace"]
-    )
+    pending = core.GaugeMetricFamily("agentrun_approvals_pending", "Approvals waiting for a human.",
+                                     labels=["namespace"])
     remaining = core.GaugeMetricFamily(
         "agentrun_approval_deadline_remaining_seconds",
         "Seconds until the nearest deadline of a pending approval (negative: overdue; absent: none).",
-        labels=["namespace"],
-    )
+        labels=["namespace"])
     counts = {ns: 0 for ns in namespaces}
     for ns, n, left in snap.approvals_pending:
         counts[ns] = counts.get(ns, 0) + n
@@ -217,31 +193,26 @@ def _approval_families(snap: metrics_sql.Snapshot, namespaces: list[str]) -> lis
     for ns, n in sorted(counts.items()):
         pending.add_metric([ns], n)
 
-    decided = core.CounterMetricFamily(
-        "agentrun_approvals_decided", "Approvals decided, by decision.", labels=["namespace", "decision"]
-    )
+    decided = core.CounterMetricFamily("agentrun_approvals_decided", "Approvals decided, by decision.",
+                                       labels=["namespace", "decision"])
     per_decision = {(ns, d): 0 for ns in namespaces for d in DECISIONS}
     for ns, d, n in snap.approvals_decided:
         per_decision[(ns, d)] = per_decision.get((ns, d), 0) + n
     for (ns, d), n in sorted(per_decision.items()):
         decided.add_metric([ns, d], n)
 
-    outcomes = core.CounterMetricFamily(
-        "agentrun_approval_deadline_outcomes",
-        "Approvals that reached their deadline, by the action taken.",
-        labels=["namespace", "action"],
-    )
+    outcomes = core.CounterMetricFamily("agentrun_approval_deadline_outcomes",
+                                        "Approvals that reached their deadline, by the action taken.",
+                                        labels=["namespace", "action"])
     per_action = {(ns, a): 0 for ns in namespaces for a in DEADLINE_ACTIONS}
     for ns, action, n in snap.deadline_outcomes:
         per_action[(ns, action)] = per_action.get((ns, action), 0) + n
     for (ns, action), n in sorted(per_action.items()):
         outcomes.add_metric([ns, action], n)
 
-    wait = core.HistogramMetricFamily(
-        "agentrun_approval_wait_seconds",
-        "Time from an approval being requested to its decision.",
-        labels=["namespace"],
-    )
+    wait = core.HistogramMetricFamily("agentrun_approval_wait_seconds",
+                                      "Time from an approval being requested to its decision.",
+                                      labels=["namespace"])
     approval_wait = _with_zeros(snap.approval_wait, namespaces, metrics_sql.APPROVAL_WAIT_BUCKETS)
     for ns, h in sorted(approval_wait.items()):
         wait.add_metric([ns], _buckets(h), h.total)

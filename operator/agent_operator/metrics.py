@@ -45,54 +45,30 @@ prometheus_client.PlatformCollector(registry=REGISTRY)
 
 # Attempt start reasons form a closed set so a typo or a new Kubernetes reason cannot mint new series.
 ATTEMPT_REASONS = frozenset(
-    {
-        "first",
-        "evicted",
-        "OOMKilled",
-        "lease_expired",
-        "failed",
-        "drained",
-        "preempted",
-        "deleted",
-        "approval",
-        "deadline",
-        "operator_restart",
-        "infra",
-        "lease_lost",
-        "resumed",
-        "retry",
-        "resolved",
-        "other",
-    }
+    {"first", "evicted", "OOMKilled", "lease_expired", "failed", "drained", "preempted", "deleted",
+     "approval", "deadline", "operator_restart", "infra", "lease_lost", "resumed", "retry", "resolved",
+     "other"}
 )
 
 # Resume latency buckets, seconds (the row-derived histograms' bounds are metrics_sql's).
 RESUME_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300)
 
 ATTEMPTS_STARTED = prometheus_client.Counter(
-    "agentrun_attempts_started_total",
-    "Worker attempts started by the operator, by reason.",
-    ["namespace", "reason"],
-    registry=REGISTRY,
+    "agentrun_attempts_started_total", "Worker attempts started by the operator, by reason.",
+    ["namespace", "reason"], registry=REGISTRY,
 )
 RESUME_LATENCY = prometheus_client.Histogram(
     "agentrun_resume_latency_seconds",
     "Time from the operator observing a pod loss to the next attempt running.",
-    ["reason"],
-    buckets=RESUME_BUCKETS,
-    registry=REGISTRY,
+    ["reason"], buckets=RESUME_BUCKETS, registry=REGISTRY,
 )
 LEASE_TAKEOVERS = prometheus_client.Counter(
-    "agentrun_lease_takeovers_total",
-    "Run Leases taken over after expiry (the holder stopped renewing).",
-    ["namespace"],
-    registry=REGISTRY,
+    "agentrun_lease_takeovers_total", "Run Leases taken over after expiry (the holder stopped renewing).",
+    ["namespace"], registry=REGISTRY,
 )
 LEASE_RENEW_FAILURES = prometheus_client.Counter(
-    "agentrun_lease_renew_failures_total",
-    "Leases observed not renewed within their renew deadline.",
-    ["namespace"],
-    registry=REGISTRY,
+    "agentrun_lease_renew_failures_total", "Leases observed not renewed within their renew deadline.",
+    ["namespace"], registry=REGISTRY,
 )
 
 
@@ -138,12 +114,9 @@ class LedgerCollector:
     """Collector evaluated at scrape time. ``fetch`` returns a Snapshot; if it raises (Postgres down, a
     statement timeout) the scrape still succeeds with ``agentrun_collector_up 0`` and no ledger figures."""
 
-    def __init__(
-        self,
-        fetch: Callable[[], metrics_sql.Snapshot],
-        on_namespaces: Callable[[Iterable[str]], None] = init_namespaces,
-        active: Callable[[], bool] | None = None,
-    ) -> None:
+    def __init__(self, fetch: Callable[[], metrics_sql.Snapshot],
+                 on_namespaces: Callable[[Iterable[str]], None] = init_namespaces,
+                 active: Callable[[], bool] | None = None) -> None:
         self._fetch = fetch
         # Standby replicas may serve /metrics (probes, process metrics) but must not export the ledger a
         # second time: dashboards sum across targets. ``active`` says whether this replica leads.
@@ -172,40 +145,25 @@ class LedgerCollector:
             log.info("ledger collector reads Postgres again")
         self._up = bool(up)
         yield from fams
-        yield core.GaugeMetricFamily(
-            "agentrun_collector_up", "1 if the last ledger scrape read Postgres.", value=up
-        )
-        yield core.GaugeMetricFamily(
-            "agentrun_collector_duration_seconds",
-            "Time the ledger collector took for this scrape.",
-            value=time.monotonic() - started,
-        )
+        yield core.GaugeMetricFamily("agentrun_collector_up", "1 if the last ledger scrape read Postgres.",
+                                     value=up)
+        yield core.GaugeMetricFamily("agentrun_collector_duration_seconds",
+                                     "Time the ledger collector took for this scrape.",
+                                     value=time.monotonic() - started)
 
 
-def postgres_collector(
-    dsn: str,
-    *,
-    statement_timeout_seconds: float = 2.0,
-    connect_timeout_seconds: float = 3.0,
-    active: Callable[[], bool] | None = None,
-) -> LedgerCollector:
-    source = metrics_sql.SnapshotSource(
-        dsn,
-        statement_timeout_seconds=statement_timeout_seconds,
-        connect_timeout_seconds=connect_timeout_seconds,
-    )
+def postgres_collector(dsn: str, *, statement_timeout_seconds: float = 2.0,
+                       connect_timeout_seconds: float = 3.0,
+                       active: Callable[[], bool] | None = None) -> LedgerCollector:
+    source = metrics_sql.SnapshotSource(dsn, statement_timeout_seconds=statement_timeout_seconds,
+                                       connect_timeout_seconds=connect_timeout_seconds)
     return LedgerCollector(source.fetch, active=active)
 
 
-def start_metrics_server(
-    port: int,
-    dsn: str | None = None,
-    *,
-    addr: str = "0.0.0.0",
-    registry: prometheus_client.CollectorRegistry | None = None,
-    collector: LedgerCollector | None = None,
-    active: Callable[[], bool] | None = None,
-) -> WSGIServer:
+def start_metrics_server(port: int, dsn: str | None = None, *, addr: str = "0.0.0.0",
+                         registry: prometheus_client.CollectorRegistry | None = None,
+                         collector: LedgerCollector | None = None,
+                         active: Callable[[], bool] | None = None) -> WSGIServer:
     """Serve /metrics on ``addr:port`` (port 0 picks a free one: read ``server.server_port``) in a daemon
     thread, and ``/healthz`` (always 200, touches nothing: for liveness/readiness probes, which must not
     cost a Postgres round of queries each). With ``dsn`` (or an explicit ``collector``) the ledger collector

@@ -46,9 +46,8 @@ BLOCKED_WAITING_REASONS = frozenset(
 
 # Steering (agent_operator.steering): resolve an effect of unknown outcome; who retried / resolved (stamped by
 # the MutatingAdmissionPolicy in deploy/admission/steer-mutating-policy.yaml from request.userInfo).
-LABEL_FOUR_EYES = (
-    "agentrun.dev/require-four-eyes"  # on the Namespace (deploy/admission/validating-policy.yaml)
-)
+# On the Namespace (deploy/admission/validating-policy.yaml): "true" requires four eyes.
+LABEL_FOUR_EYES = "agentrun.dev/require-four-eyes"
 ANN_APPROVER_GROUPS = "agentrun.dev/approver-groups"  # on the Namespace: "group-a,group-b"
 ANN_RESOLVE = "agentrun.dev/resolve"  # "<effect key>=sent" | "<effect key>=not-sent"
 ANN_RESOLVE_RESULT = "agentrun.dev/resolve-result"  # JSON: the tool's return value for =sent

@@ -26,9 +26,8 @@ logger = logging.getLogger(__name__)
 
 
 class Purger:
-    def __init__(
-        self, db: Any, *, interval_seconds: float, batch: int, after_purge: Callable[[], object] | None = None
-    ) -> None:
+    def __init__(self, db: Any, *, interval_seconds: float, batch: int,
+                 after_purge: Callable[[], object] | None = None) -> None:
         self.db = db
         # Run after each purge pass (the operator drops the worker roles of namespaces gone and purged).
         self.after_purge = after_purge

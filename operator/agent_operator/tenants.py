@@ -100,11 +100,8 @@ class Tenants:
         if self.settings.worker.dsn_secret:
             return []  # the admin's roles
         idle = store.list_idle_tenants(self.db)
-        dropped = [
-            ns
-            for ns in gone(idle, lambda ns: kube.namespace_exists(self.api, ns))
-            if store.drop_tenant(self.db, ns)
-        ]
+        dropped = [ns for ns in gone(idle, lambda ns: kube.namespace_exists(self.api, ns))
+                   if store.drop_tenant(self.db, ns)]
         for ns in dropped:
             self.forget(ns)  # a namespace recreated under that name is provisioned afresh
         return dropped

@@ -12,10 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_import_operator_from_repo_root_is_the_stdlib() -> None:
     out = subprocess.run(
         [sys.executable, "-c", "import operator; print(operator.__file__, hasattr(operator, 'itemgetter'))"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
+        cwd=ROOT, capture_output=True, text=True, check=True,
     ).stdout.split()
     assert out[1] == "True"
     assert not out[0].startswith(str(ROOT)), out[0]

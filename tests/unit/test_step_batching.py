@@ -125,14 +125,8 @@ def test_the_current_step_is_written_when_it_changes(monkeypatch: pytest.MonkeyP
     clock = Clock()
     rec, calls = _recorder(monkeypatch, 2, {"cp1", "cp2", "cp3"}, clock)
     for n, name in ((1, "loop"), (2, "loop"), (3, "other")):
-        rec.add(
-            step=f"{name}:{n}",
-            checkpoint_id=f"cp{n}",
-            started_at=NOW,
-            duration_seconds=0.0,
-            effect_keys=[],
-            current_step=name,
-        )
+        rec.add(step=f"{name}:{n}", checkpoint_id=f"cp{n}", started_at=NOW, duration_seconds=0.0,
+                effect_keys=[], current_step=name)
         clock.now += 1
         done = rec.ride(object())
         assert done is not None

@@ -178,9 +178,7 @@ def test_trace_says_which_attempts_the_control_plane_lost() -> None:
     attempts[0].update(outcome="fenced", detail="lease lost: API server unreachable", controlPlane=True)
     attempts[1].update(outcome="lost", detail="OOMKilled: exit 137")
     text = render.trace({**data, "attempts": attempts})
-    rows = {
-        line.split()[0]: line for line in text.splitlines()[text.splitlines().index("ATTEMPTS") + 2 :][:3]
-    }
+    rows = {line.split()[0]: line for line in text.splitlines()[text.splitlines().index("ATTEMPTS") + 2:][:3]}
     assert "fenced (control plane)" in rows["1"], text
     assert "(control plane)" not in rows["2"] and "lost" in rows["2"], text
     lost = dataclasses.replace(inputs([], []).attempts[0], outcome="lost", control_plane=True)
