@@ -7,6 +7,11 @@ namespace only, and admits the fork with a copy of that checkpoint, or refuses i
 checkpoint or step, an edit of a key the state does not have). This command waits for that verdict: refused,
 it deletes the fork it created (nothing ran) and prints why; admitted, it prints where the fork starts.
 
+Past a gate: a fork with edits, or from a checkpoint written after one of the source's approvals was decided,
+sends what no approver saw unless its creator approves it: ``spec.forkOf.approve`` (``--approve``; edits
+imply it), which the admission policy admits only with the RBAC verb ``approve`` on the source. Without it
+the operator refuses a fork from after a decided approval; a fork from before the approval asks again.
+
 Edits: ``--set draft.body=TEXT`` sets a string at a dotted state path; ``--set-json options.pause={"x":1}``
 sets any JSON value. The fork's first worker applies them with LangGraph's ``update_state``.
 """
@@ -65,6 +70,7 @@ def fork_body(
     step: str | None,
     sets: dict[str, str],
     set_json: dict[str, str],
+    approve: bool = False,
 ) -> dict[str, Any]:
     """The fork's AgentRun: the source's spec (minus its steering) and ``spec.forkOf``. Pure."""
     meta = source.get("metadata") or {}
@@ -88,6 +94,10 @@ def fork_body(
         fork["set"] = sets
     if set_json:
         fork["setJson"] = set_json
+    if approve or sets or set_json:
+        fork["approve"] = (
+            True  # edits are the forker's decision: the admission policy wants `approve` for them
+        )
     spec["forkOf"] = fork
     return {
         "apiVersion": f"{cluster.GROUP}/{cluster.VERSION}",
@@ -117,6 +127,12 @@ def main(argv: list[str]) -> int:
     p.add_argument("--as", dest="new_name", required=True, help="the new AgentRun's name")
     p.add_argument("--set", action="append", default=[], metavar="PATH=TEXT", help="set a string")
     p.add_argument("--set-json", action="append", default=[], metavar="PATH=JSON", help="set a JSON value")
+    p.add_argument(
+        "--approve",
+        action="store_true",
+        help="approve what the fork carries: the source's decisions before the checkpoint, and the edits "
+        "(implied by --set/--set-json; needs the RBAC verb approve on the source)",
+    )
     p.add_argument("--timeout", type=float, default=120, help="seconds to wait for the operator's verdict")
     p.add_argument("-n", "--namespace", help="namespace (default: the kubeconfig context's)")
     p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)")
@@ -135,7 +151,13 @@ def _fork(args: argparse.Namespace) -> int:
     ns = args.namespace or default_ns
     source = cluster.get_run(api, ns, args.name)
     body = fork_body(
-        source, args.new_name, checkpoint=args.checkpoint, step=args.step, sets=sets, set_json=set_json
+        source,
+        args.new_name,
+        checkpoint=args.checkpoint,
+        step=args.step,
+        sets=sets,
+        set_json=set_json,
+        approve=args.approve,
     )
     with cluster.translated(f"create agentrun {args.new_name} (a fork of {args.name})", ns):
         kube.runs.create(api, ns, body)

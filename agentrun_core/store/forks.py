@@ -24,6 +24,8 @@ class ForkSource:
     channels: tuple[str, ...]
     steps: tuple[str, ...]
     problem: str | None = None
+    # The source's approvals decided before that checkpoint ("a-… (approved)"): a fork from it carries them.
+    carried: tuple[str, ...] = ()
 
 
 def find_fork_source(
@@ -52,7 +54,8 @@ def find_fork_source(
     row = row or {}
     channels = tuple(row.get("channels") or ())
     steps = tuple(row.get("steps") or ())
-    found = ForkSource(row.get("run_id"), row.get("checkpoint_id"), channels, steps)
+    carried = tuple(row.get("carried") or ())
+    found = ForkSource(row.get("run_id"), row.get("checkpoint_id"), channels, steps, carried=carried)
     problem: str | None
     if found.run_id is None:
         which = f" with uid {run_uid}" if run_uid else ""

@@ -1,21 +1,23 @@
-"""Whether the admission objects that make decision annotations trustworthy are installed *as shipped*.
+"""Whether the admission objects that make steering trustworthy are installed *as shipped*.
 
-Rule: existence is not enough. A ValidatingAdmissionPolicy of the right name whose validations were edited
-away or whose ``failurePolicy`` is ``Ignore``, or a binding narrowed by ``matchResources`` or pointing at
-another policy, protects nothing, and the operator must then refuse decisions exactly as if it were
-missing. Each object is compared with what ``deploy/admission`` ships:
+Every steering verb (approve/reject and their payload, fork, retry, resolve, cancel, suspend) is judged by
+the API server: the policies check the requester's RBAC verb and stamp who did it. The operator applies
+none of them while any of those objects is absent or not as shipped (``STEERING_OBJECTS``), since an edited
+policy protects nothing: a validation edited away, ``failurePolicy: Ignore``, ``matchConstraints`` narrowed
+to CREATE, a binding without ``Deny`` or narrowed by ``matchResources`` or pointing at another policy.
 
-* a policy: ``failurePolicy: Fail`` and a fingerprint of its CEL — every variable, match condition,
-  validation and mutation, by name and expression text, in order (messages may be reworded freely). The
-  text is compared with whitespace outside string literals collapsed (``cel_text``): CEL does not read it,
-  and YAML tools do not keep it — ``kubectl apply -k`` (kustomize) re-folds the manifests' ``>`` block
-  scalars with an extra blank line, which must not lock decisions out;
-* a binding: the expected ``policyName``, ``Deny`` among its ``validationActions`` (validating bindings),
-  and no ``matchResources`` that selects less than everything.
+Each object is compared with what ``deploy/admission`` ships by a fingerprint of its WHOLE spec
+(``fingerprint``): match constraints, match conditions, variables, validations, mutations, failure and
+reinvocation policy, a binding's policy name, actions and match resources. Left out only what cannot
+change a verdict — a validation's message, messageExpression and reason — and what the API server fills in
+with the same meaning as absent (``matchPolicy: Equivalent``, a rule's ``scope: "*"``, an empty selector).
+CEL text is compared with whitespace outside string literals collapsed (``cel_text``): CEL does not read
+it, and YAML tools do not keep it — ``kubectl apply -k`` (kustomize) re-folds the manifests' ``>`` block
+scalars with an extra blank line, which must not lock steering out.
 
 The operator image does not carry ``deploy/``, so the fingerprints are constants here; a unit test
 (tests/unit/test_admission_fingerprints.py) recomputes them from the manifests, so an edited policy that
-was not re-fingerprinted fails CI rather than locking decisions out in production.
+was not re-fingerprinted fails CI rather than locking steering out in production.
 """
 
 from __future__ import annotations
@@ -25,23 +27,31 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-# plural -> name -> fingerprint (policies) or expected policyName (bindings).
-POLICY_FINGERPRINTS = {
-    ("validatingadmissionpolicies", "agentrun-approvals"): "baef81f580b7ae7e",
-    ("mutatingadmissionpolicies", "agentrun-stamp-decided-by"): "c8d6278719394d77",
+# (plural, name) -> fingerprint of the shipped spec: every object the steering verbs rely on.
+STEERING_OBJECTS = {
+    ("validatingadmissionpolicies", "agentrun-approvals"): "d4eea9a2033426bd",
+    ("validatingadmissionpolicybindings", "agentrun-approvals"): "49212e3b71a72a27",
+    ("validatingadmissionpolicies", "agentrun-decision-payload"): "1eba351142573bbe",
+    ("validatingadmissionpolicybindings", "agentrun-decision-payload"): "f1e133899ecee087",
+    ("mutatingadmissionpolicies", "agentrun-stamp-created-by"): "0afa56ba06462f5d",
+    ("mutatingadmissionpolicybindings", "agentrun-stamp-created-by"): "1e33c3d492fc2b52",
+    ("mutatingadmissionpolicies", "agentrun-stamp-decided-by"): "1073369a2400f85e",
+    ("mutatingadmissionpolicybindings", "agentrun-stamp-decided-by"): "998cc57fab782d31",
+    ("validatingadmissionpolicies", "agentrun-steering"): "807491e0d12ede4d",
+    ("validatingadmissionpolicybindings", "agentrun-steering"): "4fdc5adc5102df7e",
+    ("mutatingadmissionpolicies", "agentrun-stamp-resolved-by"): "38b605c3e1fad333",
+    ("mutatingadmissionpolicybindings", "agentrun-stamp-resolved-by"): "91c61f344a0c0bdd",
+    ("mutatingadmissionpolicies", "agentrun-stamp-retried-by"): "37515d70f901afa5",
+    ("mutatingadmissionpolicybindings", "agentrun-stamp-retried-by"): "7a7609e1c00cf04d",
+    ("validatingadmissionpolicies", "agentrun-fork"): "3832efe684262687",
+    ("validatingadmissionpolicybindings", "agentrun-fork"): "595235bd7d932162",
 }
-BINDING_POLICIES = {
-    ("validatingadmissionpolicybindings", "agentrun-approvals"): "agentrun-approvals",
-    ("mutatingadmissionpolicybindings", "agentrun-stamp-decided-by"): "agentrun-stamp-decided-by",
-}
-_CEL_LISTS = ("variables", "matchConditions", "validations", "mutations")
-
-
-def _expression(item: Mapping[str, Any]) -> str:
-    for holder in (item, item.get("applyConfiguration") or {}, item.get("jsonPatch") or {}):
-        if isinstance(holder.get("expression"), str):
-            return str(holder["expression"])
-    return ""
+DIFFERS = "its spec (CEL, matchConstraints, matchConditions) differs from the shipped one (deploy/admission)"
+BINDING_PLURALS = ("validatingadmissionpolicybindings", "mutatingadmissionpolicybindings")
+# Fields the API server fills in that mean the same as leaving them out.
+_DEFAULTS = {"matchPolicy": "Equivalent", "scope": "*", "failurePolicy": "Fail"}
+# What a validation says when it refuses, not whether it refuses.
+_WORDING = frozenset({"message", "messageExpression", "reason"})
 
 
 def cel_text(expression: str) -> str:
@@ -73,43 +83,49 @@ def cel_text(expression: str) -> str:
     return "".join(out)
 
 
+def canonical(value: Any) -> Any:
+    """``value`` (a spec or part of one) without wording, API-server defaults and empty values, CEL text
+    through ``cel_text``: two specs with the same canonical form admit and refuse the same requests."""
+    if isinstance(value, Mapping):
+        out = {}
+        for key, item in value.items():
+            if key in _WORDING or _DEFAULTS.get(key) == item:
+                continue
+            item = cel_text(item) if key == "expression" and isinstance(item, str) else canonical(item)
+            if item in ({}, [], None, ""):
+                continue
+            out[str(key)] = item
+        return out
+    if isinstance(value, list):
+        return [canonical(item) for item in value]
+    return value
+
+
 def fingerprint(spec: Mapping[str, Any]) -> str:
-    """What a policy's CEL says, as a short digest: names and expressions (``cel_text``) of its CEL lists,
-    in order."""
-    parts = [
-        [key, str(item.get("name") or ""), cel_text(_expression(item))]
-        for key in _CEL_LISTS
-        for item in spec.get(key) or []
-    ]
-    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
+    """The whole spec (``canonical``) as a short digest."""
+    text = json.dumps(canonical(spec), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _narrowed(match: Mapping[str, Any] | None) -> bool:
     """A binding's matchResources that selects less than every object (an empty selector selects all)."""
-    if not match:
-        return False
-    if match.get("resourceRules") or match.get("excludeResourceRules"):
-        return True
-    return any(
-        (match.get(sel) or {}).get("matchLabels") or (match.get(sel) or {}).get("matchExpressions")
-        for sel in ("namespaceSelector", "objectSelector")
-    )
+    return bool(canonical(match or {}))
 
 
 def problem(plural: str, name: str, body: Mapping[str, Any]) -> str | None:
-    """Why the live object ``plural/name`` does not protect decisions as shipped (None: it does)."""
+    """Why the live object ``plural/name`` does not guard steering as shipped (None: it does)."""
     spec: Mapping[str, Any] = body.get("spec") or {}
-    if (plural, name) in POLICY_FINGERPRINTS:
-        if spec.get("failurePolicy", "Fail") != "Fail":
-            return f"failurePolicy {spec.get('failurePolicy')} (must be Fail)"
-        if fingerprint(spec) != POLICY_FINGERPRINTS[(plural, name)]:
-            return "its CEL differs from the shipped policy (deploy/admission)"
-        return None
-    expected = BINDING_POLICIES.get((plural, name))
-    if expected is not None and spec.get("policyName") != expected:
-        return f"binds {spec.get('policyName')!r}, not {expected!r}"
-    if plural == "validatingadmissionpolicybindings" and "Deny" not in (spec.get("validationActions") or ()):
-        return "validationActions without Deny"
-    if _narrowed(spec.get("matchResources")):
-        return "matchResources narrows what it applies to"
+    if spec.get("failurePolicy", "Fail") != "Fail":
+        return f"failurePolicy {spec.get('failurePolicy')} (must be Fail)"
+    if plural in BINDING_PLURALS:
+        if spec.get("policyName") != name:
+            return f"binds {spec.get('policyName')!r}, not {name!r}"
+        if plural == "validatingadmissionpolicybindings" and "Deny" not in (
+            spec.get("validationActions") or ()
+        ):
+            return "validationActions without Deny"
+        if _narrowed(spec.get("matchResources")):
+            return "matchResources narrows what it applies to"
+    if fingerprint(spec) != STEERING_OBJECTS.get((plural, name)):
+        return DIFFERS
     return None

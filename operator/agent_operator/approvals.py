@@ -85,7 +85,7 @@ def from_annotations(world: model.World, plan: actions.Plan, finished: bool) -> 
         return False
     remove = actions.RemoveDecisionAnnotations()
     if not world.admission_ok:
-        plan.warn("ApprovalPolicyMissing", POLICY_MISSING)
+        plan.warn("ApprovalPolicyMissing", "decision annotations ignored: " + policy_missing(world))
         plan.actions.append(remove)
         return False
     if refusal is not None:
@@ -101,11 +101,17 @@ def from_annotations(world: model.World, plan: actions.Plan, finished: bool) -> 
 
 
 POLICY_MISSING = (
-    "decision annotations ignored: the agentrun admission policies (ValidatingAdmissionPolicy "
-    "agentrun-approvals, MutatingAdmissionPolicy agentrun-stamp-decided-by and their bindings) are not "
-    "installed, so anyone who can patch this run could have written them; install deploy/admission and "
-    "decide again"
+    "the agentrun admission policies (deploy/admission: ValidatingAdmissionPolicies agentrun-approvals, "
+    "agentrun-decision-payload, agentrun-steering, agentrun-fork, the MutatingAdmissionPolicies that stamp "
+    "who did it, and their bindings) are not installed as shipped, so anyone who can patch this run could "
+    "have written it; install deploy/admission and steer again"
 )
+
+
+def policy_missing(world: model.World) -> str:
+    """Why steering is refused, naming each policy object that is absent or not as shipped."""
+    which = "; ".join(world.admission_missing)
+    return POLICY_MISSING + (f" (not as shipped: {which})" if which else "")
 
 
 def _check(world: model.World, plan: actions.Plan, request: Request, finished: bool) -> actions.Decide | None:
@@ -145,6 +151,27 @@ def _check(world: model.World, plan: actions.Plan, request: Request, finished: b
             f"{verb} of {approval.approval_id} by {request.decided_by} refused: not among "
             f"spec.approval.approvers in force when it was requested (users {list(policy.approver_users)}, "
             f"groups {list(policy.approver_groups)})",
+        )
+        return None
+    groups = world.namespace_approver_groups
+    if groups and not any(g in groups for g in request.groups):
+        plan.warn(
+            "ApproverRefused",
+            f"{verb} of {approval.approval_id} by {request.decided_by} refused: not in the approver groups "
+            f"of namespace {world.run.namespace} ({', '.join(groups)}; its annotation "
+            f"{model.ANN_APPROVER_GROUPS})",
+        )
+        return None
+    if (
+        request.decision == "approved"
+        and world.namespace_four_eyes
+        and request.created_by
+        and request.created_by == request.decided_by
+    ):
+        plan.warn(
+            "SelfApprovalRefused",
+            f"{request.decided_by} created this run and namespace {world.run.namespace} requires four eyes "
+            f"(label {model.LABEL_FOUR_EYES}), whatever spec.approval.allowSelfApproval says",
         )
         return None
     if (

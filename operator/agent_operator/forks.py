@@ -10,6 +10,11 @@ Rules:
   tenant cannot fork another tenant's run, whatever its spec names.
 * What: the fork has its own run id (its uid), so its idempotency keys, ledger and effects are its own: an
   effect the source already performed is performed again by the fork if the fork reaches it.
+* Past a gate: a fork from a checkpoint written after one of the source's approvals was decided acts on
+  that decision without asking again (its state already holds it), and an edit can put anything in the
+  state, a decision included. Both need ``spec.forkOf.approve`` (edits imply it), which the admission policy
+  admits only from someone with the RBAC verb ``approve`` on the source; without it the operator refuses
+  the fork. A fork from before the approval asks for it again, as its own approval.
 * Edits (``spec.forkOf.set``, dotted state paths): refused at admission unless the top-level key is in the
   state at that checkpoint; applied by the fork's first worker with LangGraph's ``update_state`` (it has the
   graph's reducers) while the head is still the copied checkpoint, so they are applied once.
@@ -23,6 +28,21 @@ from typing import Any
 FORK_REFUSED = "ForkRefused"  # not admitted: no such source, checkpoint or step, or an unknown key
 # The status reason the fork's worker writes (agent_worker.forking) for an edit path that does not fit.
 FORK_EDIT_REFUSED = "ForkEditRefused"
+
+
+def carried_problem(
+    name: str, checkpoint_id: str | None, carried: tuple[str, ...], approve: bool
+) -> str | None:
+    """Why a fork that does not approve what it carries is refused (None: it carries no decision, or
+    approves it)."""
+    if not carried or approve:
+        return None
+    return (
+        f"checkpoint {checkpoint_id} of run {name} was written after its approval {', '.join(carried)} was "
+        "decided, so the fork would act on that decision without asking anyone; fork from a step before the "
+        f"approval (the fork then asks for it again), or approve what it carries with --approve (needs the "
+        f"RBAC verb approve on {name})"
+    )
 
 
 def status_entry(fork_of: Mapping[str, Any]) -> dict[str, Any]:

@@ -170,6 +170,15 @@ def namespace_exists(api: ApiClient, name: str) -> bool:
     return True
 
 
+def namespace_approval_policy(api: ApiClient, name: str) -> tuple[bool, tuple[str, ...]]:
+    """(four eyes required, approver groups) from the Namespace's label and annotation (model.LABEL_FOUR_EYES,
+    model.ANN_APPROVER_GROUPS). Errors propagate: an unread policy is never read as "none"."""
+    meta = core.objects.get_namespace(api, name, timeout=TIMEOUT).get("metadata") or {}
+    four_eyes = (meta.get("labels") or {}).get(model.LABEL_FOUR_EYES) == "true"
+    text = str((meta.get("annotations") or {}).get(model.ANN_APPROVER_GROUPS) or "")
+    return four_eyes, tuple(g.strip() for g in text.split(",") if g.strip())
+
+
 def read_secret_key(api: ApiClient, namespace: str, name: str, key: str) -> str | None:
     """One key of a Secret, decoded (None: the Secret has no such key). ``NotFound`` / ``KubeError`` (403)
     propagate. The value is a credential: callers never log it."""
@@ -187,18 +196,13 @@ def put_secret(api: ApiClient, namespace: str, body: Body) -> None:
 
 # --- admission policies ----------------------------------------------------------------------------------
 
-# What makes decision annotations trustworthy (deploy/admission): (plural, name).
-ADMISSION_OBJECTS = (
-    ("validatingadmissionpolicies", "agentrun-approvals"),
-    ("validatingadmissionpolicybindings", "agentrun-approvals"),
-    ("mutatingadmissionpolicies", "agentrun-stamp-decided-by"),
-    ("mutatingadmissionpolicybindings", "agentrun-stamp-decided-by"),
-)
+# What makes steering trustworthy (deploy/admission): (plural, name).
+ADMISSION_OBJECTS = tuple(admission.STEERING_OBJECTS)
 
 
 def missing_admission_objects(api: ApiClient) -> list[str]:
-    """The decision-guarding admission objects that are absent or not as shipped (``admission.problem``:
-    edited CEL, failurePolicy Ignore, a binding without Deny or narrowed)."""
+    """The steering-guarding admission objects that are absent or not as shipped (``admission.problem``:
+    an edited spec, failurePolicy Ignore, a binding without Deny or narrowed), each named with why."""
     missing = []
     for kind, name in ADMISSION_OBJECTS:
         try:

@@ -46,6 +46,8 @@ BLOCKED_WAITING_REASONS = frozenset(
 
 # Steering (agent_operator.steering): resolve an effect of unknown outcome; who retried / resolved (stamped by
 # the MutatingAdmissionPolicy in deploy/admission/steer-mutating-policy.yaml from request.userInfo).
+LABEL_FOUR_EYES = "agentrun.dev/require-four-eyes"  # on the Namespace: "true" requires four eyes
+ANN_APPROVER_GROUPS = "agentrun.dev/approver-groups"  # on the Namespace: "group-a,group-b"
 ANN_RESOLVE = "agentrun.dev/resolve"  # "<effect key>=sent" | "<effect key>=not-sent"
 ANN_RESOLVE_RESULT = "agentrun.dev/resolve-result"  # JSON: the tool's return value for =sent
 ANN_RESOLVED_BY = "agentrun.dev/resolved-by"
@@ -105,6 +107,8 @@ class ForkRequest:
     step: str | None = None
     set: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # dotted state path -> new value
     problem: str | None = None  # setJson that is not JSON, or a path in both set and setJson
+    # spec.forkOf.approve (implied by edits): the creator approves what the fork carries past a gate;
+    approve: bool = False  # agentrun-fork admitted it only with the RBAC verb approve on the source
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any] | None) -> ForkRequest | None:
@@ -126,6 +130,7 @@ class ForkRequest:
             step=str(doc["step"]) if doc.get("step") else None,
             set=edits,
             problem=problem,
+            approve=bool(doc.get("approve")) or bool(edits),
         )
 
     @property
@@ -361,9 +366,14 @@ class World:
     # The current attempt's Pod as last seen, when it is gone from the cache now: why it ended
     # (eviction, OOM) is often only visible in its last state.
     last_seen_pod: PodInfo | None = None
-    # The admission policies that make decision annotations trustworthy are installed (None: unknown, the
-    # check itself failed). Without them the operator applies no decision.
+    # The steering admission objects are installed as shipped (None: unknown); without them no decision,
+    # resolve, retry, fork or resume is applied (agent_operator.admission). When not: each one and why.
     admission_ok: bool | None = True
+    admission_missing: tuple[str, ...] = ()
+    # The Namespace's approval policy (not the author's), read when a decision is applied: LABEL_FOUR_EYES
+    # "true" (no self-approval whatever spec.approval says), ANN_APPROVER_GROUPS (who decides).
+    namespace_four_eyes: bool = False
+    namespace_approver_groups: tuple[str, ...] = ()
     # The current attempt's Pod and the run's Lease in this World were read from the API server during this
     # reconcile (a fresh read), not only from the watch-fed indexes, which may lag or stall.
     live: bool = False

@@ -15,7 +15,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from agent_operator import kube, metrics, model, throttle
+from agent_operator import forks, kube, metrics, model, throttle
 from agent_operator import memory as memory_
 from agent_operator import settings as settings_
 from agentrun_core import lease_math, protocol, store
@@ -37,10 +37,12 @@ class Observer:
         self.db = db
         self.throttle = throttle_
         self._admission: tuple[float, bool | None] | None = None  # (monotonic time, ok)
+        self.admission_missing: tuple[str, ...] = ()  # what the last look found absent or not as shipped
 
     def admission_ok(self, fresh: bool = False) -> bool | None:
-        """Whether the decision-guarding admission policies are installed (None: unknown). ``fresh`` for a
-        decision about to be applied: never from the cache, which only serves the status condition."""
+        """Whether the steering-guarding admission policies are installed as shipped (None: unknown).
+        ``fresh`` for a steering request about to be applied: never from the cache, which only serves the
+        status condition."""
         now = time.monotonic()
         cached = self._admission
         if not fresh and cached is not None and now - cached[0] < ADMISSION_CHECK_SECONDS:
@@ -49,8 +51,9 @@ class Observer:
         try:
             missing = kube.missing_admission_objects(self.api)
             ok = not missing
+            self.admission_missing = tuple(missing)
             if missing:
-                logger.warning("admission policies missing, decisions refused: %s", ", ".join(missing))
+                logger.warning("admission policies missing, steering refused: %s", ", ".join(missing))
         except kube.KubeError as exc:
             logger.warning("could not check the admission policies: %s", exc)
             ok = None
@@ -101,7 +104,8 @@ class Observer:
             name = protocol.pod_name(run.name, current)
             last_seen = memory.final_pods.get(name) or memory.seen_pods.get(name)
         deciding = any(k in run.annotations for k in (model.ANN_APPROVE, model.ANN_REJECT))
-        guarded = deciding or any(a.status == "pending" for a in approvals)
+        steering = deciding or _steering_requested(run, spec, status, db)
+        guarded = steering or any(a.status == "pending" for a in approvals)
         pod = by_attempt.get(current)
         alive = pod is not None and pod.alive
         memory.blocked = memory_.since(
@@ -128,7 +132,18 @@ class Observer:
                 step=fork.step,
                 set_keys=fork.set_keys,
             )
-            fork_source = model.ForkSource(found.run_id, found.checkpoint_id, fork.problem or found.problem)
+            carried = forks.carried_problem(fork.run, found.checkpoint_id, found.carried, fork.approve)
+            problem = fork.problem or found.problem or carried
+            fork_source = model.ForkSource(found.run_id, found.checkpoint_id, problem)
+        ok = self.admission_ok(fresh=steering) if guarded else None
+        four_eyes: bool = False
+        approver_groups: tuple[str, ...] = ()
+        if deciding and ok:
+            try:
+                four_eyes, approver_groups = kube.namespace_approval_policy(self.api, run.namespace)
+            except kube.KubeError as exc:
+                logger.warning("could not read namespace %s's approval policy: %s", run.namespace, exc)
+                ok = None  # decide nothing until it is read
         group = spec.concurrency.group if spec.concurrency is not None else None
         wait = self.throttle.waits_for(run.namespace, run.uid, group)
         return model.World(
@@ -148,7 +163,10 @@ class Observer:
             annotations_handled=run.resource_version in memory.handled_rvs,
             last_seen_pod=last_seen,
             # None: not looked at (nothing to guard)
-            admission_ok=self.admission_ok(fresh=deciding) if guarded else None,
+            admission_ok=ok,
+            admission_missing=self.admission_missing if ok is False else (),
+            namespace_four_eyes=four_eyes,
+            namespace_approver_groups=approver_groups,
             db_now=seen.db_now,
             blocked_for=now_mono - memory.blocked[1] if memory.blocked else None,
             unclaimed_for=now_mono - memory.unclaimed[1] if memory.unclaimed else None,
@@ -225,3 +243,21 @@ class Observer:
             metrics.lease_renew_failure(namespace)
 
     # --- reconcile ---------------------------------------------------------------------------------------
+
+
+def _steering_requested(
+    run: model.RunRef, spec: model.RunSpec, status: Mapping[str, Any], db: store.Run | None
+) -> bool:
+    """A steering verb waits to be applied (resolve, retry, a fork to admit, a resume), or a refusal is
+    shown: the admission policies must be looked at, fresh (agent_operator.admission)."""
+    if model.ANN_RESOLVE in run.annotations:
+        return True
+    conditions = status.get("conditions") or ()
+    if any(c.get("type") == "ApprovalPolicyMissing" and c.get("status") == "True" for c in conditions):
+        return True  # keep looking until the policies are back, so the condition says so
+    if db is None:
+        return spec.fork_of is not None
+    wanted = spec.retry_generation
+    if wanted > db.retry_generation and int(status.get("observedRetryGeneration") or 0) < wanted:
+        return True
+    return not spec.suspend and status.get("phase") == "Suspended"

@@ -110,9 +110,12 @@ def _walk(w: walk.Walk) -> None:
         endings.finish(w, outcome, pod)
         return
 
-    # 4. Stop requests.
+    # 4. Stop requests: applied whatever the admission policies say (stopping makes nothing happen).
     if run.deleting or spec.cancel or spec.suspend:
         endings.stop(w, pod)
+        return
+    if st.phase == "Suspended" and world.admission_ok is not True:
+        _resume_refused(w)
         return
 
     # 5. Attempts.
@@ -135,6 +138,11 @@ def _admit(w: walk.Walk) -> None:
     if problem is None and world.unstorable is not None:
         problem, reason = world.unstorable, phases.UNSTORABLE
     fork = world.fork_source
+    if problem is None and spec.fork_of is not None and world.admission_ok is not True:
+        if world.admission_ok is None:
+            plan.soon(5.0)  # could not tell whether the policies are installed: admit nothing, look again
+            return
+        problem, reason = f"fork refused: {approvals.policy_missing(world)}", forks.FORK_REFUSED
     if problem is None and fork is not None and fork.problem is not None:
         # A fork whose source, checkpoint, step or edits do not exist: refused before anything is copied.
         problem, reason = f"fork refused: {fork.problem}", forks.FORK_REFUSED
@@ -200,13 +208,15 @@ def _steer(w: walk.Walk, finished: bool) -> bool:
     if not steering.retried_since_expiry(world):  # a retry overrides an onTimeout: cancel that stopped it
         approvals.expiry_followups(world, plan)
 
+    if world.admission_ok is False or (world.admission_ok and run_status.policy_condition(world)):
+        w.show()  # the ApprovalPolicyMissing condition (True, or back to False), whatever else this pass does
     # Humans steering a stopped run (resolve, retry); Postgres applies each exactly once.
     stopped = finished or db.status == "needs_human"
     steering_planned = steering.resolve(world, plan)
     if not run.deleting and steering.retry(world, plan, stopped):
         steering_planned = True
-    if stopped and world.spec.retry_generation > db.retry_generation:
-        st.observed_retry_generation = world.spec.retry_generation
+    if stopped and world.spec.retry_generation > db.retry_generation and world.admission_ok is not None:
+        st.observed_retry_generation = world.spec.retry_generation  # acted on: applied or refused
     if steering_planned:
         # Status stays as it is until Postgres shows the outcome: a status written now would carry the old
         # outcome with the new generation, and `agentrun wait` would take it for the retried run's.
@@ -229,3 +239,18 @@ def _reopened(w: walk.Walk, current: int) -> None:
     st.restarts = 0
     st.last_end = {"attempt": current, "reason": reason, "message": message, "at": phases.iso(world.now)}
     w.plan.info("Reopened", message)
+
+
+def _resume_refused(w: walk.Walk) -> None:
+    """spec.suspend went false while a steering policy is absent or not as shipped: anyone with ``patch``
+    could have done it, so the run stays Suspended until the policies are back (None: look again soon)."""
+    world, plan, st = w.world, w.plan, w.st
+    if world.admission_ok is None:
+        plan.soon(5.0)
+        return
+    message = "resume refused: " + approvals.policy_missing(world)
+    if st.message != message:
+        plan.warn("SteeringPolicyMissing", message)
+    st.message = message
+    w.show()
+    plan.idle(w.settings.idle_poll_seconds)

@@ -142,9 +142,13 @@ def ledger_missing(world: model.World) -> tuple[dict[str, Any], bool]:
 
 
 def policy_condition(world: model.World) -> dict[str, tuple[bool, str, str]]:
-    """ApprovalPolicyMissing: True while decisions are refused for want of the admission policies."""
+    """ApprovalPolicyMissing: True while steering is refused for want of the admission policies as shipped
+    (the message names each object that is absent or differs)."""
     if world.admission_ok is False:
-        return {"ApprovalPolicyMissing": (True, "AdmissionPoliciesAbsent", approvals.POLICY_MISSING)}
+        message = "steering (approvals, fork, retry, resolve, resume) refused: " + approvals.policy_missing(
+            world
+        )
+        return {"ApprovalPolicyMissing": (True, "AdmissionPoliciesAbsent", message)}
     had = any(c.get("type") == "ApprovalPolicyMissing" for c in world.status.get("conditions") or ())
     if had and world.admission_ok:
         return {"ApprovalPolicyMissing": (False, "AdmissionPoliciesInstalled", "policies installed")}

@@ -225,6 +225,12 @@ SPEC: openapi.Schema = openapi.obj(
                     ],
                     additional=openapi.string(max_length=16384),
                 ),
+                "approve": openapi.boolean(
+                    "The requester approves what the fork carries past a gate: the source's decided "
+                    "approvals at that checkpoint and the edits (set, setJson). Needs the RBAC verb approve "
+                    "on the source run (admission policy agentrun-fork); implied by edits. Without it, the "
+                    "operator refuses a fork from a checkpoint written after a decided approval."
+                ),
                 "setJson": openapi.obj(
                     description=(
                         "Like set, with each value JSON text (a number, list, object ...): kubectl agentrun "
@@ -246,7 +252,8 @@ SPEC: openapi.Schema = openapi.obj(
             (
                 "Start from a checkpoint of another AgentRun of this namespace (kubectl agentrun fork NAME "
                 "--step STEP|--checkpoint ID --as NEW). The run gets its own run id, hence its own effects; "
-                "spec.input is not used. Needs get on the source run. Set at creation only."
+                "spec.input is not used. Needs get on the source run, and approve on it with edits or "
+                "approve: true. Set at creation only."
             ),
             required=["run"],
             rules=[

@@ -12,7 +12,9 @@ This module decides what to ask for, and how a reopened run looks until its next
 * A retry re-keys only the failed effects proven not performed; the others go back to ``pending`` under
   their key (``store.reopen_run``), and the Retried Event / ``status.interventions`` say which is which.
 * Who: the ``retried-by`` / ``resolved-by`` stamps the API server writes from ``request.userInfo``
-  (deploy/admission/steer-*.yaml). Without a stamp nothing is applied (the policies are missing).
+  (deploy/admission/steer-*.yaml). Without a stamp nothing is applied; nor while any steering policy is
+  absent or not as shipped (``world.admission_ok``): a stamp is then just an annotation anyone who can
+  patch the run can write. A retry refused so stays refused (raise it again once the policies are back).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from agent_operator import actions, model
+from agent_operator import actions, approvals, model
 from agentrun_core import store
 
 # agentrun_interventions.kind -> the start reason of the attempt that follows the reopening
@@ -73,7 +75,14 @@ def resolve(world: model.World, plan: actions.Plan) -> bool:
     request, refusal = parse_resolve(world.run.annotations)
     if request is None and refusal is None:
         return False
+    if world.admission_ok is None:
+        plan.soon(5.0)  # could not tell whether the policies are installed: apply nothing, look again
+        return False
     plan.actions.append(actions.RemoveResolveAnnotations())
+    if not world.admission_ok:
+        value = world.run.annotations.get(model.ANN_RESOLVE, "")
+        plan.warn("SteeringPolicyMissing", f"resolve {value} ignored: " + approvals.policy_missing(world))
+        return False
     if refusal is not None:
         plan.warn("ResolveRefused", refusal)
         return False
@@ -94,6 +103,14 @@ def retry(world: model.World, plan: actions.Plan, stopped: bool) -> bool:
         return False  # acted on already (refused, or the run succeeded): tell once, not every reconcile
     if db.status == "succeeded":
         plan.warn("RetryRefused", f"retry generation {wanted} ignored: the run succeeded (nothing to retry)")
+        return False
+    if world.admission_ok is None:
+        plan.soon(5.0)
+        return False
+    if not world.admission_ok:
+        plan.warn(
+            "SteeringPolicyMissing", f"retry generation {wanted} ignored: " + approvals.policy_missing(world)
+        )
         return False
     by = world.run.annotations.get(model.ANN_RETRIED_BY, "").strip()
     if not by:

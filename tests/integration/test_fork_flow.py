@@ -48,8 +48,10 @@ def kubectl(kubeconfig: Path, *args: str, dsn: str = "") -> subprocess.Completed
 def people(
     kube: kubernetes.client.ApiClient, namespace: str, identity: Callable[..., Path]
 ) -> dict[str, Path]:
-    """dev edits AgentRuns (create, get); manager approves; blind may create AgentRuns but read none."""
+    """dev edits AgentRuns (create, get) and may approve (a fork with edits approves them: issue 35.3);
+    manager approves; blind may create AgentRuns but read none."""
     bind(kube, namespace, "dev", "agentrun-editor")
+    bind(kube, namespace, "dev", "agentrun-approver")
     bind(kube, namespace, "manager", "agentrun-approver")
     role: dict[str, Any] = {
         "metadata": {"name": "create-only"},

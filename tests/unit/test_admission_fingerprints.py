@@ -47,7 +47,7 @@ def test_weakened_objects_are_reported() -> None:
 
     edited = copy.deepcopy(shipped[vap])
     edited["spec"]["validations"] = edited["spec"]["validations"][1:]  # a check removed
-    assert admission.problem(*vap, edited) == "its CEL differs from the shipped policy (deploy/admission)"
+    assert admission.problem(*vap, edited) == admission.DIFFERS
     ignored = copy.deepcopy(shipped[vap])
     ignored["spec"]["failurePolicy"] = "Ignore"
     assert "failurePolicy Ignore" in (admission.problem(*vap, ignored) or "")
@@ -102,3 +102,76 @@ def test_policies_applied_with_kustomize_are_the_shipped_ones() -> None:
     assert found[vap]["spec"]["validations"] != shipped[vap]["spec"]["validations"]  # the premise: re-folded
     for key in kube.ADMISSION_OBJECTS:
         assert admission.problem(*key, found[key]) is None, key
+
+
+DIFFERS = admission.DIFFERS
+
+
+def test_every_steering_policy_is_guarded() -> None:
+    """Issue 35.4: the operator knows the policies of EVERY steering verb, not only the approval ones."""
+    guarded = {name for _, name in kube.ADMISSION_OBJECTS}
+    for name in (
+        "agentrun-approvals",
+        "agentrun-decision-payload",
+        "agentrun-stamp-created-by",
+        "agentrun-stamp-decided-by",
+        "agentrun-steering",
+        "agentrun-stamp-resolved-by",
+        "agentrun-stamp-retried-by",
+        "agentrun-fork",
+    ):
+        assert name in guarded, name
+    shipped = _shipped()
+    for plural in ("validatingadmissionpolicies", "validatingadmissionpolicybindings"):
+        assert (plural, "agentrun-steering") in kube.ADMISSION_OBJECTS
+        edited = copy.deepcopy(shipped[(plural, "agentrun-steering")])
+        if plural.endswith("bindings"):
+            edited["spec"]["validationActions"] = ["Warn"]
+            assert admission.problem(plural, "agentrun-steering", edited) == "validationActions without Deny"
+        else:
+            edited["spec"]["validations"] = edited["spec"]["validations"][2:]  # the resolve verb check gone
+            assert admission.problem(plural, "agentrun-steering", edited) == DIFFERS
+
+
+def test_match_constraints_and_conditions_count() -> None:
+    """A policy narrowed to CREATE (or to another resource, or with a matchCondition that skips requests)
+    guards nothing the verbs do on UPDATE: reported, while what the API server fills in is not."""
+    shipped = _shipped()
+    vap = ("validatingadmissionpolicies", "agentrun-steering")
+    narrowed = copy.deepcopy(shipped[vap])
+    narrowed["spec"]["matchConstraints"]["resourceRules"][0]["operations"] = ["CREATE"]
+    assert admission.problem(*vap, narrowed) == DIFFERS
+    skipped = copy.deepcopy(shipped[vap])
+    skipped["spec"]["matchConditions"] = [{"name": "never", "expression": "false"}]
+    assert admission.problem(*vap, skipped) == DIFFERS
+    excluded = copy.deepcopy(shipped[vap])
+    excluded["spec"]["matchConstraints"]["objectSelector"] = {"matchLabels": {"guarded": "yes"}}
+    assert admission.problem(*vap, excluded) == DIFFERS
+    mutating = ("mutatingadmissionpolicies", "agentrun-stamp-retried-by")
+    other = copy.deepcopy(shipped[mutating])
+    other["spec"]["matchConstraints"]["resourceRules"][0]["resources"] = ["agentruns/status"]
+    assert admission.problem(*mutating, other) == DIFFERS
+    # What a live object looks like after the API server's defaulting: still the shipped policy.
+    live = copy.deepcopy(shipped[vap])
+    match = live["spec"]["matchConstraints"]
+    match.update({"matchPolicy": "Equivalent", "namespaceSelector": {}, "objectSelector": {}})
+    for rule in match["resourceRules"]:
+        rule["scope"] = "*"
+    assert admission.problem(*vap, live) is None
+
+
+def test_the_operator_may_read_every_steering_object() -> None:
+    """The operator's ClusterRole names each object it checks: a 403 would read as "unknown" and apply no
+    steering at all on a cluster installed as documented."""
+    docs = yaml.safe_load_all((ADMISSION_DIR.parent / "base" / "rbac-operator.yaml").read_text())
+    readable = {
+        (resource, name)
+        for doc in docs
+        if doc and doc.get("kind") == "ClusterRole"
+        for rule in doc.get("rules") or ()
+        if "get" in rule.get("verbs", ()) and "admissionregistration.k8s.io" in rule.get("apiGroups", ())
+        for resource in rule.get("resources") or ()
+        for name in rule.get("resourceNames") or ()
+    }
+    for key in kube.ADMISSION_OBJECTS:
+        assert key in readable, key

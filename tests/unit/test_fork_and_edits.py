@@ -165,8 +165,39 @@ def test_fork_body_copies_the_spec_without_its_steering_and_names_the_source() -
         "graph": "a:b",
         "input": {"x": 1},
         "approval": {},
-        "forkOf": {"run": "src", "runUid": "src-uid", "step": "draft", "set": {"draft.body": "x"}},
+        "forkOf": {
+            "run": "src",
+            "runUid": "src-uid",
+            "step": "draft",
+            "set": {"draft.body": "x"},
+            "approve": True,  # edits are the forker's decision (issue 35.3)
+        },
     }
+    plain = fork_cli.fork_body(SOURCE, "f", checkpoint=None, step="draft", sets={}, set_json={})
+    assert "approve" not in plain["spec"]["forkOf"]
+    vouched = fork_cli.fork_body(
+        SOURCE, "f", checkpoint=None, step="draft", sets={}, set_json={}, approve=True
+    )
+    assert vouched["spec"]["forkOf"]["approve"] is True
+
+
+def test_a_fork_past_a_decided_approval_is_refused_unless_it_approves() -> None:
+    """Issue 35.3: the state after a decided approval holds the decision; a fork from there acts on it."""
+    carried = ("a-0123456789ab (rejected)",)
+    why = forks.carried_problem("src", "cp-9", carried, approve=False)
+    assert why is not None and "after its approval a-0123456789ab (rejected) was decided" in why
+    assert "--approve" in why and "RBAC verb approve on src" in why
+    assert forks.carried_problem("src", "cp-9", carried, approve=True) is None
+    assert forks.carried_problem("src", "cp-1", (), approve=False) is None
+    # Edits imply approving: the admission policy asked for the approve verb.
+    edited = model.RunSpec.from_body({"graph": "a:b", "forkOf": FORK}).fork_of
+    plain = model.RunSpec.from_body({"graph": "a:b", "forkOf": {"run": "src", "step": "x"}}).fork_of
+    vouched = model.RunSpec.from_body(
+        {"graph": "a:b", "forkOf": {"run": "src", "step": "x", "approve": True}}
+    )
+    assert edited is not None and edited.approve
+    assert plain is not None and not plain.approve
+    assert vouched.fork_of is not None and vouched.fork_of.approve
 
 
 @pytest.mark.parametrize(
@@ -233,3 +264,19 @@ def test_a_fork_edit_refused_by_the_worker_is_its_own_failure_reason() -> None:
         "fork edit refused: draft.body.x: ...",
     )
     assert forks.FORK_EDIT_REFUSED == forking.FORK_EDIT_REFUSED  # the operator reads what the worker writes
+
+
+def test_no_fork_is_admitted_while_a_steering_policy_is_not_as_shipped() -> None:
+    """Issue 35.4: the fork policy (get/approve on the source) may be gone: admit nothing, say which."""
+    missing = ("validatingadmissionpolicies/agentrun-fork (failurePolicy Ignore (must be Fail))",)
+    w = dataclasses.replace(
+        world(model.ForkSource("src-uid", "cp-1")), admission_ok=False, admission_missing=missing
+    )
+    plan = reconcile.decide(w)
+    assert not [a for a in plan.actions if isinstance(a, actions.Admit)]
+    failed = {c["type"]: c for c in (plan.status or {})["conditions"]}["Failed"]
+    assert (
+        failed["reason"] == forks.FORK_REFUSED and "agentrun-fork (failurePolicy Ignore" in failed["message"]
+    )
+    unknown = reconcile.decide(dataclasses.replace(w, admission_ok=None))
+    assert not [a for a in unknown.actions if isinstance(a, actions.Admit)] and unknown.status is None

@@ -24,9 +24,14 @@ OLD = rowmaker.approval(
 
 
 def annotated(
-    value: str, *, key: str = model.ANN_APPROVE, by: str | None = "manager", **kw: object
+    value: str,
+    *,
+    key: str = model.ANN_APPROVE,
+    by: str | None = "manager",
+    extra_annotations: dict[str, str] | None = None,
+    **kw: object,
 ) -> model.World:
-    ann = {key: value, model.ANN_CREATED_BY: "alice"}
+    ann = {key: value, model.ANN_CREATED_BY: "alice", **(extra_annotations or {})}
     if by:
         ann[model.ANN_DECIDED_BY] = by
     return world(
@@ -253,3 +258,28 @@ def test_no_decision_without_the_admission_policies() -> None:
 def test_unknown_admission_state_decides_nothing_and_keeps_the_annotations() -> None:
     plan = reconcile.decide(dataclasses.replace(annotated(PENDING.approval_id), admission_ok=None))
     assert decides(plan) == [] and actions.RemoveDecisionAnnotations() not in plan.actions
+
+
+def test_a_four_eyes_namespace_overrides_allow_self_approval() -> None:
+    """Issue 35.5: the namespace's label wins over the run's spec (and the policy recorded with it)."""
+    selfish = {"approval": {"allowSelfApproval": True}}
+    plan = reconcile.decide(
+        annotated(PENDING.approval_id, by="alice", spec=selfish, namespace_four_eyes=True)
+    )
+    assert decides(plan) == [] and [e.reason for e in plan.events] == ["SelfApprovalRefused"]
+    assert "requires four eyes" in plan.events[0].message
+    assert decides(reconcile.decide(annotated(PENDING.approval_id, by="bob", namespace_four_eyes=True)))
+    rejected = annotated(PENDING.approval_id, key=model.ANN_REJECT, by="alice", namespace_four_eyes=True)
+    assert decides(reconcile.decide(rejected))  # a creator can always stop their own run
+
+
+def test_the_namespace_names_who_decides() -> None:
+    ann = {model.ANN_DECIDED_GROUPS: "devs,system:authenticated"}
+    plan = reconcile.decide(
+        annotated(PENDING.approval_id, namespace_approver_groups=("managers",), extra_annotations=ann)
+    )
+    assert decides(plan) == [] and [e.reason for e in plan.events] == ["ApproverRefused"]
+    assert "approver groups of namespace" in plan.events[0].message and "managers" in plan.events[0].message
+    ann = {model.ANN_DECIDED_GROUPS: "managers"}
+    ok = annotated(PENDING.approval_id, namespace_approver_groups=("managers",), extra_annotations=ann)
+    assert decides(reconcile.decide(ok))

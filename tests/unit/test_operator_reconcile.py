@@ -295,3 +295,33 @@ def test_evicted_pod_gone_from_cache_keeps_its_reason() -> None:
         )
     )
     assert effective(plan) == [actions.CreatePod(2, "deleted", image="agentrun:dev", lost_observed=True)]
+
+
+def test_resume_waits_while_a_steering_policy_is_not_as_shipped() -> None:
+    """Issue 35.4: without the suspend verb's policy anyone with patch could have resumed: the run stays
+    Suspended and says which policy; suspending itself is applied whatever the policies say."""
+    suspended = reconcile.decide(
+        world(
+            db="running",
+            status={"attempts": 1},
+            pods=[pod(phase="Failed", exit_code=11)],
+            spec={"suspend": True},
+            admission_ok=False,
+        )
+    )
+    assert suspended.status is not None and suspended.status["phase"] == "Suspended"
+    missing = ("validatingadmissionpolicies/agentrun-steering",)
+    refused = reconcile.decide(
+        world(
+            db="running",
+            status=suspended.status,
+            pods=[pod(phase="Failed", exit_code=11)],
+            admission_ok=False,
+            admission_missing=missing,
+        )
+    )
+    assert effective(refused) == [] and [e.reason for e in refused.events] == ["SteeringPolicyMissing"]
+    assert refused.status is not None and refused.status["phase"] == "Suspended"
+    assert "resume refused" in refused.status["message"] and "agentrun-steering" in refused.status["message"]
+    cond = {c["type"]: c for c in refused.status["conditions"]}["ApprovalPolicyMissing"]
+    assert cond["status"] == "True" and "agentrun-steering" in cond["message"]

@@ -26,12 +26,20 @@ SELECT (SELECT run_id FROM src) AS run_id,
        (SELECT array_agg(k ORDER BY k) FROM cp, jsonb_object_keys(cp.checkpoint -> 'channel_versions') k
         WHERE k NOT LIKE '\_\_%%' AND k NOT LIKE '%%:%%') AS channels,
        (SELECT array_agg(DISTINCT split_part(e.step, ':', 1)) FROM agentrun_step_events e, src
-        WHERE e.run_id = src.run_id AND e.checkpoint_id IS NOT NULL) AS steps
+        WHERE e.run_id = src.run_id AND e.checkpoint_id IS NOT NULL) AS steps,
+       -- The source's approvals decided before that checkpoint: requested before the worker wrote it (its
+       -- ts; none: taken as after every approval). The checkpoint a run parks at is written before its
+       -- approval is requested, so it carries no decision; every later one carries it.
+       (SELECT array_agg(a.approval_id || ' (' || a.status || ')' ORDER BY a.requested_at, a.approval_id)
+        FROM agentrun_approvals a, src, cp
+        WHERE a.run_id = src.run_id AND a.status <> 'pending'
+          AND a.requested_at <= coalesce((cp.checkpoint ->> 'ts')::timestamptz, 'infinity')) AS carried
 
 -- name: admit_fork
 -- admit_run plus the starting state, in ONE statement: the run row (fork_of recorded, its head the copied
--- checkpoint), the checkpoint row, the blobs its channel_versions reference, and its pending writes (an
--- interrupt waiting at that checkpoint is asked again, as the fork's own approval). Admitting again returns
+-- checkpoint), the checkpoint row, the blobs its channel_versions reference, and its pending writes but the
+-- answers to interrupts (an interrupt waiting at that checkpoint is asked again, as the fork's own approval,
+-- even when the source's was decided). Admitting again returns
 -- the first row and copies nothing.
 -- A DeltaChannel (LangGraph 1.2: e.g. a long chat's messages) stores no value at most checkpoints: it is
 -- rebuilt from the writes of the checkpoint's ancestors back to the nearest one holding a snapshot. So the
@@ -102,6 +110,17 @@ WITH RECURSIVE ins AS (
     FROM checkpoint_writes w
     WHERE w.thread_id = %(source_run_id)s AND w.checkpoint_ns = ''
       AND w.checkpoint_id IN (SELECT checkpoint_id FROM keep)
+      -- At the forked checkpoint, never a human's answer: not LangGraph's __resume__ write of
+      -- Command(resume=...), nor what the interrupted task wrote once resumed with it (the decision, its
+      -- route); only its __interrupt__. At the checkpoint a run parked at, the fork then asks for its approval
+      -- again, as its own, instead of acting on the source's decision (issue 35.3). Writes of other tasks of
+      -- that step are kept, and so are the ancestors' writes (a DeltaChannel is rebuilt from them: history).
+      AND (w.checkpoint_id <> %(checkpoint_id)s OR (
+            w.channel <> '__resume__'
+            AND (w.channel = '__interrupt__' OR NOT EXISTS (
+                  SELECT 1 FROM checkpoint_writes i
+                  WHERE i.thread_id = w.thread_id AND i.checkpoint_ns = '' AND i.checkpoint_id = w.checkpoint_id
+                    AND i.task_id = w.task_id AND i.channel = '__interrupt__'))))
       AND EXISTS (SELECT 1 FROM ins)
     ON CONFLICT DO NOTHING
     RETURNING task_id
