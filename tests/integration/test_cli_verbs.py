@@ -17,6 +17,24 @@ from agent_operator import imagepin
 from tests.integration.test_steer_flow import FLAKY, VENV_BIN, as_user, spec
 
 
+def follow_logs(
+    kubeconfig: Path, ns: str, name: str
+) -> tuple[subprocess.Popen[str], list[str], threading.Thread]:
+    """``kubectl agentrun logs NAME -f`` running, with the lines it printed so far (filled by a reader)."""
+    env = {**os.environ, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}", "KUBECONFIG": str(kubeconfig)}
+    follow = subprocess.Popen(
+        ["kubectl", "agentrun", "logs", name, "-n", ns, "-f"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(follow.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
+    reader.start()
+    return follow, lines, reader
+
+
 def test_suspend_resume_logs_and_the_image_pin(
     kube: kubernetes.client.ApiClient,
     operator: OperatorHandle,
@@ -36,21 +54,7 @@ def test_suspend_resume_logs_and_the_image_pin(
     )
 
     # logs -f streams attempt 1's worker log while it runs, and ends when the worker exits (the suspend)
-    env = {
-        **os.environ,
-        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}",
-        "KUBECONFIG": str(admin_kubeconfig),
-    }
-    follow = subprocess.Popen(
-        ["kubectl", "agentrun", "logs", "sus", "-n", ns, "-f"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(iter(follow.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
-    reader.start()
+    follow, lines, reader = follow_logs(admin_kubeconfig, ns, "sus")
     # the stream is open once the worker's first line (its Lease) arrived through it
     wait_for(lambda: any("acquired by sus-1" in line for line in lines), 120, "the log stream of attempt 1")
     suspended = as_user(admin_kubeconfig, "agentrun", "suspend", "sus", "-n", ns)
@@ -149,21 +153,7 @@ def test_logs_follow_goes_on_into_the_next_attempt_and_stops_when_no_attempt_wil
         "attempt 1's worker holds the run's Lease",
         on_timeout=lambda: operator.logs()[-3000:],
     )
-    env = {
-        **os.environ,
-        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}",
-        "KUBECONFIG": str(admin_kubeconfig),
-    }
-    follow = subprocess.Popen(
-        ["kubectl", "agentrun", "logs", "hop", "-n", ns, "-f"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(iter(follow.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
-    reader.start()
+    follow, lines, reader = follow_logs(admin_kubeconfig, ns, "hop")
     wait_for(lambda: any("acquired by hop-1" in line for line in lines), 120, "the log stream of attempt 1")
     # The Pod is lost (a force delete, as a node's loss ends it): the operator starts attempt 2 by itself.
     kubernetes.client.CoreV1Api(kube).delete_namespaced_pod("hop-1", ns, grace_period_seconds=0)
