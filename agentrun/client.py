@@ -157,7 +157,7 @@ class Client:
         """The runs (sorted by namespace and name), filtered by a label selector and phases."""
         wanted = watching.phases(",".join(phases)) if phases else None
         where = None if all_namespaces else self.namespace
-        items, _ = watching.listed(self.api, where, selector=selector, name=None)
+        items, _ = cluster.list_runs_at(self.api, where, selector=selector, name=None)
         return [Run.of(i) for i in watching.keep(items, wanted)]
 
     def wait(
@@ -192,7 +192,7 @@ class Client:
 
     def watch(self, name: str | None = None, *, selector: str | None = None) -> Iterator[Run]:
         """The run (or the selected runs) now, then each change as the API server reports it, forever."""
-        items, version = watching.listed(self.api, self.namespace, selector=selector, name=name)
+        items, version = cluster.list_runs_at(self.api, self.namespace, selector=selector, name=name)
         if name is not None and not items:
             raise Error(f'AgentRun "{name}" not found in namespace "{self.namespace}"')
         for item in items:

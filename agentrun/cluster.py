@@ -75,10 +75,26 @@ def get_run(api: kube.ApiClient, namespace: str, name: str) -> dict[str, Any]:
         return kube.runs.get(api, namespace, name)
 
 
+def name_field(name: str | None) -> str | None:
+    """The field selector that picks one run by name (None: every run)."""
+    return f"metadata.name={name}" if name else None
+
+
+def list_runs_at(
+    api: kube.ApiClient, namespace: str | None, *, selector: str | None = None, name: str | None = None
+) -> tuple[list[dict[str, Any]], str]:
+    """The runs (all namespaces with None), sorted as ``list`` prints them, and the list's resourceVersion
+    (where a watch continues from). ``selector``: a label selector; ``name``: only that run."""
+    with translated("list agentruns", namespace or "", name):
+        body = kube.runs.listing(api, namespace, label_selector=selector, field_selector=name_field(name))
+    items = sorted(
+        body.get("items") or [], key=lambda i: (i["metadata"].get("namespace", ""), i["metadata"]["name"])
+    )
+    return items, str((body.get("metadata") or {}).get("resourceVersion") or "")
+
+
 def list_runs(api: kube.ApiClient, namespace: str | None) -> list[dict[str, Any]]:
-    with translated("list agentruns", namespace or ""):
-        items = kube.runs.list_(api, namespace)
-    return sorted(items, key=lambda i: (i["metadata"].get("namespace", ""), i["metadata"]["name"]))
+    return list_runs_at(api, namespace)[0]
 
 
 def annotate(api: kube.ApiClient, namespace: str, name: str, annotations: dict[str, str | None]) -> None:

@@ -132,7 +132,7 @@ def _runs(command: str, args: argparse.Namespace, api: kube.ApiClient, namespace
     if command == "get" and not args.watch:
         items, version = [cluster.get_run(api, namespace, args.name)], ""
     else:
-        items, version = watching.listed(api, where, selector=selector, name=name)
+        items, version = cluster.list_runs_at(api, where, selector=selector, name=name)
         if name is not None and not items:
             raise cluster.CliError(f'AgentRun "{name}" not found in namespace "{namespace}"')
     shown = watching.keep(items, wanted)

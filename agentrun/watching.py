@@ -44,22 +44,6 @@ def without_header(table: str) -> str:
     return "\n".join(table.splitlines()[1:])
 
 
-def field_for(name: str | None) -> str | None:
-    return f"metadata.name={name}" if name else None
-
-
-def listed(
-    api: kube.ApiClient, namespace: str | None, *, selector: str | None, name: str | None
-) -> tuple[list[dict[str, Any]], str]:
-    """The runs (sorted as ``list`` prints them) and the version a watch continues from."""
-    with cluster.translated("list agentruns", namespace or "", name):
-        body = kube.runs.listing(api, namespace, label_selector=selector, field_selector=field_for(name))
-    items = sorted(
-        body.get("items") or [], key=lambda i: (i["metadata"].get("namespace", ""), i["metadata"]["name"])
-    )
-    return items, str((body.get("metadata") or {}).get("resourceVersion") or "")
-
-
 def changes(
     api: kube.ApiClient,
     namespace: str | None,
@@ -74,7 +58,7 @@ def changes(
     while True:
         try:
             for event in kube.runs.watch(
-                api, namespace, version, label_selector=selector, field_selector=field_for(name)
+                api, namespace, version, label_selector=selector, field_selector=cluster.name_field(name)
             ):
                 obj = event.get("object") or {}
                 version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
@@ -82,7 +66,7 @@ def changes(
                 if event.get("type") != "BOOKMARK":
                     yield obj
         except kube.Gone:
-            items, version = listed(api, namespace, selector=selector, name=name)
+            items, version = cluster.list_runs_at(api, namespace, selector=selector, name=name)
             yield from items
         except kube.KubeError as exc:
             said = cluster.message(exc, "watch agentruns", namespace or "", name)
