@@ -31,7 +31,7 @@ import time
 from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
-from agentrun import approve_cli, cluster, trace, trace_cli, watching
+from agentrun import approve_cli, cluster, steer_cli, trace, trace_cli, watching
 from agentrun_core import kube, protocol, store
 from agentrun_core.store import connect, rows
 
@@ -107,6 +107,15 @@ class Pending:
     approval: Approval
 
 
+def reached(run: Run, until: Collection[str]) -> bool:
+    """``run`` is in one of the phases ``until``. A final phase counts only once its Finished condition is
+    of the current spec: right after a retry the old outcome is still shown until the operator has seen it
+    (as for ``agentrun wait``). Pure."""
+    if run.phase not in until:
+        return False
+    return run.phase not in FINAL_PHASES or steer_cli.finished(dict(run.resource)) is not None
+
+
 class Client:
     """AgentRuns of one namespace (``namespace=``, else the kubeconfig context's), as the caller."""
 
@@ -168,15 +177,16 @@ class Client:
         timeout: float | None = None,
         interval: float = 1.0,
     ) -> Run:
-        """The run once its phase is one of ``until`` (default: finished). Transient API errors are ridden
-        out until ``timeout``; ``Timeout`` (with the last snapshot) after it."""
+        """The run once its phase is one of ``until`` (default: finished; a final phase only once the
+        operator wrote it for the current spec). Transient API errors are ridden out until ``timeout``;
+        ``Timeout`` (with the last snapshot) after it."""
         watching.phases(",".join(until))  # an unknown phase is refused before waiting for it
         deadline = None if timeout is None else time.monotonic() + timeout
         last: Run | None = None
         while True:
             try:
                 last = self.get(name)
-                if last.phase in until:
+                if reached(last, until):
                     return last
             except Error as exc:
                 if not cluster.transient(exc):

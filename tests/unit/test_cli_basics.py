@@ -68,3 +68,17 @@ def test_a_log_follow_moves_to_the_next_attempt_only_while_one_will_come() -> No
     assert logs_cli.next_attempt({1: "r-1"}, 1, "Pending") is True
     for phase in ("Succeeded", "Failed", "Cancelled", "Suspended", "WaitingApproval"):
         assert logs_cli.next_attempt({1: "r-1"}, 1, phase) is False, phase
+
+
+def test_the_client_waits_past_an_outcome_older_than_the_spec() -> None:
+    from agentrun import client
+
+    def run(phase: str, generation: int, observed: int) -> client.Run:
+        cond = {"type": "Finished", "status": "True", "reason": phase, "observedGeneration": observed}
+        meta = {"name": "r", "generation": generation}
+        return client.Run.of({"metadata": meta, "status": {"phase": phase, "conditions": [cond]}})
+
+    assert client.reached(run("Failed", 2, 2), client.FINAL_PHASES)
+    assert not client.reached(run("Failed", 3, 2), client.FINAL_PHASES)  # a retry the operator has not seen
+    assert client.reached(run("WaitingApproval", 3, 2), {"WaitingApproval"})  # not final: no outcome to age
+    assert not client.reached(run("Running", 2, 2), client.FINAL_PHASES)
