@@ -13,7 +13,7 @@ help:
 	@echo "make lint   ruff, mypy, the import contracts (lint-imports) and hadolint only"
 	@echo "make up     bootstrap and start the dev cluster"
 	@echo "make down   stop the demo's operator and the dev cluster"
-	@echo "make image  build the agentrun image from the Dockerfile (debootstrap base, buildah; docs/real-node.md)"
+	@echo "make image  build the agentrun image from the Dockerfile (debootstrap base, buildah; docs/dev/real-node.md)"
 	@echo "make e2e    a real node (kubelet, containerd, runc), the image, deploy/ applied, the support-ticket run"
 	@echo "make bench  the benchmark suite P1-P5, full mode (README: Performance); bench-quick: CI's mode"
 	@echo "make crd    regenerate crds/agentrun.dev_agentruns.yaml from agent_operator/spec_schema.py"
@@ -65,6 +65,6 @@ down:
 image: bootstrap
 	$(BIN)/python -m agentrun_dev.node.image build
 
-# The end-to-end test on a real node (docs/real-node.md): scripts/e2e prints each phase's time.
+# The end-to-end test on a real node (docs/dev/real-node.md): scripts/e2e prints each phase's time.
 e2e: bootstrap
 	scripts/e2e
