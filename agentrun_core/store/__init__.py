@@ -77,6 +77,7 @@ from agentrun_core.store.steering import (
 from agentrun_core.store.tenants import (
     RANDOM_SECRET_ITERATIONS,
     drop_tenant,
+    end_blocking_tenant_sessions,
     list_idle_tenants,
     provision_random_tenant,
     provision_tenant,
@@ -114,6 +115,7 @@ __all__ = [
     "delta_chain",
     "drop_tenant",
     "effect_counts",
+    "end_blocking_tenant_sessions",
     "find_fork_source",
     "finish_attempt",
     "finish_run",

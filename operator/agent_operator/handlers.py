@@ -28,7 +28,7 @@ from typing import Any
 
 import kopf
 
-from agent_operator import kube, leader, metrics, model, retention, runner, throttle
+from agent_operator import kube, leader, lockwatch, metrics, model, retention, runner, throttle
 from agent_operator import memory as memory_
 from agent_operator import settings as settings_
 from agentrun_core import backoff, lease_math, protocol, store
@@ -54,6 +54,7 @@ class _State:
     elector: leader.Elector | None = None
     keeper: leader.Keeper | None = None
     purger: retention.Purger | None = None
+    lockwatch: lockwatch.LockWatch | None = None
     pool: connect.Pool | None = None
     wakeups: dict[tuple[str, str], asyncio.Event]
     memories: dict[str, memory_.RunMemory]
@@ -139,6 +140,9 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         alive=lambda namespaces: kube.existing_runs(api, namespaces),
         after_purge=_drop_gone_tenants,
     ).start()
+    if cfg.reconcile.tenant_lock_wait_seconds > 0:
+        wait = cfg.reconcile.tenant_lock_wait_seconds
+        STATE.lockwatch = lockwatch.LockWatch(cfg.dsn, wait_seconds=wait).start()
     logger.info("operator ready: namespaces=%s", ",".join(cfg.namespaces) or "(cluster-wide)")
 
 
@@ -146,6 +150,8 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
 async def cleanup(**_: Any) -> None:
     if STATE.purger is not None:
         await asyncio.to_thread(STATE.purger.stop)
+    if STATE.lockwatch is not None:
+        await asyncio.to_thread(STATE.lockwatch.stop)
     if STATE.keeper is not None:
         await asyncio.to_thread(STATE.keeper.stop)
     if STATE.elector is not None:

@@ -66,6 +66,9 @@ class ReconcileSettings:
     # log (seconds, from when the operator saw it terminated); earlier attempts' Pods go once a later one
     # started (cleanup.py).
     finished_pod_retention_seconds: float = 600.0  # AGENTRUN_FINISHED_POD_RETENTION_SECONDS
+    # A worker role's Postgres session that keeps any other session waiting on a lock this long is ended
+    # (agent_operator.lockwatch; 0 = never): a tenant may LOCK a shared table it can UPDATE.
+    tenant_lock_wait_seconds: float = 10.0  # AGENTRUN_TENANT_LOCK_WAIT_SECONDS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,6 +202,9 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         ),
         finished_pod_retention_seconds=_number(
             env, "AGENTRUN_FINISHED_POD_RETENTION_SECONDS", ReconcileSettings.finished_pod_retention_seconds
+        ),
+        tenant_lock_wait_seconds=_number(
+            env, "AGENTRUN_TENANT_LOCK_WAIT_SECONDS", ReconcileSettings.tenant_lock_wait_seconds
         ),
     )
     notify = NotifySettings(

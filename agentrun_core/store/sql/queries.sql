@@ -384,6 +384,30 @@ SELECT agentrun_provision_tenant(%(namespace)s, %(password)s) AS role_name
 SELECT t.* FROM agentrun_tenants t JOIN pg_roles r ON r.rolname = t.role_name
 WHERE t.namespace = %(namespace)s
 
+-- name: end_blocking_tenant_sessions
+-- A tenant's session that has kept another session waiting for a lock for at least %(min_wait_seconds)s is
+-- ended (pg_terminate_backend): any role with UPDATE on a table may LOCK it in ACCESS EXCLUSIVE mode, and a
+-- worker role needs UPDATE on the shared tables, so only ending the session can free the others. Only
+-- sessions of worker roles (agentrun_tenants) are ever ended, never the operator's or an admin's; a worker
+-- of the tenant's own that held a lock that long is a stuck or deposed one (its statements take
+-- milliseconds), which fencing already makes harmless to end. The query text is not read: it is the
+-- tenant's, and may hold its secrets. One statement: what is found is ended in the same pass.
+SELECT blocker.pid,
+       t.role_name,
+       t.namespace,
+       max(extract(epoch FROM now() - w.waitstart))::float8 AS blocked_seconds,
+       count(DISTINCT w.pid)::int AS waiting,
+       pg_terminate_backend(blocker.pid) AS ended
+FROM pg_catalog.pg_locks w
+CROSS JOIN LATERAL unnest(pg_catalog.pg_blocking_pids(w.pid)) AS blocker(pid)
+JOIN pg_catalog.pg_stat_activity a ON a.pid = blocker.pid
+JOIN public.agentrun_tenants t ON t.role_name = a.usename
+WHERE NOT w.granted
+  AND w.waitstart IS NOT NULL
+  AND w.waitstart <= now() - make_interval(secs => %(min_wait_seconds)s)
+  AND a.datname = current_database()
+GROUP BY blocker.pid, t.role_name, t.namespace
+
 -- name: list_idle_tenants
 -- Namespaces with a worker role and no run left in this database: the ones whose role may be dropped once
 -- Kubernetes no longer has the namespace.
