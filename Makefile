@@ -37,15 +37,15 @@ lint: bootstrap
 	$(BIN)/lint-imports
 	$(BIN)/hadolint Dockerfile
 
-# pytest exit codes: 0 passed; 5 = no tests collected, which must fail the target like any other code.
+# scripts/test: the tests not marked `serial` on TEST_WORKERS processes (default 2), then the serial ones
+# alone; PYTEST_ARGS go to both. No tests collected at all fails the target like any other failure.
+TEST_WORKERS ?= 2
 test: up
 	scripts/ensure-prometheus
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
-	@$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
-	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; \
-	  exit $$rc
+	TEST_WORKERS=$(TEST_WORKERS) scripts/test $(PYTEST_ARGS)
 
 # The benchmark suite (bench/, README "Performance"). Full mode takes long (P4 starts 1,000+ runs); pass
 # BENCH_ARGS to choose, e.g. make bench BENCH_ARGS="p1 p2". `make test` runs the quick mode through

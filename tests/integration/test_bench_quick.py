@@ -16,6 +16,10 @@ from agentrun_dev import settings as dev_settings
 
 REPO = Path(__file__).resolve().parents[2]
 
+# serial: the benchmarks load the machine (P4 starts runs by the dozen) and read every part's CPU: beside
+# other tests they would slow those past their deadlines (scripts/test runs it alone, after the rest).
+pytestmark = pytest.mark.serial
+
 
 def _bench(tmp_path: Path, *which: str) -> tuple[str, list[dict[str, Any]]]:
     out = tmp_path / "figures.jsonl"

@@ -120,6 +120,9 @@ def test_a_fork_does_not_walk_past_a_rejected_approval(
 # --- issue 35.4: no steering while a steering policy is not as shipped ------------------------------------
 
 
+# serial: it narrows the cluster-wide steering policy, which every test beside it would feel
+# (scripts/test runs it alone, after the rest).
+@pytest.mark.serial
 def test_operator_refuses_a_retry_while_the_steering_policy_is_narrowed_to_create(
     kube: kubernetes.client.ApiClient,
     operator: OperatorHandle,
