@@ -10,7 +10,8 @@ Two deadlines (``spec.activeDeadlineSeconds``, ``spec.progressDeadlineSeconds``)
   started (before its Pod is created: scheduling and image pulls count) until that attempt is recorded as
   ended. Time with no attempt is *excluded*: parked on an approval (a human's latency has its own deadline,
   ``spec.approval.timeoutSeconds``), suspended (a human's pause), queued for a worker slot, backing off
-  between lost attempts. A human retry (or resolve) that reopens the run starts the count again from the
+  between lost attempts (an attempt whose worker was killed before recording its end counts until the next
+  attempt starts: the one case where a pause can count). A human retry (or resolve) that reopens the run starts the count again from the
   reopening attempt, as a resumed Job's timer restarts: otherwise a run failed by its deadline would fail
   again the moment it was retried.
 * **Progress** is a finished step (a step batch recorded by the worker). While an attempt runs and its
@@ -69,12 +70,22 @@ def counted(attempts: Sequence[Interval]) -> tuple[Interval, ...]:
     return tuple(attempts[start:])
 
 
+def ends(attempts: Sequence[Interval], now: datetime.datetime) -> list[datetime.datetime]:
+    """When each attempt stopped counting: its recorded end; with none, the next attempt's start (a worker
+    killed while suspended records no end, and nothing runs for an attempt once a later one started: it
+    fences the earlier one), or ``now`` for the latest. Never past ``now``."""
+    out = []
+    for i, a in enumerate(attempts):
+        end = a.end or (attempts[i + 1].start if i + 1 < len(attempts) else now)
+        out.append(min(end, now))
+    return out
+
+
 def active_seconds(attempts: Sequence[Interval], now: datetime.datetime) -> float:
     """Seconds covered by the counted attempts up to ``now`` (a running one counts to ``now``). Overlaps
     count once: an attempt's end is recorded by whoever notices it, possibly after the next one started."""
-    spans = sorted(
-        (a.start, min(a.end or now, now)) for a in counted(attempts) if min(a.end or now, now) > a.start
-    )
+    mine = counted(attempts)
+    spans = sorted((a.start, end) for a, end in zip(mine, ends(mine, now), strict=True) if end > a.start)
     total = 0.0
     cur_start: datetime.datetime | None = None
     cur_end: datetime.datetime | None = None

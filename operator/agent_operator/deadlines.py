@@ -25,7 +25,8 @@ def expire(w: walk.Walk) -> bool:
     """Fail the run if it is past a deadline (True: the pass ends here); else ask to be woken at it."""
     world, plan = w.world, w.plan
     clock, spec = world.deadline_clock, world.spec
-    if clock is None:
+    if clock is None or world.parked_waiting:
+        # Parked: no worker runs, whatever its attempt row says (an end not recorded is not a running worker).
         return False
     active, progress = spec.active_deadline_seconds, spec.progress_deadline_seconds
     verdict = deadline_math.check(clock, active, progress)

@@ -32,6 +32,16 @@ def test_overlapping_attempts_count_once() -> None:
     assert deadline_math.active_seconds(nested, at(40)) == pytest.approx(30.0)
 
 
+def test_an_attempt_with_no_recorded_end_stops_counting_when_the_next_starts() -> None:
+    # attempt 1's worker was killed before it could record its end; attempt 2 started at t=500: attempt 1
+    # counts until then (never past it, never to now), attempt 2 from then
+    attempts = [Interval(at(0)), Interval(at(500))]
+    assert deadline_math.active_seconds(attempts, at(510)) == pytest.approx(510.0)
+    assert deadline_math.active_seconds(attempts, at(300)) == pytest.approx(300.0)
+    gap = [Interval(at(0)), Interval(at(500), at(520)), Interval(at(900))]
+    assert deadline_math.active_seconds(gap, at(910)) == pytest.approx(500.0 + 20.0 + 10.0)
+
+
 def test_reopening_restarts_the_count() -> None:
     attempts = [Interval(at(0), at(60)), Interval(at(100), reopens=True)]
     assert deadline_math.active_seconds(attempts, at(110)) == pytest.approx(10.0)
