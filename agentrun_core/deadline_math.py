@@ -11,9 +11,9 @@ Two deadlines (``spec.activeDeadlineSeconds``, ``spec.progressDeadlineSeconds``)
   ended. Time with no attempt is *excluded*: parked on an approval (a human's latency has its own deadline,
   ``spec.approval.timeoutSeconds``), suspended (a human's pause), queued for a worker slot, backing off
   between lost attempts (an attempt whose worker was killed before recording its end counts until the next
-  attempt starts: the one case where a pause can count). A human retry (or resolve) that reopens the run starts the count again from the
-  reopening attempt, as a resumed Job's timer restarts: otherwise a run failed by its deadline would fail
-  again the moment it was retried.
+  attempt starts: the one case where a pause can count). A human retry (or resolve) that reopens the run
+  starts the count again from the reopening attempt, as a resumed Job's timer restarts: otherwise a run
+  failed by its deadline would fail again the moment it was retried.
 * **Progress** is a finished step (a step batch recorded by the worker). While an attempt runs and its
   worker has claimed the run, the time since the later of that claim and the last recorded step must stay
   under the progress deadline. Before the claim (a Pod scheduling, pulling its image, importing the graph)
