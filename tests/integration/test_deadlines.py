@@ -180,3 +180,44 @@ def test_time_parked_on_an_approval_is_not_counted(
     assert row.status == "succeeded" and len(attempts) == 2
     span = (attempts[-1].ended_at or datetime.datetime.now(datetime.UTC)) - attempts[0].started_at
     assert span.total_seconds() > budget  # wall-clock past the deadline: only the parked time made it fit
+
+
+def test_time_suspended_is_not_counted(
+    kube: kubernetes.client.ApiClient, operator: OperatorHandle, pg_dsn: str, tmp_path: Path
+) -> None:
+    ns, out, deadline = operator.namespace, tmp_path / "ticks.txt", 30
+    spec = {
+        "graph": LOOP,
+        "input": {"path": str(out), "tick": 0.2},
+        "activeDeadlineSeconds": deadline,
+        "retry": {"backoffSeconds": 0},
+    }
+    uid = create_run(kube, ns, "pausing", spec)["metadata"]["uid"]
+    wait_for(lambda: len(lines(out)) >= 3, 120, "the loop to tick", on_timeout=operator.logs)
+    patch_spec(kube, ns, "pausing", {"suspend": True})
+    wait_phase(kube, ns, "pausing", ("Suspended", "Failed"), 120, operator)
+    status = run_status(kube, ns, "pausing")
+    assert status["phase"] == "Suspended", status  # stopped before its deadline
+
+    def suspended_for() -> float:
+        _, attempts = ended(pg_dsn, uid)
+        with db(pg_dsn) as conn:
+            _, now = store.get_run_now(conn, uid)
+        end = attempts[0].ended_at
+        return (now - end).total_seconds() if end is not None and len(attempts) == 1 else 0.0
+
+    # Suspended longer than the whole deadline (Postgres' clock): it still has active time left.
+    wait_for(
+        lambda: suspended_for() > deadline + 5, deadline + 90, "the run to stay suspended past its deadline"
+    )
+    assert run_status(kube, ns, "pausing")["phase"] == "Suspended"
+    patch_spec(kube, ns, "pausing", {"suspend": False})
+    assert_failed_by(kube, operator, "pausing", "DeadlineExceeded", "activeDeadlineSeconds=30")
+    row, attempts = ended(pg_dsn, uid)
+    assert len(attempts) == 2 and row.finished_at is not None
+    first, second = attempts
+    assert first.ended_at is not None
+    active = (first.ended_at - first.started_at + row.finished_at - second.started_at).total_seconds()
+    assert deadline <= active <= deadline + MARGIN, (active, attempts)
+    # the wall clock went well past the deadline: only the suspended time made that fit
+    assert (row.finished_at - first.started_at).total_seconds() > 2 * deadline
