@@ -33,7 +33,7 @@ FLAGS: dict[str, tuple[str, ...]] = {
     "approve": ("--id", "--comment", "--yes", "--set", "--edits", "--reject", "--respond", "--decisions"),
     "reject": ("--id", "--comment", "--yes", "--decisions"),
     "respond": ("--id", "--message", "--comment"),
-    "fork": ("--checkpoint", "--step", "--as", "--set", "--set-json", "--approve", "--timeout"),
+    "fork": ("--checkpoint", "--step", "--name", "--set", "--set-json", "--approve", "--timeout"),
 }
 # Commands whose first positional is an AgentRun's name (completed from the cluster).
 TAKES_RUN = frozenset(c for c in FLAGS if c != "list")

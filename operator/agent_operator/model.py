@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agent_operator import spec_schema
-from agentrun_core import protocol, store
+from agentrun_core import deadline_math, protocol, store
 
 # Spec defaults are the CRD's (agent_operator.spec_schema): a field the API server did not default (its
 # object absent, or a body not from the API server) reads as the API server would have defaulted it.
@@ -164,6 +164,9 @@ class RunSpec:
     fork_of: ForkRequest | None = None
     notify: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # spec.approval.notify (notify.py)
     concurrency: Concurrency | None = None  # spec.concurrency (agent_operator.throttle.Groups)
+    # spec.activeDeadlineSeconds / spec.progressDeadlineSeconds (agent_operator.deadlines); None: no limit
+    active_deadline_seconds: int | None = None
+    progress_deadline_seconds: int | None = None
 
     @classmethod
     def from_body(cls, spec: Mapping[str, Any]) -> RunSpec:
@@ -191,7 +194,23 @@ class RunSpec:
             fork_of=ForkRequest.from_json(spec.get("forkOf")),
             notify=dict(approval.get("notify") or {}),
             concurrency=Concurrency.from_json(spec.get("concurrency"), graph=str(spec.get("graph") or "")),
+            active_deadline_seconds=_positive(spec.get("activeDeadlineSeconds")),
+            progress_deadline_seconds=_positive(spec.get("progressDeadlineSeconds")),
         )
+
+    @property
+    def has_deadline(self) -> bool:
+        return self.active_deadline_seconds is not None or self.progress_deadline_seconds is not None
+
+
+def _positive(value: Any) -> int | None:
+    """A deadline as the CRD admits it (a positive integer); anything else (a body not from the API
+    server) is no deadline rather than one that fails the run at once."""
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        return None
+    return number if number > 0 else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -399,6 +418,9 @@ class World:
     fork_source: ForkSource | None = None
     # The last notification problem (reason, message) of this process (agent_operator.notifier), or None.
     notify_problem: tuple[str, str] | None = None
+    # What the run's deadlines are measured from (Postgres' clock); read only for a run with a deadline that
+    # is not finished (agent_operator.deadlines), else None.
+    deadline_clock: deadline_math.Clock | None = None
 
     @property
     def pending_approval(self) -> store.Approval | None:

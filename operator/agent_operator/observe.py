@@ -144,6 +144,9 @@ class Observer:
             except kube.KubeError as exc:
                 logger.warning("could not read namespace %s's approval policy: %s", run.namespace, exc)
                 ok = None  # decide nothing until it is read
+        clock = None
+        if spec.has_deadline and db is not None and db.status not in model.DB_FINAL:
+            clock = store.deadline_clock(self.db, run.uid)  # a second round trip only for such runs
         group = spec.concurrency.group if spec.concurrency is not None else None
         wait = self.throttle.waits_for(run.namespace, run.uid, group)
         return model.World(
@@ -177,6 +180,7 @@ class Observer:
             default_image=self.settings.worker.image,
             fork_source=fork_source,
             notify_problem=memory.notify_problem,
+            deadline_clock=clock,
         )
 
     def confirm(self, world: model.World, memory: memory_.RunMemory) -> model.World:

@@ -41,6 +41,8 @@ READERS: dict[str, Callable[[model.RunSpec], Any]] = {
     "approval.notify.format": lambda s: _notify(s).format,
     "approval.notify.tokenSecretRef.key": lambda s: _notify(s).secret_key,
     "ttlSecondsAfterFinished": lambda s: s.ttl_seconds_after_finished,
+    "activeDeadlineSeconds": lambda s: s.active_deadline_seconds,
+    "progressDeadlineSeconds": lambda s: s.progress_deadline_seconds,
     "cancel": lambda s: s.cancel,
     "suspend": lambda s: s.suspend,
     "retryGeneration": lambda s: s.retry_generation,

@@ -135,6 +135,30 @@ SET status = 'cancelled', status_reason = %(reason)s, updated_at = now(), finish
 WHERE run_id = %(run_id)s AND status NOT IN ('succeeded', 'failed', 'cancelled')
 RETURNING *
 
+-- name: expire_run
+-- A run past its deadline (agent_operator.deadlines) fails as a cancel cancels: unless already final, and
+-- raising lease_epoch in the same statement, so a worker still running is fenced off from this moment on
+-- (its next ledger / approval / outcome / checkpoint write is refused; an effect it has in flight keeps
+-- its ledger row as it stands).
+UPDATE agentrun_runs
+SET status = 'failed', status_reason = %(reason)s, error = %(message)s, updated_at = now(),
+    finished_at = now(), lease_epoch = lease_epoch + 1
+WHERE run_id = %(run_id)s AND status NOT IN ('succeeded', 'failed', 'cancelled')
+RETURNING *
+
+-- name: deadline_clock
+-- What run deadlines are measured from, on Postgres' clock: its attempts (start, end, whether a human's
+-- reopening started them), when a worker last claimed it (migration 28) and when its latest step batch was
+-- recorded (the index on (run_id, id)).
+SELECT now() AS db_now,
+       (SELECT r.claimed_at FROM agentrun_runs r WHERE r.run_id = %(run_id)s) AS claimed_at,
+       (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                    'started_at', a.started_at, 'ended_at', a.ended_at, 'start_reason', a.start_reason)
+                ORDER BY a.attempt), '[]'::jsonb)
+        FROM agentrun_attempts a WHERE a.run_id = %(run_id)s) AS attempts_doc,
+       (SELECT b.recorded_at FROM agentrun_step_batches b WHERE b.run_id = %(run_id)s
+        ORDER BY b.id DESC LIMIT 1) AS last_step_at
+
 -- ------------------------------------------------------------------------------------------ attempts
 
 -- name: record_attempt_start
