@@ -114,9 +114,12 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     if cfg.metrics_port:
         metrics.start_metrics_server(cfg.metrics_port, dsn=cfg.dsn, active=STATE.leading.is_set)
     if cfg.read_api.port:
-        # Every replica answers reads (they need no leadership); a read API that cannot start stops the
-        # operator, so a misconfiguration is seen at once, not as an APIService that is never available.
-        STATE.read_api = await asyncio.to_thread(readapi.start, cfg, api)
+        # Every replica answers reads (they need no leadership). One that cannot serve them still runs the
+        # runs: the reason is logged, and the APIService shows Available=False.
+        try:
+            STATE.read_api = await asyncio.to_thread(readapi.start, cfg, api)
+        except (OSError, ValueError, kube.KubeError) as exc:
+            logger.error("read API (%s) not served: %s", readapi.API_VERSION, exc)
     if cfg.leader.enabled:
         STATE.elector = leader.Elector(api, cfg.leader)
         await leader.acquire(STATE.elector)

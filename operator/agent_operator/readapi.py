@@ -25,6 +25,7 @@ from __future__ import annotations
 import http.server
 import json
 import logging
+import os
 import re
 import ssl
 import threading
@@ -238,7 +239,17 @@ def tls_context(cfg: settings_.ReadApiSettings, proxy: FrontProxy) -> ssl.SSLCon
 def start(cfg: settings_.Settings, api: kube.ApiClient) -> http.server.ThreadingHTTPServer:
     """Serve the read API in daemon threads; the server (``shutdown()`` stops it). Raises when the API
     server's front-proxy settings cannot be read or the certificate cannot be loaded."""
-    proxy = FrontProxy(kube.front_proxy_config(api))
+    files = {"AGENTRUN_READ_API_CERT": cfg.read_api.cert, "AGENTRUN_READ_API_KEY": cfg.read_api.key}
+    for what, path in files.items():
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{what}: no file {path} (is the serving certificate's Secret mounted?)")
+    try:
+        proxy = FrontProxy(kube.front_proxy_config(api))
+    except kube.KubeError as exc:
+        raise kube.KubeError(
+            f"cannot read the API server's front-proxy settings ({'/'.join(kube.FRONT_PROXY_CONFIG)}; the "
+            f"operator needs the Role extension-apiserver-authentication-reader there): {exc}"
+        ) from exc
     server = _Server((cfg.read_api.address, cfg.read_api.port), _Handler, bind_and_activate=True)
     # The handshake runs in the request's thread, on first read: a slow client never holds up accept().
     server.socket = tls_context(cfg.read_api, proxy).wrap_socket(
