@@ -71,7 +71,9 @@ def read_view(api: kube.ApiClient, namespace: str, name: str, resource: str) -> 
     try:
         return kube.runs.read_view(api, namespace, name, resource, timeout=30)
     except kube.KubeError as exc:
-        if exc.status == 404 and "could not find the requested resource" in exc.detail:
+        # The read API answers a missing run with a Status (reason NotFound); the API server answers a path
+        # of a group nobody serves with a bare "404 page not found".
+        if exc.status == 404 and exc.reason != "NotFound":
             raise cluster.CliError(
                 f"the read API ({READ_API}) is not installed on this cluster, so runs cannot be read as "
                 "yourself: ask the cluster admin to install it (deploy/base), or, as the admin, pass --dsn",

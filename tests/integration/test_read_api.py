@@ -85,6 +85,12 @@ def agentrun(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def kubectl_as(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["kubectl", "--kubeconfig", str(kubeconfig), *args], capture_output=True, text=True, timeout=60
+    )
+
+
 def other_namespace(kube: kubernetes.client.ApiClient, namespace: str) -> Iterator[str]:
     name = f"{namespace[:50]}-b"
     core = kubernetes.client.CoreV1Api(kube)
@@ -130,6 +136,12 @@ def test_a_namespace_reader_reads_trace_and_ledger_with_only_rbac(
     table = agentrun(rita, "trace", "r1", "-n", ns)
     assert table.returncode == 0 and "ATTEMPTS" in table.stdout, table.stderr
 
+    # The approvals view, with plain kubectl (the resource is discoverable like any other).
+    approvals = kubectl_as(rita, "get", "agentrunapprovals.read.agentrun.dev", "r1", "-n", ns, "-o", "json")
+    assert approvals.returncode == 0, approvals.stderr
+    got = json.loads(approvals.stdout)
+    assert got["kind"] == "AgentRunApprovals" and got["metadata"]["uid"] == uid and got["approvals"] == []
+
     ledger = agentrun(rita, "ledger", "r1", "-n", ns, "-o", "name")
     assert ledger.returncode == 0, ledger.stderr
     assert ledger.stdout.split() == [f"effect/{data['effects'][0]['key']}"]
@@ -168,3 +180,16 @@ def test_the_read_api_answers_only_the_api_servers_front_proxy(
         urllib.request.urlopen(req, context=ctx, timeout=30)
     assert refused.value.code == 401
     assert "front-proxy-client" in refused.value.read().decode()
+
+
+def test_without_the_read_api_the_cli_says_what_is_missing(
+    dev_cluster: Any, kube: kubernetes.client.ApiClient, namespace: str, admin_kubeconfig: Path
+) -> None:
+    read_api.unregister(dev_cluster.settings)
+    create_run(kube, namespace, "r1", {"graph": STEPS, "input": {"path": "/dev/null"}})
+    for command in ("trace", "ledger"):
+        done = agentrun(admin_kubeconfig, command, "r1", "-n", namespace)
+        assert done.returncode == 1 and done.stdout == ""
+        says = "the read API (APIService v1alpha1.read.agentrun.dev) is not installed"
+        assert says in done.stderr, done.stderr
+        assert "--dsn" in done.stderr
