@@ -25,6 +25,7 @@ import kubernetes
 import pytest
 from conftest import OperatorHandle, bind, create_run, operator_env, wait_phase
 
+from agentrun import client
 from agentrun_dev import read_api
 
 STEPS = "tests.integration.test_operator_graphs:steps"
@@ -112,6 +113,7 @@ def test_a_namespace_reader_reads_trace_and_ledger_with_only_rbac(
     namespace_b: str,
     identity: Callable[..., Path],
     tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     ns, out = read_operator.namespace, tmp_path / "effects.txt"
     uid = create_run(kube, ns, "r1", {"graph": STEPS, "input": {"path": str(out), "line": "x"}})["metadata"][
@@ -135,6 +137,13 @@ def test_a_namespace_reader_reads_trace_and_ledger_with_only_rbac(
     assert [s["step"].split(":")[0] for s in data["steps"]] == ["prepare", "act", "finish"]
     table = agentrun(rita, "trace", "r1", "-n", ns)
     assert table.returncode == 0 and "ATTEMPTS" in table.stdout, table.stderr
+
+    # The Python client, as the same reader (no dsn=, no AGENTRUN_DSN).
+    monkeypatch.delenv("AGENTRUN_DSN", raising=False)
+    as_rita = client.Client(kubeconfig=str(rita), namespace=ns)
+    assert as_rita.trace("r1")["effects"] == data["effects"] == as_rita.effects("r1")
+    with pytest.raises(client.Error, match="may not get AgentRun"):
+        client.Client(kubeconfig=str(vic), namespace=ns).effects("r1")
 
     # The approvals view, with plain kubectl (the resource is discoverable like any other).
     approvals = kubectl_as(rita, "get", "agentrunapprovals.read.agentrun.dev", "r1", "-n", ns, "-o", "json")
