@@ -22,10 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import kubernetes
+import psycopg
+import psycopg.conninfo
 import pytest
 from conftest import OperatorHandle, bind, create_run, operator_env, wait_phase
 
 from agentrun import client
+from agentrun_core import store
 from agentrun_dev import read_api
 
 STEPS = "tests.integration.test_operator_graphs:steps"
@@ -154,6 +157,20 @@ def test_a_namespace_reader_reads_trace_and_ledger_with_only_rbac(
     ledger = agentrun(rita, "ledger", "r1", "-n", ns, "-o", "name")
     assert ledger.returncode == 0, ledger.stderr
     assert ledger.stdout.split() == [f"effect/{data['effects'][0]['key']}"]
+
+    # The rows come through the namespace's tenant role (its Secret), under row-level security: with the
+    # other namespace's role in that Secret, the same reader sees the run but none of its rows.
+    with psycopg.connect(read_operator.dsn, autocommit=True) as conn:
+        role = store.provision_tenant(conn, namespace_b, "another-tenants-password")
+    params = psycopg.conninfo.conninfo_to_dict(read_operator.dsn)
+    params.update(user=role, password="another-tenants-password")
+    secret = {"stringData": {"dsn": psycopg.conninfo.make_conninfo(**params)}}
+    kubernetes.client.CoreV1Api(kube).patch_namespaced_secret("agentrun-worker-db", ns, secret)
+    foreign = agentrun(rita, "trace", "r1", "-n", ns, "-o", "json")
+    assert foreign.returncode == 0, foreign.stderr
+    seen = json.loads(foreign.stdout)
+    assert seen["run"]["uid"] == uid and seen["run"]["ledgerStatus"] is None
+    assert seen["effects"] == seen["attempts"] == seen["steps"] == []
 
     # Nobody else's: no RBAC at all, RBAC in the other namespace only, the read resources without the run.
     for who, where, says in (
