@@ -22,6 +22,7 @@ NAMESPACES = "/api/v1/namespaces"
 NAMESPACE = NAMESPACES + "/{name}"
 NODES = "/api/v1/nodes"
 NODE = NODES + "/{name}"
+ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
 ADMISSION = "/apis/admissionregistration.k8s.io/v1/{kind}/{name}"
 
 
@@ -53,6 +54,14 @@ def request_token(api: api_.ApiClient, namespace: str, service_account: str, bod
     """A TokenRequest for the ServiceAccount (``body`` its JSON); the answer carries ``status.token``."""
     params = {"namespace": namespace, "name": service_account}
     return api_.request(api, "POST", SERVICE_ACCOUNT + "/token", params, body)
+
+
+def access_allowed(api: api_.ApiClient, spec: Body, *, timeout: float | None = None) -> tuple[bool, str]:
+    """A SubjectAccessReview of ``spec`` (user, groups, extra, uid, resourceAttributes): (allowed, the
+    authorizer's reason, possibly empty)."""
+    body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
+    status = api_.request(api, "POST", ACCESS_REVIEWS, {}, body, timeout=timeout).get("status") or {}
+    return bool(status.get("allowed")), str(status.get("reason") or status.get("evaluationError") or "")
 
 
 # --- Namespaces and Events -------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from typing import Any
 
 import kopf
 
-from agent_operator import kube, leader, lockwatch, metrics, model, retention, runner, throttle
+from agent_operator import kube, leader, lockwatch, metrics, model, readapi, retention, runner, throttle
 from agent_operator import memory as memory_
 from agent_operator import settings as settings_
 from agentrun_core import backoff, lease_math, protocol, store
@@ -60,6 +60,7 @@ class _State:
     memories: dict[str, memory_.RunMemory]
     leading: threading.Event  # set once this replica leads (for good: losing the Lease exits the process)
     throttle: throttle.Starts | None = None
+    read_api: Any = None  # the read API's HTTPS server (agent_operator.readapi), when served
     pod_index: Any = None  # kopf's run_pods index, once the first daemon has seen it (throttle seeding)
 
 
@@ -113,6 +114,13 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     # every few minutes), but it exports ledger figures only once it leads, so they are never doubled.
     if cfg.metrics_port:
         metrics.start_metrics_server(cfg.metrics_port, dsn=cfg.dsn, active=STATE.leading.is_set)
+    if cfg.read_api.port:
+        # Every replica answers reads (they need no leadership). One that cannot serve them still runs the
+        # runs: the reason is logged, and the APIService shows Available=False.
+        try:
+            STATE.read_api = await asyncio.to_thread(readapi.start, cfg, api)
+        except (OSError, ValueError, kube.KubeError) as exc:
+            logger.error("read API (%s) not served: %s", readapi.API_VERSION, exc)
     if cfg.leader.enabled:
         STATE.elector = leader.Elector(api, cfg.leader)
         await leader.acquire(STATE.elector)
@@ -162,8 +170,13 @@ async def cleanup(**_: Any) -> None:
 
 # --- indexes (in-memory caches fed by kopf's watches) -----------------------------------------------------
 
+# Pods are named with their group ("v1": the core group): "pods" alone makes kopf discover every API group
+# of the cluster at start-up, and an aggregated API that is not answering (this operator's own read API
+# while no replica serves it, a broken metrics-server) fails that discovery with 503s and retries.
+PODS = ("v1", "pods")
 
-@kopf.index("pods", labels={protocol.LABEL_RUN: kopf.PRESENT})
+
+@kopf.index(*PODS, labels={protocol.LABEL_RUN: kopf.PRESENT})
 def run_pods(namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_: Any) -> Any:
     # Keyed by the run's uid, not its name: a run recreated under the same name never sees the earlier
     # run's Pods (orphaned by `kubectl delete --cascade=orphan`, or not yet garbage-collected).
@@ -234,7 +247,7 @@ def _wake(namespace: str, name: str) -> None:
         event.set()
 
 
-@kopf.on.event("pods", labels={protocol.LABEL_RUN: kopf.PRESENT})
+@kopf.on.event(*PODS, labels={protocol.LABEL_RUN: kopf.PRESENT})
 async def pod_changed(
     namespace: str | None, labels: Mapping[str, str], type: str | None, body: kopf.Body, **_: Any
 ) -> None:

@@ -92,6 +92,17 @@ class NotifySettings:
 
 
 @dataclasses.dataclass(frozen=True)
+class ReadApiSettings:
+    """The read API (agent_operator.readapi): a run's trace, effects and approvals served over HTTPS to the
+    API server's aggregation layer (APIService ``v1alpha1.read.agentrun.dev``)."""
+
+    port: int = 0  # AGENTRUN_READ_API_PORT: 0 = not served
+    address: str = "0.0.0.0"  # AGENTRUN_READ_API_ADDRESS: the address to listen on
+    cert: str = ""  # AGENTRUN_READ_API_CERT: serving certificate file (PEM), required with a port
+    key: str = ""  # AGENTRUN_READ_API_KEY: its private key file (PEM)
+
+
+@dataclasses.dataclass(frozen=True)
 class Settings:
     dsn: str  # AGENTRUN_DSN: Postgres DSN (required)
     namespaces: tuple[str, ...] = ()  # AGENTRUN_WATCH_NAMESPACES: comma list; empty = cluster-wide
@@ -104,6 +115,7 @@ class Settings:
     worker: WorkerDefaults = dataclasses.field(default_factory=WorkerDefaults)
     reconcile: ReconcileSettings = dataclasses.field(default_factory=ReconcileSettings)
     notify: NotifySettings = dataclasses.field(default_factory=NotifySettings)
+    read_api: ReadApiSettings = dataclasses.field(default_factory=ReadApiSettings)
 
     @property
     def worker_dsn(self) -> str:
@@ -224,6 +236,17 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         or NotifySettings.allowed_hosts,
     )
     metrics_port = int(_number(env, "AGENTRUN_METRICS_PORT", 0))
+    read_api = ReadApiSettings(
+        port=envconf.integer(env, "AGENTRUN_READ_API_PORT", 0, minimum=0, error=SettingsError),
+        address=env.get("AGENTRUN_READ_API_ADDRESS", "").strip() or ReadApiSettings.address,
+        cert=env.get("AGENTRUN_READ_API_CERT", "").strip(),
+        key=env.get("AGENTRUN_READ_API_KEY", "").strip(),
+    )
+    if read_api.port and not (read_api.cert and read_api.key):
+        raise SettingsError(
+            "AGENTRUN_READ_API_PORT needs AGENTRUN_READ_API_CERT and AGENTRUN_READ_API_KEY (the serving "
+            "certificate the API server's aggregation layer verifies)"
+        )
     return Settings(
         dsn=dsn,
         namespaces=namespaces,
@@ -234,4 +257,5 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         worker=worker,
         reconcile=reconcile,
         notify=notify,
+        read_api=read_api,
     )
