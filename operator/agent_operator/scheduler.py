@@ -29,6 +29,7 @@ from agentrun_core import schedules as names
 logger = logging.getLogger(__name__)
 TIMEOUT = 10.0
 COMPONENT = "agentrun-operator"
+POSTED_LIMIT = 10_000
 
 
 def _int(value: Any) -> int | None:
@@ -84,7 +85,8 @@ class Scheduler:
     api: kube.ApiClient
     clock_offset_seconds: float = 0.0
     now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC)
-    posted: set[tuple[str, str]] = dataclasses.field(default_factory=set)
+    # Events posted by this process (a waiting tick is looked at often: say so once). Bounded: oldest go first.
+    posted: dict[tuple[str, str], None] = dataclasses.field(default_factory=dict)
 
     def clock(self) -> datetime.datetime:
         return self.now() + datetime.timedelta(seconds=self.clock_offset_seconds)
@@ -206,4 +208,6 @@ class Scheduler:
         except kube.KubeError as exc:  # an Event is a courtesy: never a reason to fail the reconcile
             logger.warning("event %s on schedule %s not posted: %s", reason, meta.get("name"), exc)
             return
-        self.posted.add((uid, f"{reason}:{key}"))
+        self.posted[(uid, f"{reason}:{key}")] = None
+        while len(self.posted) > POSTED_LIMIT:
+            del self.posted[next(iter(self.posted))]
