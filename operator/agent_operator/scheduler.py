@@ -85,7 +85,7 @@ class Scheduler:
     api: kube.ApiClient
     clock_offset_seconds: float = 0.0
     now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC)
-    # Events posted by this process (a waiting tick is looked at often: say so once). Bounded: oldest go first.
+    # Events posted by this process (a waiting tick is looked at often: say so once); the oldest go first.
     posted: dict[tuple[str, str], None] = dataclasses.field(default_factory=dict)
 
     def clock(self) -> datetime.datetime:
