@@ -16,7 +16,7 @@ help:
 	@echo "make image  build the agentrun image from the Dockerfile (debootstrap base, buildah; docs/dev/real-node.md)"
 	@echo "make e2e    a real node (kubelet, containerd, runc), the image, deploy/ applied, the support-ticket run"
 	@echo "make bench  the benchmark suite P1-P5, full mode (README: Performance); bench-quick: CI's mode"
-	@echo "make crd    regenerate crds/agentrun.dev_agentruns.yaml from agent_operator/spec_schema.py"
+	@echo "make crd    regenerate crds/ (agentruns, agentrunschedules) from agent_operator/"
 
 bootstrap:
 	@scripts/bootstrap
@@ -30,6 +30,7 @@ demo: up
 # The CRD yaml is generated (never edited): agent_operator.spec_schema is the one source of the spec schema.
 crd: bootstrap
 	$(BIN)/python -m agent_operator.crdgen > crds/agentrun.dev_agentruns.yaml
+	$(BIN)/python -m agent_operator.schedule_crd > crds/agentrun.dev_agentrunschedules.yaml
 
 lint: bootstrap
 	$(BIN)/ruff check .

@@ -31,6 +31,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "cancel": ("agentrun.steer_cli", "cancel a run (it stops at a step boundary)"),
     "suspend": ("agentrun.steer_cli", "stop a run's worker at a step boundary until resumed"),
     "resume": ("agentrun.steer_cli", "let a suspended run continue from its checkpoint"),
+    "schedule": ("agentrun.schedule_cli", "AgentRunSchedules: trigger NAME (a run now), list"),
     "completion": ("agentrun.completion", "print a shell completion script: bash | zsh | fish"),
     "fork": ("agentrun.fork_cli", "a new run from a checkpoint: NAME --step S|--checkpoint ID --name NEW"),
     "demo": ("agentrun_dev.demo", "the support-ticket demo on the dev cluster (make demo)"),

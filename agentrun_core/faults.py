@@ -39,6 +39,7 @@ OPERATOR_POINTS: dict[str, str] = {
     "notify_after_reserve": "a notification's ledger row was reserved, before it is marked issued and sent",
     "notify_after_call": "the webhook answered, before the ledger records the notification's outcome",
     "notify_after_record": "the notification was recorded sent, before the operator goes on",
+    "schedule_after_create": "a schedule's tick run was created, before its status records the tick",
 }
 POINTS: dict[str, str] = {**WORKER_POINTS, **OPERATOR_POINTS}
 

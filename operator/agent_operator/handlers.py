@@ -425,3 +425,7 @@ def _mark_for_purge(body: Mapping[str, Any], uid: str) -> None:
         STATE.settings.reconcile.retention_seconds,
     )
     store.mark_for_purge(db, uid, after_seconds=after, reason=why)
+
+
+# The AgentRunSchedule reconciler registers its handlers on import (after this module's startup handler).
+from agent_operator import schedule_handlers as _schedule_handlers  # noqa: E402,F401

@@ -116,6 +116,9 @@ class Settings:
     reconcile: ReconcileSettings = dataclasses.field(default_factory=ReconcileSettings)
     notify: NotifySettings = dataclasses.field(default_factory=NotifySettings)
     read_api: ReadApiSettings = dataclasses.field(default_factory=ReadApiSettings)
+    # AGENTRUN_SCHEDULE_CLOCK_OFFSET_SECONDS: added to the wall clock the schedules tick by (may be negative).
+    # For tests only: it lets a test stand just before a tick instead of waiting for one.
+    schedule_clock_offset_seconds: float = 0.0
 
     @property
     def worker_dsn(self) -> str:
@@ -258,4 +261,7 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         reconcile=reconcile,
         notify=notify,
         read_api=read_api,
+        schedule_clock_offset_seconds=envconf.number(
+            env, "AGENTRUN_SCHEDULE_CLOCK_OFFSET_SECONDS", 0.0, error=SettingsError
+        ),
     )
