@@ -1,10 +1,11 @@
-"""The graph of the upgrade and compatibility tests (tests/integration/test_upgrade.py, test_worker_compat.py):
-one HTTP charge, an optional approval, one email, and an optional hold before them. It uses only what every
-release since v0.1.0 offers (``effects.tool``, ``interrupt``), so the same module runs under the old
-release's workers and the new ones, as a user's graph package would in both images.
+"""The graph of the upgrade and compatibility tests (tests/integration/test_upgrade.py and
+test_worker_compat.py): one HTTP charge, an optional approval, one email, and an optional hold before
+them. It uses only what every release since v0.1.0 offers (``effects.tool``, ``interrupt``), so the same
+module runs under the old release's workers and the new ones, as a user's graph package would in both images.
 
 Env (spec.worker.env; names outside AGENTRUN_*, which the CRD keeps for the operator): UPGRADE_HTTP_URL
-(agentrun_dev.http_provider), UPGRADE_SMTP_HOST / UPGRADE_SMTP_PORT / UPGRADE_SMTP_API (agentrun_dev.smtp_sink).
+(agentrun_dev.http_provider), UPGRADE_SMTP_HOST / UPGRADE_SMTP_PORT / UPGRADE_SMTP_API
+(agentrun_dev.smtp_sink).
 Input: {"customer": str, "approval": bool, "hold": path} — ``hold`` keeps the run inside its first step while
 that file exists (an active run across the upgrade).
 """

@@ -66,7 +66,8 @@ def test_migrate_applies_prints_and_is_idempotent(empty_dsn: str) -> None:
     every = store.schema.load_migrations()
     done = migrate(env={"AGENTRUN_DSN": empty_dsn})  # the operator's DSN variable
     assert done.returncode == 0, done.stderr
-    applied = [line.removeprefix("applied ") for line in done.stdout.splitlines() if line.startswith("applied ")]
+    lines = done.stdout.splitlines()
+    applied = [line.removeprefix("applied ") for line in lines if line.startswith("applied ")]
     assert applied == [f"{m.name[:4]} {m.name[5:].removesuffix('.sql')}" for m in every]
     assert f"schema version {every[-1].version}" in done.stdout
     with psycopg.connect(empty_dsn) as conn:

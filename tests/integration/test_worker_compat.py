@@ -45,7 +45,8 @@ def waits_incompatible(kube: kubernetes.client.ApiClient, ns: str, name: str, op
     def waited() -> bool:
         status = run_status(kube, ns, name)
         assert status.get("phase") not in {"Failed", "Succeeded"}, status
-        return condition(status, "WorkerIncompatible").get("status") == "True" and status.get("attempts", 0) >= 3
+        waiting = condition(status, "WorkerIncompatible").get("status") == "True"
+        return waiting and status.get("attempts", 0) >= 3
 
     wait_for(waited, 180, f"{name} to wait for a compatible worker", on_timeout=lambda: op.logs()[-6000:])
     status = run_status(kube, ns, name)
@@ -85,8 +86,8 @@ def test_a_worker_too_old_for_the_schema_makes_the_run_wait(
         assert http_provider.stats(hp.url)["effects_performed"] == {}  # the refusing workers did nothing
         assert sink.store.find(None) == []
         status = run_status(kube, ns, "old")
-        assert "exit code 15" in condition(status, "WorkerIncompatible")["message"]
-        assert "does not run against the database's schema" in condition(status, "WorkerIncompatible")["message"]
+        why = condition(status, "WorkerIncompatible")["message"]
+        assert "exit code 15" in why and "does not run against the database's schema" in why
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             conn.execute("UPDATE agentrun_schema_compat SET level = level - 1")
         finishes_once(kube, ns, "old", operator, hp, sink)
