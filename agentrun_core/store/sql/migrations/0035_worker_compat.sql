@@ -15,3 +15,11 @@ CREATE TABLE agentrun_schema_compat (
 INSERT INTO agentrun_schema_compat (id, level) VALUES (1, 1);
 REVOKE ALL ON agentrun_schema_compat FROM PUBLIC;
 GRANT SELECT ON agentrun_schema_compat TO agentrun_worker;
+
+-- Workers from before this file do not check the level, and those of release v0.1.0 cannot write to this
+-- schema (migration 24 scoped the effect keys per run: their reservation statement fails). Any that is
+-- running now is fenced off: its run's epoch is raised, so its next write (a checkpoint, an effect's
+-- reservation or record, its outcome) is refused, it exits fenced (12) without failing the run, and the run's
+-- next attempt (after the new operator is up) starts a worker that checks. A migration that raises the level
+-- does the same, for the same reason: a live worker checked the level only when it started.
+UPDATE agentrun_runs SET lease_epoch = lease_epoch + 1 WHERE status IN ('admitted', 'running');
