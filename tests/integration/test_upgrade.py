@@ -55,6 +55,14 @@ PARKED = ("parked-1", "parked-2")  # at their approval before the upgrade
 HELD = ("held-1", "held-2")  # inside their first step, live v0.1.0 workers, across the upgrade
 
 
+def test_a_clone_without_the_tag_fails_and_says_git_fetch_tags(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(sys.modules[__name__], "TAG", "v0.0.0-never-tagged")
+    with pytest.raises(pytest.fail.Exception, match=r"run `git fetch --tags`"):
+        extract_release(tmp_path)
+
+
 def extract_release(dest: Path) -> Path:
     """The tagged release's tree, as ``git archive`` gives it. A clone without tags fails here, clearly."""
     found = subprocess.run(
@@ -223,8 +231,7 @@ def test_upgrade_from_v0_1_0_with_runs_in_flight(
             new.wait_leader(kube, timeout=90)
 
             # --- in flight: the held v0.1.0 workers go on against the migrated schema; approvals ----------
-            hold.unlink()
-            wait_phase(kube, namespace, "held-1", "Succeeded", 120, new)
+            hold.unlink()  # the held v0.1.0 workers go on, and are fenced at their next write
             for name in (*PARKED, "held-2"):
                 pending_approval = wait_for(
                     lambda name=name: run_status(kube, namespace, name).get("pendingApproval"),  # type: ignore[misc]
@@ -239,7 +246,10 @@ def test_upgrade_from_v0_1_0_with_runs_in_flight(
                 assert approved.returncode == 0, approved
             for name in (*PARKED, *HELD):
                 status = wait_phase(kube, namespace, name, "Succeeded", 120, new)
-                assert status["restarts"] == 0, status
+                assert status["restarts"] == 0, status  # nothing counted against maxAttempts
+                if name in HELD:  # the v0.1.0 worker was fenced off; a new one ran the rest
+                    fenced = status["lastAttemptEnd"]["reason"] == "lease_lost"
+                    assert status["attempts"] >= 2 and fenced, status
 
             # --- exactly once, where it happened ---------------------------------------------------------
             performed = http_provider.stats(hp.url)["effects_performed"]
