@@ -164,9 +164,12 @@ def compat_condition(world: model.World, st: walk.State) -> dict[str, tuple[bool
     compatible = {"WorkerIncompatible": (False, "Compatible", "the worker runs against the schema")}
     if end.get("reason") != pods.INCOMPATIBLE:
         return compatible if had else {}
+    # Waiting: the refusing attempt is the current one, or the next one's worker has not taken the run yet.
+    # Any attempt after that one was started after a compatible worker held the run.
     current = protocol.pod_name(world.run.name, st.attempts) if st.attempts else None
-    later = int(end.get("attempt") or 0) < st.attempts
-    if (later and world.db is not None and world.db.holder == current) or st.phase in phases.FINAL_PHASES:
+    claimed = world.db is not None and world.db.holder == current
+    gap = st.attempts - int(end.get("attempt") or 0)
+    if st.phase in phases.FINAL_PHASES or gap > 1 or (gap == 1 and claimed):
         return compatible
     return {"WorkerIncompatible": (True, "WorkerIncompatible", str(end.get("message") or ""))}
 

@@ -4,11 +4,14 @@ a worker's refusal (exit 15)."""
 from __future__ import annotations
 
 import datetime
+from typing import Any
 
 import pytest
 
-from agent_operator import model, pods, retry
+from agent_operator import actions, model, pods, reconcile, retry
 from agentrun_core import compat, protocol
+from tests.unit import rowmaker
+from tests.unit.reconcile_world import NOW, effective, pod, world
 
 
 @pytest.mark.parametrize(
@@ -64,3 +67,51 @@ def test_waiting_for_a_compatible_worker_never_exhausts_and_backs_off() -> None:
         assert loss.next_attempt_at is not None
         delays.append((loss.next_attempt_at - now).total_seconds())
     assert delays == [1.0, 2.0, 4.0, 8.0, 8.0, 8.0, 8.0]
+
+
+def _condition(plan: actions.Plan, type_: str) -> dict[str, Any]:
+    assert plan.status is not None
+    return next(c for c in plan.status["conditions"] if c["type"] == type_)
+
+
+def test_a_refusing_worker_makes_the_run_wait_not_fail() -> None:
+    """maxAttempts 1: an ordinary loss would fail the run; exit 15 keeps it waiting, with the condition and
+    its Event, and the next attempt after the backoff."""
+    refused = pod(phase="Failed", exit_code=protocol.EXIT_INCOMPATIBLE)
+    spec = {"retry": {"maxAttempts": 1, "backoffSeconds": 2, "maxBackoffSeconds": 8}}
+    plan = reconcile.decide(
+        world(db="admitted", status={"attempts": 1, "phase": "Running"}, pods=[refused], spec=spec)
+    )
+    assert plan.status is not None and plan.status["phase"] == "Running"
+    assert plan.status["restarts"] == 0 and plan.status["lastAttemptEnd"]["incompatibleWaits"] == 1
+    assert _condition(plan, "WorkerIncompatible")["status"] == "True"
+    assert "WorkerIncompatible" in {e.reason for e in plan.events}
+    assert not [a for a in effective(plan) if isinstance(a, actions.CreatePod)]  # after the backoff, not now
+    # the second refusal in a row waits twice as long
+    again = reconcile.decide(
+        world(
+            db="admitted",
+            status={**plan.status, "attempts": 2},
+            pods=[pod(2, phase="Failed", exit_code=protocol.EXIT_INCOMPATIBLE)],
+            spec=spec,
+        )
+    )
+    assert again.status is not None and again.status["lastAttemptEnd"]["incompatibleWaits"] == 2
+    due = datetime.datetime.fromisoformat(again.status["nextAttemptAt"].replace("Z", "+00:00"))
+    assert (due - NOW).total_seconds() == 4.0
+
+
+def test_the_condition_clears_once_a_worker_holds_the_run() -> None:
+    waiting = {
+        "attempts": 2,
+        "phase": "Running",
+        "lastAttemptEnd": {"attempt": 1, "reason": pods.INCOMPATIBLE, "message": "m", "incompatibleWaits": 1},
+        "conditions": [{"type": "WorkerIncompatible", "status": "True", "reason": "WorkerIncompatible"}],
+    }
+    starting = reconcile.decide(
+        world(db=rowmaker.run(status="admitted"), status=waiting, pods=[pod(2, phase="Pending")])
+    )
+    assert _condition(starting, "WorkerIncompatible")["status"] == "True"  # not claimed yet
+    held = rowmaker.run(status="running", holder="r-2")
+    running = reconcile.decide(world(db=held, status=waiting, pods=[pod(2, phase="Running")]))
+    assert _condition(running, "WorkerIncompatible")["status"] == "False"
