@@ -36,7 +36,8 @@ class Levels:
         return str(self.low) if self.low == self.high else f"{self.low}-{self.high}"
 
 
-# The levels this code's worker runs against.
+# The levels this release runs against: its workers (checked at every start) and its operator (checked at
+# start-up when AGENTRUN_MIGRATE is false).
 WORKER_LEVELS = Levels(1, SCHEMA_LEVEL)
 
 

@@ -96,7 +96,8 @@ class Settings:
     kubeconfig: str = ""  # KUBECONFIG (else in-cluster service account)
     # AGENTRUN_MIGRATE (true/false): the leader applies the schema migrations at start-up, before it admits
     # any run — the same files and lock as `agentrun migrate` (idempotent; a concurrent migrator waits).
-    # false: only the migrate Job (deploy/migrate) or a DBA changes the schema (docs/upgrading.md).
+    # false: only the migrate Job (deploy/migrate) or a DBA changes the schema, and the operator refuses to
+    # start on a schema not migrated for it (agent_operator.main.schema_problem; docs/upgrading.md).
     migrate: bool = True
     leader: LeaderSettings = dataclasses.field(default_factory=LeaderSettings)
     worker: WorkerDefaults = dataclasses.field(default_factory=WorkerDefaults)

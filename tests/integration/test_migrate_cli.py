@@ -100,3 +100,23 @@ def test_no_database_is_a_usage_error_and_a_bad_one_a_clear_failure() -> None:
     bad = migrate("--dsn", "postgresql://nobody@127.0.0.1:1/none?connect_timeout=3", "--dry-run")
     assert bad.returncode == 1
     assert bad.stderr.startswith("agentrun migrate: OperationalError"), bad.stderr
+
+
+def test_an_operator_that_may_not_migrate_refuses_a_schema_not_migrated_for_it(empty_dsn: str) -> None:
+    """AGENTRUN_MIGRATE=false: the operator does not start on a database the migrate Job has not migrated
+    (exit 2, saying so); once `agentrun migrate` ran, the same check passes."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTRUN_")}
+    done = subprocess.run(
+        [str(VENV_BIN / "agentrun"), "operator"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**env, "AGENTRUN_DSN": empty_dsn, "AGENTRUN_MIGRATE": "false"},
+    )
+    assert done.returncode == 2, done
+    assert "AGENTRUN_MIGRATE is false" in done.stderr and "run `agentrun migrate`" in done.stderr
+    assert not has_table(empty_dsn, "agentrun_schema_version")  # it did not migrate either
+    assert migrate("--dsn", empty_dsn).returncode == 0
+    from agent_operator import main as operator_main
+
+    assert operator_main.schema_problem(empty_dsn) == ""

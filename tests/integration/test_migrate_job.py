@@ -1,7 +1,7 @@
-"""The migrate Job of deploy/migrate, as `kubectl kustomize deploy/migrate` renders it, run by the dev cluster's
-Job controller and local pod runtime against a fresh database: it completes, its log says what it applied, and
-the schema is at the newest migration. (The local pod runtime runs the container's command, `agentrun
-migrate`, from the checkout: the image is recorded, not pulled.)"""
+"""The migrate Job of deploy/migrate, as `kubectl kustomize deploy/migrate` renders it, run by the dev
+cluster's Job controller and local pod runtime against a fresh database: it completes, its log says what it
+applied, and the schema is at the newest migration. (The local pod runtime runs the container's command,
+`agentrun migrate`, from the checkout: the image is recorded, not pulled.)"""
 
 from __future__ import annotations
 

@@ -103,6 +103,9 @@ def test_a_worker_too_new_for_the_schema_waits_for_agentrun_migrate(
     """The database is not migrated as far as this worker needs (migration 35 not applied): the run waits
     until ``agentrun migrate`` applies it, then continues by itself."""
     ns = operator.namespace
+    # The operator migrates at start-up (AGENTRUN_MIGRATE): only once it did may the test undo migration 35.
+    started = lambda: "operator ready" in operator.logs()  # noqa: E731
+    wait_for(started, 90, "the operator's start-up", on_timeout=operator.logs)
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute("DROP TABLE agentrun_schema_compat")
         conn.execute("DELETE FROM agentrun_schema_version WHERE version = 35")
