@@ -1,7 +1,8 @@
 """One attempt of a run: admission read → Lease → graph with the fenced saver → outcome → exit code.
 
 Exit codes (docs/design.md): 0 succeeded · 1 failed · 2 config/usage · 10 parked · 11 drained · 12 fenced ·
-13 needs a human · 14 lost to infrastructure (Postgres went away; retried, never ``GraphFailed``). Postgres
+13 needs a human · 14 lost to infrastructure (Postgres went away; retried, never ``GraphFailed``) · 15 this
+code does not run against the schema (``agentrun_core.compat``; checked first, the run waits). Postgres
 (``agentrun_runs.status``) is the truth; the exit code tells people and the pod runtime what happened.
 
 Checkpoints go through ``checkpointer.FencedSaver``: every write is fenced by the attempt's epoch, and "the
@@ -24,7 +25,7 @@ from langchain_core.runnables import RunnableConfig
 from agent_worker import checkpointer as checkpointer_mod
 from agent_worker import context, drive, graphs, heartbeat, infra, leasing, resume, steps
 from agent_worker import settings as settings_mod
-from agentrun_core import errors, faults, keys, protocol, results, store
+from agentrun_core import compat, errors, faults, keys, protocol, results, store
 from agentrun_core.store import connect
 
 logger = logging.getLogger(__name__)
@@ -332,6 +333,14 @@ class Attempt:
         return protocol.EXIT_INFRA
 
 
+def _check_schema(pool: connect.Pool) -> None:
+    """Refuse a schema this code does not run against (agentrun_core.compat), before anything is read or
+    written for the run: exit 15 and the operator keeps the run waiting until an upgrade makes them match."""
+    verdict = compat.judge(store.schema_compat_level(pool))
+    if not verdict.compatible:
+        raise errors.WorkerIncompatible(f"{verdict.problem}: {verdict.message}")
+
+
 def run(settings: settings_mod.WorkerSettings) -> int:
     pool = connect.open_pool(
         settings.dsn,
@@ -340,6 +349,7 @@ def run(settings: settings_mod.WorkerSettings) -> int:
         planned_once=True,
     )
     try:
+        _check_schema(pool)
         return Attempt(settings, pool).run()
     except Exception as exc:  # before the Lease (admission read, claim): nothing to release
         if infra.cause(exc) is None:

@@ -34,6 +34,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "schedule": ("agentrun.schedule_cli", "AgentRunSchedules: trigger NAME (a run now), list"),
     "completion": ("agentrun.completion", "print a shell completion script: bash | zsh | fish"),
     "fork": ("agentrun.fork_cli", "a new run from a checkpoint: NAME --step S|--checkpoint ID --name NEW"),
+    "migrate": ("agentrun.migrate_cli", "apply the run store's schema migrations (--dry-run lists them)"),
     "demo": ("agentrun_dev.demo", "the support-ticket demo on the dev cluster (make demo)"),
     "bench": ("bench.cli", "the benchmark suite P1-P5 against the dev cluster (README: Performance)"),
 }

@@ -43,6 +43,9 @@ EXIT_DRAINED = 11  # SIGTERM: stopped at a step boundary
 EXIT_FENCED = 12  # lost (or never took) the run's Lease: another holder may act
 EXIT_NEEDS_HUMAN = 13  # an effect of unknown outcome that only a human can settle
 EXIT_INFRA = 14  # lost Postgres (restart, crash): the attempt is lost, the graph did not fail
+# The worker's code does not run against this schema (agentrun_core.compat): it touched nothing; the operator
+# keeps the run waiting (WorkerIncompatible) and tries again with backoff until an upgrade makes them match.
+EXIT_INCOMPATIBLE = 15
 EXIT_OOM = 137  # SIGKILL, as the kernel's OOM killer leaves it
 
 # --- Environment of a worker Pod ----------------------------------------------------------------------------

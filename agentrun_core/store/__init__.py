@@ -67,7 +67,13 @@ from agentrun_core.store.runs import (
     set_current_step,
     set_read_only,
 )
-from agentrun_core.store.schema import migrate, schema_version
+from agentrun_core.store.schema import (
+    Migration,
+    migrate,
+    pending_migrations,
+    schema_compat_level,
+    schema_version,
+)
 from agentrun_core.store.steering import (
     Intervention,
     Reopening,
@@ -98,6 +104,7 @@ __all__ = [
     "Head",
     "Heartbeat",
     "Intervention",
+    "Migration",
     "Observation",
     "Reopening",
     "Reservation",
@@ -144,6 +151,7 @@ __all__ = [
     "mark_for_purge",
     "migrate",
     "observe_run",
+    "pending_migrations",
     "pin_image",
     "provision_random_tenant",
     "provision_tenant",
@@ -160,6 +168,7 @@ __all__ = [
     "reopen_run",
     "reserve_effect",
     "resolve_effect",
+    "schema_compat_level",
     "schema_version",
     "scram_verifier",
     "send_steps",

@@ -65,6 +65,9 @@ STATUS: dict[str, Any] = openapi.obj(
                 "at": openapi.string(fmt="date-time"),
                 "exhausted": openapi.boolean(),
                 "controlPlane": openapi.boolean(),
+                "incompatibleWaits": openapi.integer(
+                    "Attempts in a row whose worker refused the schema (exit 15, WorkerIncompatible)."
+                ),
             },
             "The last attempt that ended without finishing or parking the run, and why.",
         ),

@@ -108,8 +108,10 @@ class Settings:
     namespaces: tuple[str, ...] = ()  # AGENTRUN_WATCH_NAMESPACES: comma list; empty = cluster-wide
     metrics_port: int = 0  # AGENTRUN_METRICS_PORT: 0 = no /metrics endpoint
     kubeconfig: str = ""  # KUBECONFIG (else in-cluster service account)
-    # AGENTRUN_MIGRATE: the leader applies the schema migrations (idempotent, advisory-locked) at start-up,
-    # before it admits any run. Off when a DBA applies them out of band.
+    # AGENTRUN_MIGRATE (true/false): the leader applies the schema migrations at start-up, before it admits
+    # any run — the same files and lock as `agentrun migrate` (idempotent; a concurrent migrator waits).
+    # false: only the migrate Job (deploy/migrate) or a DBA changes the schema, and the operator refuses to
+    # start on a schema not migrated for it (agent_operator.main.schema_problem; docs/upgrading.md).
     migrate: bool = True
     leader: LeaderSettings = dataclasses.field(default_factory=LeaderSettings)
     worker: WorkerDefaults = dataclasses.field(default_factory=WorkerDefaults)
