@@ -164,6 +164,7 @@ class RunSpec:
     fork_of: ForkRequest | None = None
     notify: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # spec.approval.notify (notify.py)
     concurrency: Concurrency | None = None  # spec.concurrency (agent_operator.throttle.Groups)
+    budget: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # spec.budget (agentrun_core.budget)
 
     @classmethod
     def from_body(cls, spec: Mapping[str, Any]) -> RunSpec:
@@ -191,6 +192,7 @@ class RunSpec:
             fork_of=ForkRequest.from_json(spec.get("forkOf")),
             notify=dict(approval.get("notify") or {}),
             concurrency=Concurrency.from_json(spec.get("concurrency"), graph=str(spec.get("graph") or "")),
+            budget=dict(spec.get("budget") or {}),
         )
 
 
