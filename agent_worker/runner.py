@@ -200,7 +200,7 @@ class Attempt:
         try:
             spec_budget = budget.Budget.from_json(json.loads(self.settings.budget or "null"))
         except (ValueError, budget.BudgetError) as exc:
-            return self._fail(f"spec.budget cannot be read: {exc}", "BudgetInvalid")
+            return self._fail(f"spec.budget cannot be read: {exc}", "InvalidSpec")
         if spec_budget.active:
             self.meter = budget_mod.Meter(self.ctx, spec_budget)
             self.meter.load()

@@ -192,6 +192,11 @@ def _show(field: str, value: int) -> str:
     return format_money(value) if field == "cost" else str(value)
 
 
+def show_limits(limits: Mapping[str, int]) -> dict[str, str]:
+    """Limits as shown to people (cost as a decimal), in FIELDS order."""
+    return {f: _show(f, limits[f]) for f in FIELDS if f in limits}
+
+
 def prompt(
     budget: Budget, limits: Mapping[str, int], spent: Usage, note: str | None = None
 ) -> dict[str, Any]:
@@ -215,7 +220,7 @@ def prompt(
         "action": PROMPT_ACTION,
         "message": message,
         "spent": spent.to_json(budget.currency),
-        "limits": {f: _show(f, v) for f, v in limits.items()},
+        "limits": show_limits(limits),
         "reached": hit,
         "approveGrants": {f: _show(f, v) for f, v in grant.items()},
         "editable": list(FIELDS),

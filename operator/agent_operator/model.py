@@ -351,6 +351,7 @@ class World:
     approvals: tuple[store.Approval, ...] = ()
     interventions: tuple[store.Intervention, ...] = ()  # read only when the run has any
     effects: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    usage: Mapping[str, Any] | None = None  # status.usage (runs with spec.budget; agent_operator.observe)
     pods: Mapping[int, PodInfo] = dataclasses.field(default_factory=dict)  # attempt -> Pod
     # The run Lease is held by this pod name and has not changed for longer than its duration, by
     # locally observed time (lease_math.LeaseObserver). None when the Lease is held, free or absent.
