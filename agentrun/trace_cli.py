@@ -72,6 +72,7 @@ def gather(resource: dict[str, Any], dsn: str) -> trace.Inputs:
                 approvals=store.list_approvals(conn, run_id),
                 interventions=store.list_interventions(conn, run_id),
                 forks=store.list_forks(conn, run_id),
+                usage=store.model_usage_by_step(conn, run_id),
             )
     except connect.Error as exc:
         raise cluster.CliError(f"cannot read the ledger: {exc}") from exc

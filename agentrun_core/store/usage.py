@@ -57,9 +57,9 @@ def model_usage(conn: db.Conn, run_id: str) -> tuple[budget.Usage, int]:
     return _usage(row), int(row["calls"])
 
 
-def model_usage_by_step(conn: db.Conn, run_id: str) -> dict[str, tuple[budget.Usage, int]]:
-    """step (node:step) -> (what its model calls spent, how many), for the trace."""
+def model_usage_by_step(conn: db.Conn, run_id: str) -> dict[tuple[int, str], tuple[budget.Usage, int]]:
+    """(attempt, step as node:step) -> (what its model calls spent, how many), for the trace."""
     return {
-        str(r["step"]): (_usage(r), int(r["calls"]))
+        (int(r["attempt"]), str(r["step"])): (_usage(r), int(r["calls"]))
         for r in db.fetch_all(conn, "model_usage_by_step", {"run_id": run_id})
     }

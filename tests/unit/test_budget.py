@@ -106,3 +106,25 @@ def test_spec_errors_name_the_field() -> None:
     with pytest.raises(budget.BudgetError, match=r"spec.budget.totalTokens"):
         budget.Budget.from_json({"totalTokens": "many"})
     assert not budget.Budget.from_json(None).active
+
+
+def test_the_trace_shows_each_steps_model_usage_and_the_runs_total() -> None:
+    from agentrun import trace
+
+    usage = {
+        (1, "think:1"): (budget.Usage(100, 50, 150, 1050), 1),
+        (2, "think:3"): (budget.Usage(200, 100, 300, 2100), 2),
+        (2, "other:3"): (budget.Usage(1, 1, 2, 0), 1),
+        (2, "think:4"): (budget.Usage(100, 50, 150, 1050), 1),  # parked at the limit: no step event
+    }
+    assert trace.step_usage(usage, 1, "think:1")["modelUsage"]["totalTokens"] == 150
+    assert trace.step_usage(usage, 2, "other,think:3")["modelUsage"] == {
+        "calls": 3,
+        "inputTokens": 201,
+        "outputTokens": 101,
+        "totalTokens": 302,
+        "cost": "0.0021",
+    }
+    assert trace.step_usage(usage, 1, "think:3") == {}  # another attempt's calls are not this event's
+    assert trace.total_usage(usage)["modelUsage"]["totalTokens"] == 602
+    assert trace.total_usage({}) == {}

@@ -16,10 +16,10 @@ SELECT count(*) AS calls,
 FROM agentrun_model_usage WHERE run_id = %(run_id)s;
 
 -- name: model_usage_by_step
-SELECT step,
+SELECT attempt, step,
        count(*) AS calls,
        sum(input_tokens)::bigint AS input_tokens,
        sum(output_tokens)::bigint AS output_tokens,
        sum(total_tokens)::bigint AS total_tokens,
        sum(cost_micro)::bigint AS cost_micro
-FROM agentrun_model_usage WHERE run_id = %(run_id)s GROUP BY step;
+FROM agentrun_model_usage WHERE run_id = %(run_id)s GROUP BY attempt, step;
