@@ -24,6 +24,7 @@ from conftest import OperatorHandle, bind, condition, create_run, get_run, run_s
 
 from agentrun import trace, trace_cli
 from agentrun_core import store
+from agentrun_core.store import metrics_sql
 from tests.graphs import budget_graphs
 
 GRAPH = "tests.graphs.budget_graphs:graph"
@@ -59,6 +60,13 @@ def counted(dsn: str, run_id: str) -> tuple[int, int]:
     with psycopg.connect(dsn) as conn:
         spent, calls = store.model_usage(conn, run_id)
     return calls, spent.total_tokens
+
+
+def model_metrics(dsn: str, ns: str) -> tuple[int, int, int, int]:
+    """(calls, input tokens, output tokens, cost in micro-units) as a metrics scrape reads them."""
+    with psycopg.connect(dsn) as conn:
+        rows = metrics_sql.read_snapshot(conn).model_usage
+    return next(((n, i, o, c) for name, n, i, o, c in rows if name == ns), (0, 0, 0, 0))
 
 
 def agentrun(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -116,6 +124,11 @@ def test_the_run_parks_at_the_limit_an_approver_raises_it_and_the_run_finishes(
     shown = trace.build(trace_cli.gather(get_run(kube, ns, "b"), pg_dsn))
     per_step = [s["modelUsage"]["totalTokens"] for s in shown["steps"] if "modelUsage" in s]
     assert per_step == [PER_CALL] * 6 and shown["modelUsage"]["totalTokens"] == 900
+    # The metrics read the same rows, and keep them once retention folds the run into the rollups.
+    assert model_metrics(pg_dsn, ns) == (6, 600, 300, 6_300)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        assert store.fold_runs(conn) == 1
+    assert model_metrics(pg_dsn, ns) == (6, 600, 300, 6_300)
 
 
 def test_a_rejected_raise_ends_the_run_failed_budget_exceeded(

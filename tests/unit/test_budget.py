@@ -128,3 +128,19 @@ def test_the_trace_shows_each_steps_model_usage_and_the_runs_total() -> None:
     assert trace.step_usage(usage, 1, "think:3") == {}  # another attempt's calls are not this event's
     assert trace.total_usage(usage)["modelUsage"]["totalTokens"] == 602
     assert trace.total_usage({}) == {}
+
+
+def test_model_usage_metrics_are_counters_per_namespace_and_kind() -> None:
+    import prometheus_client
+
+    from agent_operator import metrics
+    from agentrun_core.store import metrics_sql
+
+    snap = metrics_sql.Snapshot(runs=[("ns-a", "running", 1)], model_usage=[("ns-a", 6, 600, 300, 6_300)])
+    reg = prometheus_client.CollectorRegistry()
+    reg.register(metrics.LedgerCollector(lambda: snap))
+    assert reg.get_sample_value("agentrun_model_tokens_total", {"namespace": "ns-a", "kind": "input"}) == 600
+    assert reg.get_sample_value("agentrun_model_tokens_total", {"namespace": "ns-a", "kind": "output"}) == 300
+    assert reg.get_sample_value("agentrun_model_cost_total", {"namespace": "ns-a"}) == 0.0063
+    assert reg.get_sample_value("agentrun_model_calls_total", {"namespace": "ns-a"}) == 6
+    assert reg.get_sample_value("agentrun_model_calls_total", {"namespace": "ns-b"}) is None
