@@ -198,6 +198,18 @@ def _reported(response: Any) -> tuple[dict[str, int], str | None] | None:
     return (dict(total), model) if found else None
 
 
+class _Expected(logging.Filter):
+    """LangChain logs every exception a callback raises as "Error in Meter.<event> callback" before raising
+    it; the interrupt that parks the run and BudgetExceeded are no errors of the handler."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        expected = "GraphInterrupt" in text or "BudgetExceeded" in text
+        return not (text.startswith("Error in Meter.") and expected)
+
+
+logging.getLogger("langchain_core.callbacks.manager").addFilter(_Expected())
+
 _active: contextvars.ContextVar[Meter | None] = contextvars.ContextVar("agentrun_budget", default=None)
 register_configure_hook(_active, True)
 

@@ -226,3 +226,37 @@ def test_killed_around_the_limit_the_count_is_exact_and_no_limit_is_passed_unrai
         # The kill really happened: one attempt more than parking and resuming take (killed while parking,
         # the approval was already recorded: the run waits, and the approval's attempt finishes).
         assert status["attempts"] >= (2 if name == "while-parking" else 3), (name, status["attempts"])
+
+
+def test_a_decision_handed_back_again_never_raises_a_limit_twice(
+    kube: kubernetes.client.ApiClient, operator: OperatorHandle, manager: Path, pg_dsn: str, tmp_path: Path
+) -> None:
+    """Three model calls in ONE node, a limit of one call. A plain approval grants another 150 tokens; the
+    node re-runs from its start, so its first call is made (and billed, and counted) again and reaches the
+    raised limit before the second call. LangGraph hands the first decision back to the check that asks
+    again: it must raise nothing more (what it raises is read from its own recorded prompt), so the run parks
+    a second time instead of going on past a limit nobody raised."""
+    ns, log = operator.namespace, tmp_path / "billed.log"
+    body = spec(log, steps=1, limit=PER_CALL)
+    body["input"]["calls"] = 3
+    uid = create_run(kube, ns, "one-node", body)["metadata"]["uid"]
+    first = parked(kube, operator, "one-node")["pendingApproval"]
+    assert billed(log) == 1 and first["prompt"]["approveGrants"] == {"totalTokens": str(2 * PER_CALL)}
+    out = agentrun(manager, "approve", "one-node", "-n", ns, "--id", first["id"])
+    assert out.returncode == 0, out.stderr
+
+    def parked_again() -> dict[str, Any] | None:
+        status = run_status(kube, ns, "one-node")
+        assert status.get("phase") not in ("Succeeded", "Failed"), status
+        pending = status.get("pendingApproval")
+        return pending if pending and pending["id"] != first["id"] else None
+
+    second = wait_for(parked_again, 300, "the second park", on_timeout=operator.logs)
+    assert billed(log) == 2 and counted(pg_dsn, uid) == (2, 2 * PER_CALL)  # the first call, made twice
+    assert second["prompt"]["limits"] == {"totalTokens": str(2 * PER_CALL), "cost": "1"}
+    out = agentrun(
+        manager, "approve", "one-node", "-n", ns, "--id", second["id"], "--set", "totalTokens=1000"
+    )
+    assert out.returncode == 0, out.stderr
+    wait_phase(kube, ns, "one-node", "Succeeded", 300, operator)
+    assert billed(log) == 5 and counted(pg_dsn, uid) == (5, 5 * PER_CALL)
