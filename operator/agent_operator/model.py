@@ -33,15 +33,8 @@ DECISION_ANNOTATIONS = (ANN_APPROVE, ANN_REJECT, ANN_COMMENT, ANN_DECIDED_BY, AN
 
 # Container waiting reasons that mean "this Pod will not start by itself" (kubelet's names).
 BLOCKED_WAITING_REASONS = frozenset(
-    {
-        "CreateContainerConfigError",
-        "CreateContainerError",
-        "ErrImagePull",
-        "ImagePullBackOff",
-        "InvalidImageName",
-        "ErrImageNeverPull",
-        "RunContainerError",
-    }
+    "CreateContainerConfigError CreateContainerError ErrImagePull ImagePullBackOff InvalidImageName "
+    "ErrImageNeverPull RunContainerError".split()
 )
 
 # Steering (agent_operator.steering): resolve an effect of unknown outcome; who retried / resolved (stamped by
