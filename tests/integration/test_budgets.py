@@ -260,3 +260,21 @@ def test_a_decision_handed_back_again_never_raises_a_limit_twice(
     assert out.returncode == 0, out.stderr
     wait_phase(kube, ns, "one-node", "Succeeded", 300, operator)
     assert billed(log) == 5 and counted(pg_dsn, uid) == (5, 5 * PER_CALL)
+
+
+def test_the_api_server_refuses_a_budget_it_could_not_count(
+    kube: kubernetes.client.ApiClient, namespace: str, tmp_path: Path
+) -> None:
+    refused = {
+        "no-prices": ({"cost": "1"}, "spec.budget.cost needs prices"),
+        "seven-decimals": ({"cost": "0.0000001", "price": {"inputPer1k": "1"}}, "spec.budget.cost"),
+        "zero-tokens": ({"totalTokens": 0}, "spec.budget.totalTokens"),
+        "float-price": ({"cost": "1", "price": {"inputPer1k": 0.5}}, "spec.budget.price.inputPer1k"),
+    }
+    for name, (budget_spec, message) in refused.items():
+        body = {**spec(tmp_path / "x.log", steps=1, limit=1), "budget": budget_spec}
+        with pytest.raises(kubernetes.client.ApiException) as caught:
+            create_run(kube, namespace, name, body)
+        # 422: the CRD's schema; a value of the wrong type already fails the stamping admission policy (403)
+        assert caught.value.status in (403, 422), (name, caught.value.body)
+        assert message in str(caught.value.body), (name, caught.value.body)
