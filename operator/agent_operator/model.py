@@ -32,10 +32,8 @@ ANN_DECIDED_GROUPS = "agentrun.dev/decided-by-groups"
 DECISION_ANNOTATIONS = (ANN_APPROVE, ANN_REJECT, ANN_COMMENT, ANN_DECIDED_BY, ANN_DECIDED_GROUPS)
 
 # Container waiting reasons that mean "this Pod will not start by itself" (kubelet's names).
-BLOCKED_WAITING_REASONS = frozenset(
-    "CreateContainerConfigError CreateContainerError ErrImagePull ImagePullBackOff InvalidImageName "
-    "ErrImageNeverPull RunContainerError".split()
-)
+_WAITING = "CreateContainerConfigError CreateContainerError ErrImagePull ImagePullBackOff InvalidImageName"
+BLOCKED_WAITING_REASONS = frozenset((*_WAITING.split(), "ErrImageNeverPull", "RunContainerError"))
 
 # Steering (agent_operator.steering): resolve an effect of unknown outcome; who retried / resolved (stamped by
 # the MutatingAdmissionPolicy in deploy/admission/steer-mutating-policy.yaml from request.userInfo).
