@@ -58,6 +58,7 @@ ENV_ATTEMPT = "AGENTRUN_ATTEMPT"
 ENV_LEASE_NAME = "AGENTRUN_LEASE_NAME"
 ENV_LEASE_DURATION_SECONDS = "AGENTRUN_LEASE_DURATION_SECONDS"
 ENV_DSN = "AGENTRUN_DSN"
+ENV_BUDGET = "AGENTRUN_BUDGET"  # spec.budget as JSON (agentrun_core.budget); unset: no budget
 # spec.worker.env entries named ENV_FAULT_POINTS_ATTEMPT_PREFIX + <n> become AGENTRUN_FAULT_POINTS in
 # attempt n only (agentrun_core.faults.ENV_VAR), so a test can crash one attempt and let the next finish.
 ENV_FAULT_POINTS_ATTEMPT_PREFIX = "AGENTRUN_FAULT_POINTS_ATTEMPT_"

@@ -18,7 +18,7 @@ import datetime
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agentrun_core import store
+from agentrun_core import budget, store
 from agentrun_core.store import connect
 
 
@@ -32,6 +32,8 @@ class Inputs:
     approvals: Sequence[store.Approval]
     interventions: Sequence[store.Intervention] = ()  # retries and resolved effects: who, when
     forks: Sequence[Mapping[str, Any]] = ()  # runs forked from this one (store.list_forks)
+    # spec.budget: (attempt, node:step) -> (what its model calls spent, how many) (store.model_usage_by_step)
+    usage: Mapping[tuple[int, str], tuple[budget.Usage, int]] = dataclasses.field(default_factory=dict)
 
 
 def gather(resource: Mapping[str, Any], dsn: str, *, read_only: bool = False) -> Inputs:
@@ -50,6 +52,7 @@ def gather(resource: Mapping[str, Any], dsn: str, *, read_only: bool = False) ->
             approvals=store.list_approvals(conn, run_id),
             interventions=store.list_interventions(conn, run_id),
             forks=store.list_forks(conn, run_id),
+            usage=store.model_usage_by_step(conn, run_id),
         )
 
 
@@ -179,9 +182,11 @@ def build(inp: Inputs) -> dict[str, Any]:
                 "durationSeconds": s.duration_seconds,
                 "checkpointSeconds": s.checkpoint_seconds,  # timed by the saver around its write (steps.py)
                 "effectKeys": list(s.effect_keys),
+                **step_usage(inp.usage, s.attempt, s.step),
             }
             for s in sorted(inp.steps, key=lambda s: s.id)
         ],
+        **total_usage(inp.usage),
         "effects": [
             effect_json(e) for e in sorted(inp.effects, key=lambda e: (e.created_at, e.idempotency_key))
         ],
@@ -214,6 +219,33 @@ def build(inp: Inputs) -> dict[str, Any]:
             for i in inp.interventions
         ],
     }
+
+
+def _usage_json(usage: budget.Usage, calls: int) -> dict[str, Any]:
+    return {"calls": calls, **usage.to_json()}
+
+
+def step_usage(
+    usage: Mapping[tuple[int, str], tuple[budget.Usage, int]], attempt: int, step: str
+) -> dict[str, Any]:
+    """``{"modelUsage": ...}`` of a step event (``a,b:3`` sums ``a:3`` and ``b:3``); {} when none."""
+    names, _, number = step.rpartition(":")
+    found = [
+        usage[(attempt, f"{n}:{number}")] for n in names.split(",") if (attempt, f"{n}:{number}") in usage
+    ]
+    if not found:
+        return {}
+    total = sum((u for u, _ in found), budget.Usage())
+    return {"modelUsage": _usage_json(total, sum(c for _, c in found))}
+
+
+def total_usage(usage: Mapping[tuple[int, str], tuple[budget.Usage, int]]) -> dict[str, Any]:
+    """``{"modelUsage": ...}`` of the whole run, including calls of steps that never completed (a node killed,
+    or parked at a limit, and re-run); {} when the run counted none."""
+    if not usage:
+        return {}
+    total = sum((u for u, _ in usage.values()), budget.Usage())
+    return {"modelUsage": _usage_json(total, sum(c for _, c in usage.values()))}
 
 
 def lineage(inp: Inputs) -> dict[str, Any]:

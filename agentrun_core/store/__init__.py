@@ -92,6 +92,7 @@ from agentrun_core.store.tenants import (
     scram_verifier,
     tenant_role,
 )
+from agentrun_core.store.usage import model_usage, model_usage_by_step, record_model_usage
 
 __all__ = [
     "RANDOM_SECRET_ITERATIONS",
@@ -150,6 +151,8 @@ __all__ = [
     "mark_fence",
     "mark_for_purge",
     "migrate",
+    "model_usage",
+    "model_usage_by_step",
     "observe_run",
     "pending_migrations",
     "pin_image",
@@ -163,6 +166,7 @@ __all__ = [
     "record_attempt_loss",
     "record_attempt_start",
     "record_effect",
+    "record_model_usage",
     "record_step_event",
     "record_steps",
     "reopen_run",

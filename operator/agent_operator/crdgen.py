@@ -166,6 +166,21 @@ STATUS: dict[str, Any] = openapi.obj(
                 "needsHuman": openapi.integer(),
             }
         ),
+        "usage": openapi.obj(
+            {
+                "calls": openapi.integer("Model calls counted."),
+                "inputTokens": openapi.integer(),
+                "outputTokens": openapi.integer(),
+                "totalTokens": openapi.integer(),
+                "cost": openapi.string("Cost in spec.budget.currency (a decimal)."),
+                "currency": openapi.string(),
+                "limits": openapi.obj(
+                    description="The limits in force: spec.budget's, as raised by approvals.",
+                    additional=openapi.string(),
+                ),
+            },
+            "What the run's model calls spent (runs with spec.budget; counted by the worker, in Postgres).",
+        ),
         "result": openapi.free(),
         "error": openapi.string(),
         "startTime": openapi.string(fmt="date-time"),

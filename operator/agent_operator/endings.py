@@ -9,7 +9,7 @@ read, never by the watch cache alone.
 from __future__ import annotations
 
 from agent_operator import actions, forks, model, phases, run_status, walk
-from agentrun_core import deadline_math, store
+from agentrun_core import budget, deadline_math, store
 
 
 def db_outcome(db: store.Run) -> tuple[str, str, str] | None:
@@ -21,6 +21,8 @@ def db_outcome(db: store.Run) -> tuple[str, str, str] | None:
             return "Failed", db.status_reason, db.error or db.status_reason
         if db.status_reason == forks.FORK_EDIT_REFUSED:  # the fork's worker: an edit that does not fit
             return "Failed", forks.FORK_EDIT_REFUSED, db.error or "a fork edit does not fit the state"
+        if db.status_reason == budget.REASON:  # spec.budget reached and the raise rejected (or expired)
+            return "Failed", budget.REASON, db.error or "the budget was reached and not raised"
         if phases.is_invalid_spec(db.status_reason, db.error):
             return "Failed", phases.INVALID_SPEC, db.error or db.status_reason or "the spec cannot run"
         return "Failed", phases.GRAPH_FAILED, db.error or db.status_reason or "the graph failed"

@@ -32,17 +32,8 @@ ANN_DECIDED_GROUPS = "agentrun.dev/decided-by-groups"
 DECISION_ANNOTATIONS = (ANN_APPROVE, ANN_REJECT, ANN_COMMENT, ANN_DECIDED_BY, ANN_DECIDED_GROUPS)
 
 # Container waiting reasons that mean "this Pod will not start by itself" (kubelet's names).
-BLOCKED_WAITING_REASONS = frozenset(
-    {
-        "CreateContainerConfigError",
-        "CreateContainerError",
-        "ErrImagePull",
-        "ImagePullBackOff",
-        "InvalidImageName",
-        "ErrImageNeverPull",
-        "RunContainerError",
-    }
-)
+_WAITING = "CreateContainerConfigError CreateContainerError ErrImagePull ImagePullBackOff InvalidImageName"
+BLOCKED_WAITING_REASONS = frozenset((*_WAITING.split(), "ErrImageNeverPull", "RunContainerError"))
 
 # Steering (agent_operator.steering): resolve an effect of unknown outcome; who retried / resolved (stamped by
 # the MutatingAdmissionPolicy in deploy/admission/steer-mutating-policy.yaml from request.userInfo).
@@ -167,6 +158,7 @@ class RunSpec:
     # spec.activeDeadlineSeconds / spec.progressDeadlineSeconds (agent_operator.deadlines); None: no limit
     active_deadline_seconds: int | None = None
     progress_deadline_seconds: int | None = None
+    budget: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # spec.budget (agentrun_core.budget)
 
     @classmethod
     def from_body(cls, spec: Mapping[str, Any]) -> RunSpec:
@@ -196,6 +188,7 @@ class RunSpec:
             concurrency=Concurrency.from_json(spec.get("concurrency"), graph=str(spec.get("graph") or "")),
             active_deadline_seconds=_positive(spec.get("activeDeadlineSeconds")),
             progress_deadline_seconds=_positive(spec.get("progressDeadlineSeconds")),
+            budget=dict(spec.get("budget") or {}),
         )
 
     @property
@@ -368,6 +361,7 @@ class World:
     approvals: tuple[store.Approval, ...] = ()
     interventions: tuple[store.Intervention, ...] = ()  # read only when the run has any
     effects: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    usage: Mapping[str, Any] | None = None  # status.usage (runs with spec.budget; agent_operator.observe)
     pods: Mapping[int, PodInfo] = dataclasses.field(default_factory=dict)  # attempt -> Pod
     # The run Lease is held by this pod name and has not changed for longer than its duration, by
     # locally observed time (lease_math.LeaseObserver). None when the Lease is held, free or absent.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -47,6 +48,8 @@ def _worker_env(
     # (AGENTRUN_WORKER_DSN_SECRET) or the tenant role's the operator provisions (agent_operator.tenants).
     secret, _, key = (settings.worker.dsn_secret or f"{TENANT_SECRET}/{TENANT_SECRET_KEY}").partition("/")
     env.append({"name": protocol.ENV_DSN, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}})
+    if spec.budget:  # the limits as the spec has them when the attempt starts (agent_worker.budget)
+        env.append({"name": protocol.ENV_BUDGET, "value": json.dumps(dict(spec.budget), sort_keys=True)})
     for item in spec.worker.get("env") or ():
         name = str(item.get("name", ""))
         match = _ATTEMPT_FAULTS.match(name)

@@ -88,6 +88,8 @@ def build(
             }
             for a in sorted(decided, key=lambda a: (a.decided_at is None, phases.iso(a.decided_at) or ""))
         ]
+    if world.usage is not None:
+        status["usage"] = dict(world.usage)
     if world.effects:
         status["effects"] = {k: int(v) for k, v in world.effects.items()}
     if db is not None and (db.retry_generation or st.reopened or st.observed_retry_generation):

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from agent_operator import openapi, spec_approval
+from agent_operator import openapi, spec_approval, spec_budget
 from agentrun_core import protocol
 
 ON_TIMEOUT = spec_approval.ON_TIMEOUT
@@ -164,6 +164,7 @@ SPEC: openapi.Schema = openapi.obj(
             ],
         ),
         "approval": spec_approval.APPROVAL,
+        "budget": spec_budget.BUDGET,
         "ttlSecondsAfterFinished": openapi.integer(
             "Delete the AgentRun this many seconds after it finished (unset = keep).",
             minimum=0,

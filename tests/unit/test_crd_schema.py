@@ -47,6 +47,9 @@ READERS: dict[str, Callable[[model.RunSpec], Any]] = {
     "suspend": lambda s: s.suspend,
     "retryGeneration": lambda s: s.retry_generation,
     "concurrency.limit": lambda s: s.concurrency.limit if s.concurrency is not None else None,
+    "budget.inputTokens": lambda s: s.budget.get("inputTokens"),
+    "budget.outputTokens": lambda s: s.budget.get("outputTokens"),
+    "budget.totalTokens": lambda s: s.budget.get("totalTokens"),
 }
 # What an object needs to exist at all (its required fields), so a field under it can be read.
 REQUIRED_PARENTS: dict[str, dict[str, Any]] = {
