@@ -28,7 +28,18 @@ from typing import Any
 
 import kopf
 
-from agent_operator import kube, leader, lockwatch, metrics, model, readapi, retention, runner, throttle
+from agent_operator import (
+    kopf_config,
+    kube,
+    leader,
+    lockwatch,
+    metrics,
+    model,
+    readapi,
+    retention,
+    runner,
+    throttle,
+)
 from agent_operator import memory as memory_
 from agent_operator import settings as settings_
 from agentrun_core import backoff, lease_math, protocol, store
@@ -75,38 +86,9 @@ def _migrate(dsn: str) -> list[str]:
         return store.migrate(conn)
 
 
-class SmallDiffBase(kopf.AnnotationsDiffBaseStorage):
-    """kopf's last-handled-configuration without ``spec.input``.
-
-    The input is immutable (CRD rule) and may be up to the API server's object size: kept in an annotation
-    (at most 256 KiB in all) it made large runs impossible to finalize and so to delete. Nothing here reacts
-    to input changes, so the diff base does not need it.
-    """
-
-    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> Any:
-        essence = super().build(body=body, extra_fields=extra_fields)
-        spec = essence.get("spec")
-        if isinstance(spec, dict):
-            spec.pop("input", None)
-        return essence
-
-
-def configure_kopf(settings: kopf.OperatorSettings) -> None:
-    settings.persistence.finalizer = model.FINALIZER
-    # Progress of kopf's own handlers (only on.delete here) in annotations: status belongs to us.
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="kopf.agentrun.dev")
-    settings.persistence.diffbase_storage = SmallDiffBase(
-        prefix="kopf.agentrun.dev", key="last-handled-configuration"
-    )
-    settings.peering.standalone = True  # leadership comes from our Lease, never from kopf peering
-    settings.posting.enabled = False  # the runner posts the Events of transitions itself
-    settings.watching.server_timeout = 300
-    settings.watching.client_timeout = 330
-
-
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
-    configure_kopf(settings)
+    kopf_config.configure_kopf(settings)
     cfg = settings_.from_env()
     STATE.settings = cfg
     api = kube.client(cfg.kubeconfig or None)

@@ -72,10 +72,13 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("kopf").setLevel(logging.WARNING)
     import kopf
 
-    from agent_operator import handlers  # registers the handlers with kopf's default registry
+    from agent_operator import (
+        handlers,  # noqa: F401 (importing it registers the handlers with kopf)
+        kopf_config,
+    )
 
     kopf_settings = kopf.OperatorSettings()
-    handlers.configure_kopf(kopf_settings)
+    kopf_config.configure_kopf(kopf_settings)
     kopf.run(
         standalone=True,
         clusterwide=not cfg.namespaces,
