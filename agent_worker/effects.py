@@ -39,7 +39,7 @@ deposed holder could issue calls until its lease ended). Until then the worker w
 a provider that dedupes by key is called again; otherwise the effect is flagged ``needs_human`` and the run
 stops with exit 13 — never a guess.
 
-These rules are one pure state machine, ``agent_worker.ledger`` (tested as a table without Postgres);
+These rules are one pure state machine, ``agentrun_core.ledger`` (tested as a table without Postgres);
 ``agent_worker.ledger_shell`` performs its actions. This module is the API: ``tool``, ``Tool``, ``confirm``.
 """
 

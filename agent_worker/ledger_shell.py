@@ -1,9 +1,9 @@
-"""The ledger's I/O shell: drives the pure machine of ``agent_worker.ledger`` for one effect call.
+"""The ledger's I/O shell: drives the pure machine of ``agentrun_core.ledger`` for one effect call.
 
 Rule: this module decides nothing. It performs the machine's actions — the store calls (reserve, record;
 a refused, fenced write stops the run at once), the tool call and its retry classification, the lookup
 hook, waits and sleeps, fault points, log lines — and feeds what happened back as the next event. Every
-branch of the ledger's logic lives in ``agent_worker.ledger`` and is tested there without Postgres.
+branch of the ledger's logic lives in ``agentrun_core.ledger`` and is tested there without Postgres.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from agent_worker import calls, context, identity, ledger, retry
-from agentrun_core import errors, faults, store
+from agent_worker import calls, context, identity, retry
+from agentrun_core import errors, faults, ledger, store
 
 if TYPE_CHECKING:
     from agent_worker import effects
@@ -24,7 +24,7 @@ logger = logging.getLogger("agent_worker.effects")  # the effect API's logger, a
 
 
 class Execution:
-    """One logical effect: the I/O shell around ``agent_worker.ledger``. It performs the machine's actions
+    """One logical effect: the I/O shell around ``agentrun_core.ledger``. It performs the machine's actions
     (the store calls, the tool call, lookups, waits, sleeps) and feeds back what happened; every decision is
     the machine's."""
 
