@@ -1,6 +1,6 @@
 """What a tool and a node see of an effect call: ``Call`` (the key as a ``str`` plus details), ``Outcome``,
 heartbeats, and the calling task's step identity in the run's key format. Re-exported by
-``agent_worker.effects``, the public API; the ledger logic lives in ``agent_worker.ledger``.
+``agent_worker.effects``, the public API; the ledger logic lives in ``agentrun_core.ledger``.
 """
 
 from __future__ import annotations

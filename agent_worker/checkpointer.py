@@ -47,7 +47,7 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
@@ -229,6 +229,44 @@ class FencedSaver(PostgresSaver):
         """Seconds this saver's ``put`` of a root checkpoint took; ``None`` if it has not (yet) written it."""
         with self._timings_lock:
             return self._timings.get(checkpoint_id)
+
+    # --- the async API --------------------------------------------------------------------------------
+    # A graph with async nodes or tools is driven with astream (agent_worker.drive), which calls these. Each
+    # is the sync method above, run in the event loop's thread: the same fenced, timed statements and fault
+    # points, one at a time. It blocks the loop for one round trip, as the sync loop waits for its thread.
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self.get_tuple(config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        for item in self.list(config, filter=filter, before=before, limit=limit):
+            yield item
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return self.put(config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
+        self.put_writes(config, writes, task_id, task_path)
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        return self.get_delta_channel_history(config=config, channels=channels)
 
     # --- the fenced pipeline -------------------------------------------------------------------------
 

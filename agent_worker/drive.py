@@ -8,6 +8,9 @@ step events of a stream are flushed when it ends, whatever the outcome, and neve
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import dataclasses
 import datetime
 import logging
 import signal
@@ -17,7 +20,7 @@ from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 
-from agent_worker import budget, context, heartbeat, steps
+from agent_worker import budget, context, graphs, heartbeat, steps
 from agentrun_core import faults, store
 
 logger = logging.getLogger(__name__)
@@ -43,6 +46,16 @@ class Drain:
         timer = threading.Timer(self.seconds, self.on_deadline)
         timer.daemon = True
         timer.start()
+
+
+@dataclasses.dataclass
+class _Steps:
+    """What one stream has seen of its tasks since the last checkpoint event."""
+
+    resumed: str | None  # the approval this attempt resumed, marked resumed at the first checkpoint
+    tasks: dict[str, tuple[str, float, datetime.datetime]] = dataclasses.field(default_factory=dict)
+    step_tasks: list[tuple[str, float, datetime.datetime]] = dataclasses.field(default_factory=list)
+    last_result: float = 0.0
 
 
 class Stream:
@@ -106,33 +119,54 @@ class Stream:
     def _consume(
         self, run: store.Run, compiled: Any, config: RunnableConfig, start: Any, resumed: str | None
     ) -> bool:
-        tasks: dict[str, tuple[str, float, datetime.datetime]] = {}  # task id -> (name, t0, started_at)
-        step_tasks: list[tuple[str, float, datetime.datetime]] = []
-        last_result = 0.0
+        steps_ = _Steps(resumed)
+        if graphs.needs_async(compiled):
+            # An async node or tool has no sync form: LangGraph's sync stream refuses it (TypeError "No
+            # synchronous function provided", StructuredTool's NotImplementedError). Driven with astream;
+            # the saver's async methods are its fenced sync ones (agent_worker/checkpointer.py).
+            return asyncio.run(self._aconsume(run, compiled, config, start, steps_))
         for event in compiled.stream(start, config, durability=run.durability, stream_mode="debug"):
-            kind, payload, now = event.get("type"), event.get("payload") or {}, time.monotonic()
-            if kind == "task":
-                tasks[payload["id"]] = (payload["name"], now, datetime.datetime.now(datetime.UTC))
-            elif kind == "task_result":
-                done = tasks.pop(str(payload.get("id")), None)
-                if done is not None:
-                    step_tasks.append(done)
-                last_result = now
-            elif kind == "checkpoint":
-                faults.hit("after_checkpoint")
-                self.finished_values = None if payload.get("next") else payload.get("values")
-                if resumed is not None:
-                    store.mark_approval_resumed(self.pool, run_id=self.ctx.run_id, approval_id=resumed)
-                    resumed = None
-                if step_tasks:
-                    self._step_event(event, step_tasks, last_result, payload)
-                    step_tasks = []
-                self.steps.flush(final=False)
-                if self.drain.requested.is_set():
-                    return True
-            if self.ctx.stop is not None:
-                return False
+            done = self._on_event(event, steps_)
+            if done is not None:
+                return done
         return False
+
+    async def _aconsume(
+        self, run: store.Run, compiled: Any, config: RunnableConfig, start: Any, steps_: _Steps
+    ) -> bool:
+        stream = compiled.astream(start, config, durability=run.durability, stream_mode="debug")
+        async with contextlib.aclosing(stream):  # an early return closes it: its tasks are cancelled
+            async for event in stream:
+                done = self._on_event(event, steps_)
+                if done is not None:
+                    return done
+        return False
+
+    def _on_event(self, event: dict[str, Any], seen: _Steps) -> bool | None:
+        """One debug event of the stream; True/False ends the stream (drained / stopped), None goes on."""
+        kind, payload, now = event.get("type"), event.get("payload") or {}, time.monotonic()
+        if kind == "task":
+            seen.tasks[payload["id"]] = (payload["name"], now, datetime.datetime.now(datetime.UTC))
+        elif kind == "task_result":
+            done = seen.tasks.pop(str(payload.get("id")), None)
+            if done is not None:
+                seen.step_tasks.append(done)
+            seen.last_result = now
+        elif kind == "checkpoint":
+            faults.hit("after_checkpoint")
+            self.finished_values = None if payload.get("next") else payload.get("values")
+            if seen.resumed is not None:
+                store.mark_approval_resumed(self.pool, run_id=self.ctx.run_id, approval_id=seen.resumed)
+                seen.resumed = None
+            if seen.step_tasks:
+                self._step_event(event, seen.step_tasks, seen.last_result, payload)
+                seen.step_tasks = []
+            self.steps.flush(final=False)
+            if self.drain.requested.is_set():
+                return True
+        if self.ctx.stop is not None:
+            return False
+        return None
 
     def _step_event(
         self,

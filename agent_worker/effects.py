@@ -39,16 +39,17 @@ deposed holder could issue calls until its lease ended). Until then the worker w
 a provider that dedupes by key is called again; otherwise the effect is flagged ``needs_human`` and the run
 stops with exit 13 — never a guess.
 
-These rules are one pure state machine, ``agent_worker.ledger`` (tested as a table without Postgres);
+These rules are one pure state machine, ``agentrun_core.ledger`` (tested as a table without Postgres);
 ``agent_worker.ledger_shell`` performs its actions. This module is the API: ``tool``, ``Tool``, ``confirm``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
-from collections.abc import Callable
-from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, cast
 
 from agent_worker import calls, context, identity, ledger_shell, retry
 from agentrun_core import canonical, keys, store
@@ -114,6 +115,7 @@ class Tool(Generic[P, R]):
         self.max_in_flight_wait = max_in_flight_wait
         self.permanent = tuple(permanent)  # exception types that prove the provider did nothing
         self._signature = inspect.signature(fn)
+        self.is_async = inspect.iscoroutinefunction(fn)  # awaited: ``await send(...)`` (ledger_shell.arun)
         functools.update_wrapper(self, fn)
 
     def arguments(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
@@ -129,6 +131,22 @@ class Tool(Generic[P, R]):
         return named
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        if self.is_async:  # an ``async def`` effect: the call is awaited (``await send(...)``)
+            return cast(R, self._acall(args, kwargs))
+        with self._begin(args, kwargs) as execution:
+            result: R = execution.run()
+            return result
+
+    async def _acall(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The awaited form: keyed, reserved and recorded exactly as the sync one. Its occurrence space is
+        held by this asyncio task until the effect ends, so two such calls that overlap (``asyncio.gather``)
+        in one space without a stable identity raise ``UnstablePosition``, as threads do."""
+        with self._begin(args, kwargs) as execution:
+            return await execution.arun()
+
+    @contextlib.contextmanager
+    def _begin(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[ledger_shell.Execution]:
+        """The call's key and its ledger execution; its occurrence space is held while the caller runs it."""
         ctx = context.current()
         if ctx.stop is not None:
             raise ctx.stop
@@ -143,10 +161,8 @@ class Tool(Generic[P, R]):
             with ctx.flows.enter(space):
                 occurrence = ctx.tracker.next_occurrence(step, self.action)
                 key = keys.derive(ctx.run_id, step, self.action, occurrence, version=ctx.key_version)
-                result: R = self._execute(
-                    ctx, step, key, occurrence, (normal, args_hash), args, kwargs, space
-                )
-                return result
+                yield self._execution(ctx, step, key, occurrence, (normal, args_hash), args, kwargs, space)
+            return
         if ctx.key_version == 1:  # a run started under key format v1 keeps deriving v1 keys
             task = str(md.get("langgraph_checkpoint_ns") or step)
             occurrence = ctx.next_occurrence(task, self.action, args_hash)
@@ -154,9 +170,9 @@ class Tool(Generic[P, R]):
         else:  # v2: the order in which calls reach the ledger (racy under concurrency: issue 34)
             occurrence = ctx.tracker.next_occurrence(step, self.action)
             key = keys.derive(ctx.run_id, step, self.action, occurrence, version=2)
-        return self._execute(ctx, step, key, occurrence, (normal, args_hash), args, kwargs, None)
+        yield self._execution(ctx, step, key, occurrence, (normal, args_hash), args, kwargs, None)
 
-    def _execute(
+    def _execution(
         self,
         ctx: context.RunContext,
         step: str,
@@ -166,11 +182,11 @@ class Tool(Generic[P, R]):
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         space: identity.Space | None,
-    ) -> R:
+    ) -> ledger_shell.Execution:
         normal, args_hash = canonical_args
         ctx.note_effect(step, key)
         version = ctx.key_version
-        execution = ledger_shell.Execution(
+        return ledger_shell.Execution(
             self,
             ctx,
             key=key,
@@ -186,8 +202,6 @@ class Tool(Generic[P, R]):
             # A space seen racing: a row with other arguments may be another call's, so a human decides.
             raced=(lambda: ctx.flows.raced(space)) if space is not None else None,
         )
-        result: R = execution.run()
-        return result
 
 
 def tool(

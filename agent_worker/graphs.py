@@ -91,3 +91,27 @@ def compile_graph(obj: Any, checkpointer: Any, *, ref: str = "?") -> Pregel[Any,
         f"graph reference {ref!r} is a {type(obj).__name__}: "
         "expected a compiled graph, a StateGraph or a factory"
     )
+
+
+def needs_async(compiled: Any) -> bool:
+    """Whether the graph, or a subgraph of it, has a node or a tool with only an async form (``async def``):
+    such a graph runs only under LangGraph's async API (checked on langgraph 1.2: the sync stream raises)."""
+    pregels = [compiled, *(sub for _, sub in compiled.get_subgraphs(recurse=True))]
+    return any(_async_only(node.bound) for pregel in pregels for node in pregel.nodes.values())
+
+
+def _async_only(runnable: Any, depth: int = 0) -> bool:
+    if depth > 8:  # runnables nest shallowly; a cycle is not a graph we drive
+        return False
+    if getattr(runnable, "afunc", None) is not None and hasattr(runnable, "func") and runnable.func is None:
+        return True  # LangGraph's RunnableCallable of an async def
+    tools = getattr(runnable, "tools_by_name", None)  # a ToolNode (also create_agent's)
+    if isinstance(tools, dict) and any(_async_tool(t) for t in tools.values()):
+        return True
+    steps = getattr(runnable, "steps", None)  # RunnableSeq / RunnableSequence
+    return isinstance(steps, list | tuple) and any(_async_only(s, depth + 1) for s in steps)
+
+
+def _async_tool(tool: Any) -> bool:
+    """A LangChain tool that cannot run synchronously (``@tool`` on an ``async def``)."""
+    return getattr(tool, "coroutine", None) is not None and getattr(tool, "func", True) is None

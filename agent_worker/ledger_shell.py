@@ -1,21 +1,22 @@
-"""The ledger's I/O shell: drives the pure machine of ``agent_worker.ledger`` for one effect call.
+"""The ledger's I/O shell: drives the pure machine of ``agentrun_core.ledger`` for one effect call.
 
 Rule: this module decides nothing. It performs the machine's actions — the store calls (reserve, record;
 a refused, fenced write stops the run at once), the tool call and its retry classification, the lookup
 hook, waits and sleeps, fault points, log lines — and feeds what happened back as the next event. Every
-branch of the ledger's logic lives in ``agent_worker.ledger`` and is tested there without Postgres.
+branch of the ledger's logic lives in ``agentrun_core.ledger`` and is tested there without Postgres.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from agent_worker import calls, context, identity, ledger, retry
-from agentrun_core import errors, faults, store
+from agent_worker import calls, context, identity, retry
+from agentrun_core import errors, faults, ledger, store
 
 if TYPE_CHECKING:
     from agent_worker import effects
@@ -24,7 +25,7 @@ logger = logging.getLogger("agent_worker.effects")  # the effect API's logger, a
 
 
 class Execution:
-    """One logical effect: the I/O shell around ``agent_worker.ledger``. It performs the machine's actions
+    """One logical effect: the I/O shell around ``agentrun_core.ledger``. It performs the machine's actions
     (the store calls, the tool call, lookups, waits, sleeps) and feeds back what happened; every decision is
     the machine's."""
 
@@ -82,6 +83,26 @@ class Execution:
                 if isinstance(action, ledger.Return):
                     return self.result
                 event = self._perform(action)
+            if event is None:
+                raise ledger.Unexpected(f"effect {self.key}: a transition left nothing to wait for")
+            step = ledger.transition(self.spec, step.state, event)
+
+    async def arun(self) -> Any:
+        """``run`` for an ``async def`` effect: the provider call and the backoff are awaited; every other
+        action (the store's statements, the lookup hook) is the sync one, in the event loop's thread."""
+        step = ledger.start(self.spec, self.key)
+        while True:
+            event: ledger.Event | None = None
+            for action in step.actions:
+                if isinstance(action, ledger.Return):
+                    return self.result
+                if isinstance(action, ledger.Call):
+                    event = await self._acall(action.attempt)
+                elif isinstance(action, ledger.Sleep) and self.ctx.sleep is time.sleep:
+                    await asyncio.sleep(action.seconds)  # other tasks of the step run meanwhile
+                    event = ledger.Event(ledger.EventKind.SLEPT)
+                else:
+                    event = self._perform(action)
             if event is None:
                 raise ledger.Unexpected(f"effect {self.key}: a transition left nothing to wait for")
             step = ledger.transition(self.spec, step.state, event)
@@ -181,33 +202,45 @@ class Execution:
         )
 
     def _call(self, attempt: int) -> ledger.Event:
-        call = calls.Call(
-            self.key, attempt=attempt, run_id=self.ctx.run_id, step=self.step, tool=self.tool.name
-        )
-        issued = time.monotonic()
+        call, issued = self._call_of(attempt), time.monotonic()
         try:
             with identity.enclosing(self.key):  # effects the body calls are numbered under this key (v3)
                 self.value = self.tool.fn(call, *self.call_args, **self.call_kwargs)
         except errors.WorkerError:
             raise
         except Exception as exc:
-            self.call_error = exc
-            failure = retry.classify(exc, permanent=self.tool.permanent)
-            decision = retry.decide(
-                self.tool.retry_policy,
-                attempt,
-                failure,
-                dedupes_by_key=self.tool.dedupes_by_key,
-                rng=self.ctx.rng,
-            )
-            return ledger.Event(
-                ledger.EventKind.CALL_FAILED,
-                decision=decision,
-                message=failure.message,
-                elapsed=time.monotonic() - issued,
-                not_performed=failure.proves_not_performed,
-            )
+            return self._failed(exc, attempt, issued)
         return ledger.Event(ledger.EventKind.CALL_OK)
+
+    async def _acall(self, attempt: int) -> ledger.Event:
+        call, issued = self._call_of(attempt), time.monotonic()
+        try:
+            with identity.enclosing(self.key):
+                self.value = await self.tool.fn(call, *self.call_args, **self.call_kwargs)
+        except errors.WorkerError:
+            raise
+        except Exception as exc:
+            return self._failed(exc, attempt, issued)
+        return ledger.Event(ledger.EventKind.CALL_OK)
+
+    def _call_of(self, attempt: int) -> calls.Call:
+        ctx, tool_ = self.ctx, self.tool
+        return calls.Call(self.key, attempt=attempt, run_id=ctx.run_id, step=self.step, tool=tool_.name)
+
+    def _failed(self, exc: Exception, attempt: int, issued: float) -> ledger.Event:
+        self.call_error = exc
+        failure = retry.classify(exc, permanent=self.tool.permanent)
+        tool_ = self.tool
+        decision = retry.decide(
+            tool_.retry_policy, attempt, failure, dedupes_by_key=tool_.dedupes_by_key, rng=self.ctx.rng
+        )
+        return ledger.Event(
+            ledger.EventKind.CALL_FAILED,
+            decision=decision,
+            message=failure.message,
+            elapsed=time.monotonic() - issued,
+            not_performed=failure.proves_not_performed,
+        )
 
     def _lookup(self, earlier: bool) -> ledger.Event:
         assert self.tool.lookup is not None  # the machine looks up only for a tool with a hook

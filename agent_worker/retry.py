@@ -31,12 +31,14 @@ import random
 import socket
 import time
 import urllib.error
-from typing import Any, Literal
+from typing import Any
 
 from agentrun_core import backoff as backoff_math
+from agentrun_core import outcomes
 
-Kind = Literal["refused", "ambiguous", "permanent"]
-Action = Literal["retry", "reconcile", "fail"]
+Kind = outcomes.Kind
+Action = outcomes.Action
+Decision = outcomes.Decision  # the ledger machine's input (agentrun_core.ledger), shared with notifications
 
 
 class Retryable(Exception):
@@ -87,13 +89,6 @@ class Failure:
     def proves_not_performed(self) -> bool:
         """The provider did nothing on this call (refused it, or it never left)."""
         return self.kind != "ambiguous"
-
-
-@dataclasses.dataclass(frozen=True)
-class Decision:
-    action: Action
-    delay: float = 0.0
-    reason: str = ""
 
 
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
@@ -180,12 +175,10 @@ def _response(exc: BaseException) -> tuple[int, Any] | None:
 
 
 def _by_status(code: int, headers: Any, message: str) -> Failure:
-    if code in (429, 503):
-        raw = headers.get("Retry-After") if headers is not None else None
-        return Failure("refused", parse_retry_after(raw), code, message)
-    if code >= 500:
-        return Failure("ambiguous", None, code, message)
-    return Failure("permanent", None, code, message)
+    """What the status proves: one table with the operator's notifications (``agentrun_core.outcomes``)."""
+    kind = outcomes.classify_status(code) or "permanent"  # a 2xx raised as an error: the tool refused it
+    raw = headers.get("Retry-After") if headers is not None and kind == "refused" else None
+    return Failure(kind, parse_retry_after(raw), code, message)
 
 
 def classify(exc: BaseException, *, permanent: tuple[type[BaseException], ...] = ()) -> Failure:
@@ -231,24 +224,27 @@ def backoff(policy: RetryPolicy, calls_made: int, rng: random.Random) -> float:
 def decide(
     policy: RetryPolicy, calls_made: int, failure: Failure, *, dedupes_by_key: bool, rng: random.Random
 ) -> Decision:
-    """What to do after the ``calls_made``-th call failed with ``failure``."""
-    if failure.kind == "permanent":
-        return Decision("fail", reason=f"non-retryable: {failure.message}")
-    if failure.kind == "ambiguous" and not dedupes_by_key:
-        # Calling again could do it twice: find out first (lookup hook) or stop for a human.
-        return Decision("reconcile", reason=f"unknown outcome: {failure.message}")
-    if failure.kind == "ambiguous" and calls_made >= policy.max_attempts:
-        # Out of attempts, but it may have happened: never "failed" (a retry would re-key it and the
-        # provider would perform it again). The ledger keeps it pending: lookup, the same key again, a human.
-        why = f"unknown outcome after {calls_made} calls (out of attempts): {failure.message}"
-        return Decision("reconcile", reason=why)
-    if calls_made >= policy.max_attempts:
-        return Decision("fail", reason=f"gave up after {calls_made} calls: {failure.message}")
-    if failure.retry_after is not None:
-        if failure.retry_after > policy.max_retry_after:
+    """What to do after the ``calls_made``-th call failed with ``failure`` (``agentrun_core.outcomes``: the
+    table notifications use too); the delay is this policy's backoff, or the provider's Retry-After."""
+    retrying = failure.kind == "refused" or (failure.kind == "ambiguous" and dedupes_by_key)
+    delay = 0.0
+    if retrying and calls_made < policy.max_attempts:
+        if failure.retry_after is None:
+            delay = backoff(policy, calls_made, rng)
+        elif failure.retry_after > policy.max_retry_after:
             return Decision(
                 "fail", reason=f"Retry-After {failure.retry_after:g}s exceeds {policy.max_retry_after:g}s"
             )
-        # Honour the provider's wait exactly (a little jitter above it, never below).
-        return Decision("retry", failure.retry_after * (1.0 + 0.1 * rng.random()), "Retry-After")
-    return Decision("retry", backoff(policy, calls_made, rng), failure.message)
+        else:  # honour the provider's wait exactly (a little jitter above it, never below)
+            delay = failure.retry_after * (1.0 + 0.1 * rng.random())
+    decision = outcomes.decide(
+        failure.kind,
+        calls_made,
+        max_attempts=policy.max_attempts,
+        dedupes_by_key=dedupes_by_key,
+        delay=delay,
+        message=failure.message,
+    )
+    if decision.action == "retry" and failure.retry_after is not None:
+        return dataclasses.replace(decision, reason="Retry-After")
+    return decision

@@ -10,7 +10,8 @@ Rules:
 * **The operator sends, the ledger decides.** Each notification is reserve → mark issued → POST → record,
   every step one fenced statement (``agentrun_core.store.notifications``; the notifier epoch is taken once per
   process, after it won leadership). Killed anywhere, the next operator derives the same key, finds the row.
-* **What an outcome proves decides, never a guess** (``agent_operator.notify_outcome``, pure). Only answers
+* **What an outcome proves decides, never a guess**: the worker's effect ledger machine
+  (``agentrun_core.ledger``, through ``agent_operator.notify_outcome``) decides every step. Only answers
   that prove the request was not processed (429, 503, 408, nothing sent) are resent to any receiver, with
   backoff (``Retry-After`` honoured). An ambiguous outcome (500, 502, 504, a timeout or a reset after sending;
   a row found ``issued`` after a crash) is resent under the same ``Idempotency-Key`` only when the receiver
@@ -188,12 +189,24 @@ class Notifier:
             args=dict(item.content),
             args_hash=item.args_hash,
         )
-        if row is None or row.status != "pending" or row.needs_human:
+        if row is None:
+            return None
+        # The effect ledger's machine decides what the row calls for (agent_operator.notify_outcome).
+        verdict = rules.reserved(
+            status=row.status,
+            inserted=row.inserted,
+            issued=row.issued,
+            needs_human=row.needs_human,
+            attempts=row.attempts,
+            dedupes=spec.dedupes,
+            max_attempts=self.limits.max_attempts,
+        )
+        if verdict == rules.SKIP:
             return None  # sent, failed, or handed to a human already
         if row.inserted:
             faults.hit("notify_after_reserve")
         what = f"{item.event} notification {item.key} of {run.namespace}/{run.name}"
-        if row.issued and not spec.dedupes:
+        if verdict == rules.UNKNOWN:
             # A call may have landed (killed before its outcome was recorded, or an ambiguous answer).
             detail = row.error or "a call was issued and its result not recorded"
             self._unknown(run, memory, item.key, what, detail, spec, row.attempts)

@@ -5,13 +5,15 @@ chat model asking for 3 calls at once and then 2: the tutorial's ``ToolNode`` + 
 (one task runs a turn's calls in parallel threads) and ``create_agent`` (one ``Send`` task per call). Among
 the calls: a tool whose effect calls another effect before the tool's own later effect, and a subagent called
 as a tool. Every tool drafts with a random latency before its effect, so a resumed attempt reaches the
-effects in another order than the killed one.
+effects in another order than the killed one. Each agent twice: with sync tools, and written with
+``async def`` (tests/graphs/async_agents.py: async tools gathered in one ToolNode task or run as Send tasks,
+awaited effects, an async effect inside one, an async subagent), which the worker drives with ``astream``.
 
 Each repetition: a fresh run, killed once at a random hit of one point in a random durability mode, re-run
 to completion. It must end ``succeeded`` with exactly one delivery per expected recipient at the HTTP
 provider (counted there, per run), none lost, no divergence recorded, and the final messages of an unkilled
-run. AGENTRUN_CHAOS_REPS_REAL repetitions per (agent, point), default 1 (14 killed runs and 2 references,
-~20 s on an idle 2-core machine, ~80 s when it is shared): the module stays CI-sized.
+run. AGENTRUN_CHAOS_REPS_REAL repetitions per (agent, point), default 1 (28 killed runs and 4 references,
+~40 s on an idle 2-core machine, ~160 s when it is shared): the module stays CI-sized.
 Leases are off (``AGENTRUN_LEASE_MODE=none``): ``before_lease_renew`` is covered with real Leases by
 tests/chaos/test_worker_faults.py, as are ``while_parking`` and ``after_resume_read`` (these agents never
 interrupt).
@@ -43,6 +45,9 @@ REPS = int(os.environ.get("AGENTRUN_CHAOS_REPS_REAL", "1"))
 AGENTS = {
     "react": "tests.graphs.real_agents:chaos_react",
     "create_agent": "tests.graphs.real_agents:chaos_agent",
+    # The same agents with async tools, an async model node and async effects, driven with astream.
+    "react_async": "tests.graphs.async_agents:react",
+    "create_agent_async": "tests.graphs.async_agents:agent",
 }
 EFFECTS = len(real_agents.CHAOS_DELIVERIES)
 # point -> possible hit numbers in the killed process (a number past the last hit: the run is not killed)

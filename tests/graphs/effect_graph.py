@@ -39,8 +39,19 @@ class State(TypedDict, total=False):
     log: Annotated[list[Any], operator.add]
 
 
+def provider_url() -> str:
+    """The HTTP provider: ``AGENTRUN_TEST_HTTP_URL``, or ``TEST_HTTP_URL`` in a worker Pod (an AgentRun's
+    ``spec.worker.env`` may not set ``AGENTRUN_*`` variables)."""
+    return os.environ.get("AGENTRUN_TEST_HTTP_URL") or os.environ["TEST_HTTP_URL"]
+
+
+def jitter_ms() -> int:
+    """``AGENTRUN_TEST_JITTER_MS`` (or ``TEST_JITTER_MS`` in a worker Pod)."""
+    return int(os.environ.get("AGENTRUN_TEST_JITTER_MS") or os.environ.get("TEST_JITTER_MS") or 0)
+
+
 def _jitter() -> None:
-    ms = int(os.environ.get("AGENTRUN_TEST_JITTER_MS", "0") or 0)
+    ms = jitter_ms()
     if ms:
         time.sleep(random.random() * ms / 1000)
 
@@ -72,7 +83,7 @@ def _http(method: str, url: str, body: Any = None, headers: dict[str, str] | Non
 
 def find_charge(key: str, args: dict[str, Any]) -> Any:
     try:
-        found = _http("GET", f"{os.environ['AGENTRUN_TEST_HTTP_URL']}/effects/{key}")
+        found = _http("GET", f"{provider_url()}/effects/{key}")
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
             return None

@@ -277,7 +277,7 @@ class ChaosModel(BaseChatModel):
 def deliver(call: effects.Call, *, to: str) -> Any:
     return effect_graph._http(
         "POST",
-        f"{os.environ['AGENTRUN_TEST_HTTP_URL']}/effects",
+        f"{effect_graph.provider_url()}/effects",
         {"run": call.run_id, "to": to},
         {"Idempotency-Key": call.idempotency_key},
     )
@@ -288,7 +288,7 @@ def refund_order(call: effects.Call, *, order: str) -> Any:
     deliver(to=f"{order}-notice")  # an effect inside an effect
     return effect_graph._http(
         "POST",
-        f"{os.environ['AGENTRUN_TEST_HTTP_URL']}/effects",
+        f"{effect_graph.provider_url()}/effects",
         {"run": call.run_id, "to": f"{order}-refund"},
         {"Idempotency-Key": call.idempotency_key},
     )

@@ -1,4 +1,4 @@
-"""The effect ledger's pure machine (agent_worker.ledger), without Postgres.
+"""The effect ledger's pure machine (agentrun_core.ledger), without Postgres.
 
 ``TABLE`` lists every (phase, event) pair of the machine — the full product of the two enums, checked by
 ``test_table_covers_every_pair`` so a new phase or event without a row fails — with the expected next phase
@@ -13,9 +13,10 @@ import itertools
 
 import pytest
 
-from agent_worker import ledger, retry
-from agent_worker.ledger import EventKind as E
-from agent_worker.ledger import Phase as P
+from agent_worker import retry
+from agentrun_core import ledger
+from agentrun_core.ledger import EventKind as E
+from agentrun_core.ledger import Phase as P
 
 KEY = "k1"
 HASH = "h" * 64

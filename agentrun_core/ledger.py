@@ -1,12 +1,11 @@
 """The effect ledger as a pure state machine: ``transition(spec, state, event) -> Transition``.
 
-Rule: this module decides, it never does. No I/O, no clock, no randomness, no logging: whatever the decision
-needs arrives in the ``Event`` (the row a reserve returned, how a provider call ended, the retry decision
-already drawn, seconds elapsed). What to do next leaves as ``Action`` values, which the I/O shell
-(``agent_worker.effects``) performs in order; the last action of a transition is the one whose outcome is
-the next event (``Reserve``, ``Call``, ``Lookup``, ``Wait``, ``Sleep``, ``RecordSuccess``), or it ends the
-effect (``Return``, ``Raise``). Same inputs, same plan: the whole machine is tested as a table
-(tests/unit/test_ledger_machine.py) without Postgres, in the style of the operator's ``reconcile.decide``.
+Rule: this module decides, it never does (no I/O, clock, randomness, logging): whatever the decision needs
+arrives in the ``Event`` (the row a reserve returned, how a call ended, the retry decision, seconds elapsed).
+What to do next leaves as ``Action`` values, performed in order by an I/O shell (``agent_worker.ledger_shell``
+for a worker's effect, ``agent_operator.notify_outcome`` for a notification); the last action of a transition
+is the one whose outcome is the next event, or it ends the effect (``Return``, ``Raise``). Same inputs, same
+plan: tested as a table without Postgres, for both senders (tests/unit/test_ledger_machine.py).
 
 The rules it encodes (docs/worker.md, "The effect ledger"):
 
@@ -25,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 
-from agent_worker import retry
+from agentrun_core import outcomes
 
 
 class Phase(enum.Enum):
@@ -78,6 +77,10 @@ class Spec:
     on_divergence: str = "return_stored"
     max_in_flight_wait: float = 300.0
     retry_generation: int = 0  # the run's spec.retryGeneration: failed effects are tried again under it
+    # A run-level retry (``agentrun retry``) may call again: an unknown outcome out of attempts is left
+    # pending (not flagged) and the effect fails. Without one (notifications) it goes to a human, and so
+    # does a final failure after a call that may have landed (never ``failed``: that would say it did not).
+    retry_by_run: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,10 +107,11 @@ class Event:
     attempts: int = 0  # RESERVED_* (existing): calls counted on the row
     in_flight: float = 0.0  # RESERVED_* (existing): seconds the earlier call may still land
     read_only: bool = False  # RESERVED_*: the run refuses effects
-    decision: retry.Decision | None = None  # CALL_FAILED
+    decision: outcomes.Decision | None = None  # CALL_FAILED
     message: str = ""  # CALL_FAILED: the failure; LOOKUP_ERROR: the exception
     not_performed: bool = False  # RESERVED_FAILED: the row's proof; CALL_FAILED: this call did nothing
     elapsed: float = 0.0  # CALL_FAILED: seconds since the call was issued
+    unsent: bool = False  # RESERVED_PENDING: the row proves no call of it is out (a notification not issued)
 
 
 # Actions: performed by the shell in order.
@@ -202,20 +206,9 @@ class Raise:
     from_call: bool = False
 
 
-Action = (
-    Guard
-    | Reserve
-    | Rekey
-    | Hit
-    | Warn
-    | Call
-    | Lookup
-    | Wait
-    | Sleep
-    | Record
-    | RecordSuccess
-    | Return
-    | Raise
+Action = (  # fmt: skip
+    Guard | Reserve | Rekey | Hit | Warn | Call | Lookup | Wait | Sleep | Record | RecordSuccess
+    | Return | Raise
 )
 
 
@@ -301,6 +294,8 @@ def _reserved(spec: Spec, state: State, event: Event) -> Transition:
     if event.kind is EventKind.RESERVED_FAILED:
         message = f"effect {state.key} ({spec.tool}) failed earlier: {event.error}"
         return _next(state, Phase.RAISED, *hit, Raise(ErrorKind.FAILED, message))
+    if event.unsent:  # the row proves no call of it is out (not issued): call, nothing to reconcile
+        return _call(dataclasses.replace(state, total=event.attempts, unrecorded=0), *hit)
     why = f"left pending by an earlier attempt (epoch {event.epoch})"
     if event.read_only:
         state = dataclasses.replace(state, why=why, read_only=True, earlier=True)
@@ -331,16 +326,14 @@ def _reconcile(
         return _next(state, Phase.LOOKING_UP, *before, Lookup(earlier))
     if spec.dedupes_by_key and (earlier or state.total < spec.max_attempts):
         return _reissue(spec, state, before)
-    if spec.dedupes_by_key:  # out of attempts: left pending, never failed; a retry re-issues the same key
+    if spec.dedupes_by_key and spec.retry_by_run:  # out of attempts: pending, never failed; a retry re-issues
         reason = f"outcome unknown: {why}; left pending: `agentrun retry` calls again under the same key"
         failed = Raise(ErrorKind.FAILED, f"effect {state.key} ({spec.tool}) failed: {reason}")
         return _next(state, Phase.RAISED, *before, Record("pending", state.unrecorded, error=reason), failed)
-    return _needs_human(
-        spec,
-        state,
-        f"{why}; tool {spec.tool!r} has no lookup hook and its provider does not dedupe by key",
-        before,
-    )
+    if spec.dedupes_by_key:
+        return _needs_human(spec, state, f"{why}; out of attempts under one key", before)
+    blind = f"{why}; tool {spec.tool!r} has no lookup hook and its provider does not dedupe by key"
+    return _needs_human(spec, state, blind, before)
 
 
 def _looked_up(spec: Spec, state: State, event: Event) -> Transition:
@@ -377,6 +370,9 @@ def _call_failed(spec: Spec, state: State, event: Event) -> Transition:
         in_flight = (spec.timeout or 0.0) - event.elapsed
         why = f"call {state.total} {decision.reason}"
         return _reconcile(spec, state, why, in_flight, earlier=False, before=[])
+    if decision.action == "fail" and state.maybe_done and not spec.retry_by_run:
+        why = f"call {state.total} {decision.reason}; an earlier call may have landed"
+        return _needs_human(spec, state, why, [])
     deadline = None if spec.timeout is None else decision.delay + spec.timeout
     status = "failed" if decision.action == "fail" else "pending"
     proven = status == "failed" and not state.maybe_done
