@@ -12,8 +12,8 @@ What the harness adds around the page, and why (none of it changes a command of 
   catcher's Pod IP: what cluster DNS does on kind and k3d. The Service's ports equal the container's, so the
   page's host and port are the same either way.
 
-It ends as the page does: the run Succeeded, approved by the approver ServiceAccount (the decided-by stamp),
-and exactly one email in the in-cluster catcher.
+It ends as the page does: the run Succeeded, approved by the approver ServiceAccount (``status.approvals``,
+from the decided-by stamp), and exactly one email in the in-cluster catcher.
 """
 
 from __future__ import annotations
@@ -69,11 +69,12 @@ spec:
     resourceRules:
       - {{apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [pods]}}
   mutations:
-    - patchType: ApplyConfiguration
-      applyConfiguration:
+    # JSONPatch, not ApplyConfiguration: hostAliases[].hostnames is an atomic list, which apply may not set.
+    - patchType: JSONPatch
+      jsonPatch:
         expression: >
-          Object{{spec: Object.spec{{hostAliases: [
-            Object.spec.hostAliases{{ip: "{ip}", hostnames: ["agentrun-mail"]}}]}}}}
+          [JSONPatch{{op: "add", path: "/spec/hostAliases",
+            value: [Object.spec.hostAliases{{ip: "{ip}", hostnames: ["agentrun-mail"]}}]}}]
 ---
 apiVersion: admissionregistration.k8s.io/v1
 kind: MutatingAdmissionPolicyBinding
@@ -143,12 +144,13 @@ def test_quickstart_verbatim_on_the_real_node(tmp_path: Path) -> None:
 
     phase("checks: who approved, where the worker ran, the mailbox")
     run = rs.get_json(s, "ar", "support-ticket", "-n", rs.RUNS_NS)
-    annotations = run["metadata"]["annotations"]
-    assert annotations["agentrun.dev/decided-by"] == APPROVER, annotations
+    approvals = run["status"].get("approvals") or []
+    assert [(a["by"], a["decision"]) for a in approvals] == [(APPROVER, "approved")], approvals
+    assert outputs[-2].splitlines()[-1] == APPROVER, outputs[-2]  # what the page shows the reader
     assert run["status"]["phase"] == "Succeeded", run["status"]
     worker = rs.get_json(s, "pod", run["status"]["workerPod"], "-n", rs.RUNS_NS)
     assert worker["spec"]["nodeName"] == config.NODE_NAME
     assert outputs[-1].splitlines()[0] == "1 message(s)", outputs[-1]
     assert "ada@example.com" in outputs[-1], outputs[-1]
-    print(f"[e2e] decided-by {annotations['agentrun.dev/decided-by']}; mailbox: {json.dumps(outputs[-1])}")
+    print(f"[e2e] approved by {approvals[0]['by']}; mailbox: {json.dumps(outputs[-1])}")
     phase.report()
