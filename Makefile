@@ -5,7 +5,7 @@ BIN := .venv/bin
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 PYTEST_ARGS ?=
 
-.PHONY: help demo test lint up down bootstrap image e2e bench bench-quick crd
+.PHONY: help demo test lint up down bootstrap image e2e bench bench-quick crd chart
 
 help:
 	@echo "make demo   set everything up and run the support-ticket demo (eviction, resume, approval, one email)"
@@ -17,6 +17,7 @@ help:
 	@echo "make e2e    a real node (kubelet, containerd, runc), the image, deploy/ applied, the support-ticket run"
 	@echo "make bench  the benchmark suite P1-P5, full mode (README: Performance); bench-quick: CI's mode"
 	@echo "make crd    regenerate crds/ (agentruns, agentrunschedules) from agent_operator/"
+	@echo "make chart  regenerate deploy/helm/agentrun and deploy/install.yaml from deploy/ (kustomize)"
 
 bootstrap:
 	@scripts/bootstrap
@@ -31,6 +32,10 @@ demo: up
 crd: bootstrap
 	$(BIN)/python -m agent_operator.crdgen > crds/agentrun.dev_agentruns.yaml
 	$(BIN)/python -m agent_operator.schedule_crd > crds/agentrun.dev_agentrunschedules.yaml
+
+# The Helm chart's templates and deploy/install.yaml are generated from deploy/ (never edited).
+chart: bootstrap
+	$(BIN)/python -m agentrun_dev.helmgen
 
 lint: bootstrap
 	$(BIN)/ruff check .

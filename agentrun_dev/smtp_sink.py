@@ -34,9 +34,10 @@ import time
 import urllib.parse
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import aiosmtpd.smtp
+if TYPE_CHECKING:  # imported where used: the in-cluster mail catcher (agentrun_dev.mailcatcher) reuses the
+    import aiosmtpd.smtp  # store and the HTTP API from the image, which has no aiosmtpd (a dev extra)
 
 
 def normalise_message_id(value: str | None) -> str:
@@ -237,6 +238,8 @@ class SmtpSink:
         return f"http://{self.host}:{self.api_port}"
 
     def start(self) -> SmtpSink:
+        import aiosmtpd.smtp
+
         handler = _SmtpHandler(self.store)
 
         def factory() -> aiosmtpd.smtp.SMTP:

@@ -27,6 +27,10 @@ INCOMPATIBLE = "incompatible"
 TENANT_SECRET = "agentrun-worker-db"
 TENANT_SECRET_KEY = "dsn"
 
+# Where a worker finds the CA of an external Postgres (AGENTRUN_WORKER_CA_SECRET); libpq reads PGSSLROOTCERT,
+# so sslmode=verify-full in the DSN needs nothing else. The same path as the operator's own (deploy/helm).
+CA_VOLUME, CA_DIR = "postgres-ca", "/etc/agentrun/postgres-ca"
+
 # spec.worker.env entries named AGENTRUN_FAULT_POINTS_ATTEMPT_<n> become AGENTRUN_FAULT_POINTS in attempt n
 # only, so a test can crash the first attempt and let the second one finish.
 _ATTEMPT_FAULTS = re.compile(rf"^{protocol.ENV_FAULT_POINTS_ATTEMPT_PREFIX}(\d+)$")
@@ -92,6 +96,14 @@ def manifest(
     }
     if worker.get("args"):
         container["args"] = list(worker["args"])
+    volumes: list[dict[str, Any]] = []
+    if settings.worker.ca_secret:
+        secret, _, key = settings.worker.ca_secret.partition("/")
+        container["env"].append({"name": "PGSSLROOTCERT", "value": f"{CA_DIR}/{key}"})
+        container["volumeMounts"] = [{"name": CA_VOLUME, "mountPath": CA_DIR, "readOnly": True}]
+        volumes.append(
+            {"name": CA_VOLUME, "secret": {"secretName": secret, "items": [{"key": key, "path": key}]}}
+        )
     if worker.get("resources"):
         container["resources"] = dict(worker["resources"])
     pod_spec: dict[str, Any] = {
@@ -102,6 +114,7 @@ def manifest(
         # Pod Security "restricted": the image runs as a numeric non-root user (Dockerfile USER 10001).
         "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
         "containers": [container],
+        **({"volumes": volumes} if volumes else {}),
     }
     for key in ("nodeSelector", "tolerations", "priorityClassName"):
         if worker.get(key):

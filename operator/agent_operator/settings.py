@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import os
+import re
 import socket
 import uuid
 from collections.abc import Mapping
@@ -38,6 +39,10 @@ class WorkerDefaults:
     dsn_secret: str = ""  # AGENTRUN_WORKER_DSN_SECRET: "secret-name/key" → env valueFrom.secretKeyRef
     termination_grace_seconds: int = 30  # AGENTRUN_WORKER_GRACE_SECONDS: SIGTERM drain time of a worker
     image_pull_policy: str = "IfNotPresent"  # AGENTRUN_WORKER_IMAGE_PULL_POLICY
+    # AGENTRUN_WORKER_CA_SECRET: "secret-name/key" of a Secret in each tenant namespace holding the CA of an
+    # external Postgres; every worker Pod mounts it read-only and gets PGSSLROOTCERT pointing at it, so the
+    # DSN can use sslmode=verify-full. The platform's setting, not the tenant's (spec.worker cannot name it).
+    ca_secret: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,9 +199,17 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         ),
         image_pull_policy=env.get("AGENTRUN_WORKER_IMAGE_PULL_POLICY", "").strip()
         or WorkerDefaults.image_pull_policy,
+        ca_secret=env.get("AGENTRUN_WORKER_CA_SECRET", "").strip(),
     )
     if worker.dsn_secret and "/" not in worker.dsn_secret:
         raise SettingsError("AGENTRUN_WORKER_DSN_SECRET must be secret-name/key")
+    if worker.ca_secret and not re.fullmatch(
+        r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[-._a-zA-Z0-9]+", worker.ca_secret
+    ):
+        raise SettingsError(
+            f"AGENTRUN_WORKER_CA_SECRET must be secret-name/key (e.g. agentrun-postgres-ca/ca.crt), "
+            f"got {worker.ca_secret!r}"
+        )
     reconcile = ReconcileSettings(
         poll_seconds=_number(env, "AGENTRUN_POLL_SECONDS", ReconcileSettings.poll_seconds),
         idle_poll_seconds=_number(env, "AGENTRUN_IDLE_POLL_SECONDS", ReconcileSettings.idle_poll_seconds),

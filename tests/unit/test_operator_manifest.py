@@ -112,3 +112,33 @@ def test_settings_from_env() -> None:
     assert s.leader.namespace == "agentrun-system"
     single = settings.from_env({"AGENTRUN_DSN": "d", "AGENTRUN_WATCH_NAMESPACES": "t1"})
     assert single.leader.namespace == "t1"
+
+
+def test_postgres_ca_mounted_when_configured() -> None:
+    """AGENTRUN_WORKER_CA_SECRET: the Secret of the run's namespace, read-only, and PGSSLROOTCERT at its key
+    (last in env, so a spec.worker.env entry of the same name cannot point libpq elsewhere)."""
+    spec = model.RunSpec.from_body(
+        {"graph": "a.b:g", "worker": {"env": [{"name": "PGSSLROOTCERT", "value": "/tmp/mine"}]}}
+    )
+    body = pods.manifest(RUN, spec, 1, "first", cfg(AGENTRUN_WORKER_CA_SECRET="pg-ca/ca.crt"))
+    (c,) = body["spec"]["containers"]
+    assert c["env"][-1] == {"name": "PGSSLROOTCERT", "value": "/etc/agentrun/postgres-ca/ca.crt"}
+    assert c["volumeMounts"] == [
+        {"name": "postgres-ca", "mountPath": "/etc/agentrun/postgres-ca", "readOnly": True}
+    ]
+    assert body["spec"]["volumes"] == [
+        {
+            "name": "postgres-ca",
+            "secret": {"secretName": "pg-ca", "items": [{"key": "ca.crt", "path": "ca.crt"}]},
+        }
+    ]
+    plain = pods.manifest(RUN, spec, 1, "first", cfg())
+    assert "volumes" not in plain["spec"] and "volumeMounts" not in plain["spec"]["containers"][0]
+
+
+def test_postgres_ca_setting_is_checked() -> None:
+    import pytest
+
+    for bad in ("pg-ca", "pg-ca/", "/ca.crt", "PG_CA/ca.crt"):
+        with pytest.raises(settings.SettingsError, match="AGENTRUN_WORKER_CA_SECRET must be secret-name/key"):
+            cfg(AGENTRUN_WORKER_CA_SECRET=bad)
