@@ -42,7 +42,8 @@ def test_retry_and_create_carry_their_stamps() -> None:
     retry = stamps.run_patch({"spec": {"retryGeneration": 2}}, WHO)
     assert retry["metadata"]["annotations"] == {"agentrun.dev/retried-by": "manager"}
     assert stamps.run_patch({"spec": {"suspend": True}}, WHO) == {"spec": {"suspend": True}}
-    body: dict[str, Any] = {"metadata": {"name": "r", "annotations": {"agentrun.dev/created-by": "ceo", "a": "b"}}}
+    annotations = {"agentrun.dev/created-by": "ceo", "a": "b"}
+    body: dict[str, Any] = {"metadata": {"name": "r", "annotations": annotations}}
     created = stamps.created(body, WHO)
     assert created["metadata"]["annotations"] == {"agentrun.dev/created-by": "manager", "a": "b"}
     assert body["metadata"]["annotations"]["agentrun.dev/created-by"] == "ceo"  # the input is not changed
