@@ -26,7 +26,7 @@ from typing import Any
 
 import kubernetes
 import pytest
-from test_approval_admission import APPROVE, DECIDED_BY, GROUPS, PENDING, REJECT, _run_body
+from test_approval_admission import APPROVE, CUSTOM, DECIDED_BY, GROUPS, PENDING, REJECT, _run_body
 from test_steering_admission import ACTORS, RESOLVE, SteerArena
 from test_steering_admission import _attempt as steer_attempt
 
@@ -286,3 +286,21 @@ def test_zz_k134_matrix_counts(arena: K134Arena) -> None:
     if RESULTS["applied"] + RESULTS["refused"] == total:
         assert RESULTS["applied"] == sum(len(v) for v in ALLOWED.values())
         assert RESULTS["forged-applied"] == 0 and RESULTS["forged-refused"] == forged
+
+
+def test_the_documented_kubectl_recipe_creates_a_run(arena: K134Arena, tmp_path: Path) -> None:
+    """README: on 1.34 a run from a file is created with its creator's stamp by kubectl alone."""
+    a = arena
+    manifest = tmp_path / "run.yaml"
+    manifest.write_text(json.dumps(_run_body("from-file", {})))
+    kubeconfig = str(a.path("creator"))
+    env = {**os.environ, "KUBECONFIG": kubeconfig, "NS": a.ns, "RUN": str(manifest)}
+    recipe = (
+        'kubectl annotate --local -f "$RUN" -o yaml '
+        "agentrun.dev/created-by=\"$(kubectl auth whoami -o jsonpath='{.status.userInfo.username}')\" "
+        '| kubectl create -n "$NS" -f -'
+    )
+    proc = subprocess.run(["bash", "-c", recipe], capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert a.annotations("from-file")[CREATED_BY] == "carol"
+    a.custom.delete_namespaced_custom_object(*CUSTOM, a.ns, "agentruns", "from-file")
