@@ -254,3 +254,18 @@ def test_validating_policies_require_every_stamp() -> None:
     joined = " ".join(admission.cel_text(v["expression"]) for v in approvals)
     assert "variables.ann[?'agentrun.dev/created-by'].orValue('') == variables.user" in joined
     assert "variables.ann[?'agentrun.dev/decided-by'].orValue('') == variables.user" in joined
+
+
+def test_the_mode_found_is_exported() -> None:
+    """Where the operator's status lives for the cluster as a whole: its metrics (per run, the condition
+    ApprovalPolicyMissing). Exactly one mode series is 1."""
+    from agent_operator import metrics
+
+    def value(mode: str) -> float | None:
+        return metrics.REGISTRY.get_sample_value("agentrun_operator_admission_mode", {"mode": mode})
+
+    metrics.admission_mode(admission.VALIDATING_ONLY)
+    assert [value(m) for m in ("mutating", "validating-only", "none", "unknown")] == [0, 1, 0, 0]
+    metrics.admission_mode(None)
+    assert [value(m) for m in ("mutating", "validating-only", "none", "unknown")] == [0, 0, 1, 0]
+    assert "agentrun_operator_admission_mode" in metrics.exported_names(metrics.REGISTRY)
