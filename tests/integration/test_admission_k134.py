@@ -304,3 +304,22 @@ def test_the_documented_kubectl_recipe_creates_a_run(arena: K134Arena, tmp_path:
     assert proc.returncode == 0, proc.stderr
     assert a.annotations("from-file")[CREATED_BY] == "carol"
     a.custom.delete_namespaced_custom_object(*CUSTOM, a.ns, "agentruns", "from-file")
+
+
+def test_the_k8s_134_overlay_is_accepted_whole_by_134(arena: K134Arena, tmp_path: Path) -> None:
+    """What a 1.34 user applies (deploy/overlays/k8s-1.34: CRD, admission, RBAC, operator) is accepted by a
+    1.34 API server (server-side dry run, into the arena's namespace); deploy/base is not: it carries
+    MutatingAdmissionPolicies, which 1.34 does not serve."""
+    import deploy_support as ds
+
+    (tmp_path / "k134").mkdir()
+    (tmp_path / "base").mkdir()
+    overlay = ds.overlay_into(tmp_path / "k134", "overlays/k8s-1.34", arena.ns)
+    done = ds.kubectl(arena.admin, "apply", "--dry-run=server", "-k", str(overlay), check=False)
+    assert done.returncode == 0, done.stderr
+    applied = {line.split()[0] for line in done.stdout.splitlines() if line.strip()}
+    assert "deployment.apps/agentrun-operator" in applied
+    assert "validatingadmissionpolicy.admissionregistration.k8s.io/agentrun-approvals" in applied
+    base = ds.overlay_into(tmp_path / "base", "base", arena.ns)
+    refused = ds.kubectl(arena.admin, "apply", "--dry-run=server", "-k", str(base), check=False)
+    assert refused.returncode != 0 and "MutatingAdmissionPolicy" in refused.stderr, refused.stderr
