@@ -77,8 +77,10 @@ def argv(
 
 def _ready(s: settings_mod.Settings, version: str) -> bool:
     ca = s.pki_dir / "ca.crt"
+    if not ca.exists():
+        return False
     ctx = ssl.create_default_context(cafile=str(ca))
-    return ca.exists() and procs.http_ok(f"https://127.0.0.1:{port(s, version)}/readyz", ctx)
+    return procs.http_ok(f"https://127.0.0.1:{port(s, version)}/readyz", ctx)
 
 
 def _kubectl(s: settings_mod.Settings, version: str, *args: str) -> str:
