@@ -255,8 +255,10 @@ def test_refusals_name_the_stamp_to_send(arena: K134Arena) -> None:
     assert 'agentrun.dev/decided-by-groups: "managers,system:authenticated"' in answer, answer
     _, answer = _stamp_for(a, "approver", "resolve", None)
     assert 'must carry agentrun.dev/resolved-by: "manager"' in answer, answer
-    _, answer = _stamp_for(a, "approver", "retry", "ceo")
+    _, answer = _stamp_for(a, "approver", "retry", None)
     assert 'must carry agentrun.dev/retried-by: "manager"' in answer, answer
+    _, answer = _stamp_for(a, "approver", "approve", "ceo")
+    assert 'must carry agentrun.dev/decided-by: "manager"' in answer, answer
     body = _run_body("unstamped", {})
     proc = a.kubectl("creator", "create", "-f", "-", stdin=json.dumps(body))
     assert proc.returncode != 0 and 'created-by must be the creator, "carol"' in proc.stderr, proc.stderr
