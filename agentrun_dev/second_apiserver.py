@@ -25,7 +25,7 @@ import yaml
 from agentrun_dev import components, controlplane, gomod, manifests, pki, procs, state
 from agentrun_dev import settings as settings_mod
 
-VERSION = "v1.34.4"
+VERSION = os.environ.get("AGENTRUN_DEV_SECOND_K8S_VERSION") or "v1.34.4"
 """The newest 1.34 patch the Go module proxy serves: the oldest Kubernetes agentrun supports."""
 ADMISSION = ("deploy", "admission-vap-only")
 
@@ -137,11 +137,11 @@ def up(s: settings_mod.Settings, version: str = VERSION, out: TextIO = sys.stder
             "--server-side",
             "--force-conflicts",
             "--field-manager=agentrun-dev",
-            "-f",
+            "-k",
             str(crds),
         )
         deadline = time.monotonic() + 60
-        while not cluster.established(_kubectl(s, version, "get", "-f", str(crds), "-o", "json")):
+        while not cluster.established(_kubectl(s, version, "get", "-k", str(crds), "-o", "json")):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the CRDs are not Established on {name} within 60s")
             time.sleep(0.2)
