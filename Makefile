@@ -13,10 +13,10 @@ help:
 	@echo "make lint   ruff, mypy, the import contracts (lint-imports) and hadolint only"
 	@echo "make up     bootstrap and start the dev cluster"
 	@echo "make down   stop the demo's operator and the dev cluster"
-	@echo "make image  build the agentrun image from the Dockerfile (debootstrap base, buildah; docs/real-node.md)"
+	@echo "make image  build the agentrun image from the Dockerfile (debootstrap base, buildah; docs/dev/real-node.md)"
 	@echo "make e2e    a real node (kubelet, containerd, runc), the image, deploy/ applied, the support-ticket run"
 	@echo "make bench  the benchmark suite P1-P5, full mode (README: Performance); bench-quick: CI's mode"
-	@echo "make crd    regenerate crds/agentrun.dev_agentruns.yaml from agent_operator/spec_schema.py"
+	@echo "make crd    regenerate crds/ (agentruns, agentrunschedules) from agent_operator/"
 
 bootstrap:
 	@scripts/bootstrap
@@ -30,6 +30,7 @@ demo: up
 # The CRD yaml is generated (never edited): agent_operator.spec_schema is the one source of the spec schema.
 crd: bootstrap
 	$(BIN)/python -m agent_operator.crdgen > crds/agentrun.dev_agentruns.yaml
+	$(BIN)/python -m agent_operator.schedule_crd > crds/agentrun.dev_agentrunschedules.yaml
 
 lint: bootstrap
 	$(BIN)/ruff check .
@@ -37,15 +38,15 @@ lint: bootstrap
 	$(BIN)/lint-imports
 	$(BIN)/hadolint Dockerfile
 
-# pytest exit codes: 0 passed; 5 = no tests collected, which must fail the target like any other code.
+# scripts/test: the tests not marked `serial` on TEST_WORKERS processes (default 2), then the serial ones
+# alone; PYTEST_ARGS go to both. No tests collected at all fails the target like any other failure.
+TEST_WORKERS ?= 2
 test: up
 	scripts/ensure-prometheus
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
-	@$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
-	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; \
-	  exit $$rc
+	TEST_WORKERS=$(TEST_WORKERS) scripts/test $(PYTEST_ARGS)
 
 # The benchmark suite (bench/, README "Performance"). Full mode takes long (P4 starts 1,000+ runs); pass
 # BENCH_ARGS to choose, e.g. make bench BENCH_ARGS="p1 p2". `make test` runs the quick mode through
@@ -65,6 +66,6 @@ down:
 image: bootstrap
 	$(BIN)/python -m agentrun_dev.node.image build
 
-# The end-to-end test on a real node (docs/real-node.md): scripts/e2e prints each phase's time.
+# The end-to-end test on a real node (docs/dev/real-node.md): scripts/e2e prints each phase's time.
 e2e: bootstrap
 	scripts/e2e

@@ -17,7 +17,7 @@ from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 
-from agent_worker import context, heartbeat, steps
+from agent_worker import budget, context, heartbeat, steps
 from agentrun_core import faults, store
 
 logger = logging.getLogger(__name__)
@@ -55,8 +55,10 @@ class Stream:
         recorder: steps.StepRecorder,
         beat: heartbeat.WorkerBeat,
         drain: Drain,
+        meter: budget.Meter | None = None,
     ) -> None:
         self.pool = pool
+        self.meter = meter  # spec.budget: attached to every model call of the stream
         self.ctx = ctx
         self.steps = recorder
         self.beat = beat
@@ -75,7 +77,12 @@ class Stream:
         succeeded = False
         try:
             with context.activate(self.ctx):
-                drained = self._consume(run, compiled, config, start, resumed)
+                token = budget.activate(self.meter) if self.meter is not None else None
+                try:
+                    drained = self._consume(run, compiled, config, start, resumed)
+                finally:
+                    if token is not None:
+                        budget.deactivate(token)
             succeeded = not drained and self.ctx.stop is None and self.finished_values is not None
             return drained
         finally:

@@ -22,7 +22,8 @@ USAGE = """usage: agentrun worker
 
 Runs one attempt of the AgentRun named by AGENTRUN_RUN_ID (see docs/worker.md for the environment).
 Exit codes: 0 succeeded, 1 failed, 2 usage/config, 10 parked, 11 drained, 12 fenced, 13 needs a human,
-14 lost to infrastructure (Postgres went away; the operator retries, never counted as a graph failure)."""
+14 lost to infrastructure (Postgres went away; the operator retries, never counted as a graph failure),
+15 incompatible with the database's schema (docs/upgrading.md: the run waits; nothing was touched)."""
 
 
 def main(argv: list[str]) -> int:

@@ -1,7 +1,8 @@
 """One attempt of a run: admission read → Lease → graph with the fenced saver → outcome → exit code.
 
 Exit codes (docs/design.md): 0 succeeded · 1 failed · 2 config/usage · 10 parked · 11 drained · 12 fenced ·
-13 needs a human · 14 lost to infrastructure (Postgres went away; retried, never ``GraphFailed``). Postgres
+13 needs a human · 14 lost to infrastructure (Postgres went away; retried, never ``GraphFailed``) · 15 this
+code does not run against the schema (``agentrun_core.compat``; checked first, the run waits). Postgres
 (``agentrun_runs.status``) is the truth; the exit code tells people and the pod runtime what happened.
 
 Checkpoints go through ``checkpointer.FencedSaver``: every write is fenced by the attempt's epoch, and "the
@@ -21,10 +22,11 @@ from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 
+from agent_worker import budget as budget_mod
 from agent_worker import checkpointer as checkpointer_mod
 from agent_worker import context, drive, graphs, heartbeat, infra, leasing, resume, steps
 from agent_worker import settings as settings_mod
-from agentrun_core import errors, faults, keys, protocol, results, store
+from agentrun_core import budget, compat, errors, faults, keys, protocol, results, store
 from agentrun_core.store import connect
 
 logger = logging.getLogger(__name__)
@@ -77,6 +79,7 @@ class Attempt:
         self.beat: heartbeat.WorkerBeat | None = None
         self.drain = drive.Drain(settings.drain_seconds, self._drain_deadline)
         self.steps: steps.StepRecorder | None = None
+        self.meter: budget_mod.Meter | None = None  # spec.budget's counting (None: no budget)
 
     # --- lifecycle -------------------------------------------------------------------------------------
 
@@ -195,6 +198,13 @@ class Attempt:
         except errors.GraphLoadError as exc:
             return self._fail(str(exc), "GraphLoadError")
         config: RunnableConfig = {"configurable": {"thread_id": self.run_id}}
+        try:
+            spec_budget = budget.Budget.from_json(json.loads(self.settings.budget or "null"))
+        except (ValueError, budget.BudgetError) as exc:
+            return self._fail(f"spec.budget cannot be read: {exc}", "InvalidSpec")
+        if spec_budget.active:
+            self.meter = budget_mod.Meter(self.ctx, spec_budget)
+            self.meter.load()
         start = resume.start_input(self.pool, run, compiled, checkpointer, config)
         if isinstance(start, resume.Park):
             return self._park(run, compiled, config)
@@ -203,8 +213,11 @@ class Attempt:
         if isinstance(start, resume.Failed):
             return self._fail(start.error, start.reason)
         assert self.beat is not None
-        stream = drive.Stream(self.pool, self.ctx, self.steps, self.beat, self.drain)
+        stream = drive.Stream(self.pool, self.ctx, self.steps, self.beat, self.drain, self.meter)
         drained = stream.run(run, compiled, config, start[0], start[1])
+        if self.meter is not None and self.meter.refused is not None and self.ctx.stop is None:
+            # Graph code swallowed BudgetExceeded (a tool node made it a message): the run ends anyway.
+            return self._fail(self.meter.refused, budget.REASON)
         if self.ctx.stop is not None:
             stream.record_last_steps()  # stopped after a finished stream: no outcome to carry them
             raise self.ctx.stop
@@ -314,7 +327,10 @@ class Attempt:
             return protocol.EXIT_NEEDS_HUMAN
         if not isinstance(exc, Exception):
             raise exc  # KeyboardInterrupt, SystemExit
+        refused = self.meter.refused if self.meter is not None else None
         try:
+            if refused is not None:  # whatever the node made of BudgetExceeded, that is why it ended
+                return self._fail(refused, budget.REASON)
             return self._fail(_error_text(exc), type(exc).__name__)
         except errors.Fenced:
             return protocol.EXIT_FENCED
@@ -332,6 +348,14 @@ class Attempt:
         return protocol.EXIT_INFRA
 
 
+def _check_schema(pool: connect.Pool) -> None:
+    """Refuse a schema this code does not run against (agentrun_core.compat), before anything is read or
+    written for the run: exit 15 and the operator keeps the run waiting until an upgrade makes them match."""
+    verdict = compat.judge(store.schema_compat_level(pool))
+    if not verdict.compatible:
+        raise errors.WorkerIncompatible(f"{verdict.problem}: {verdict.message}")
+
+
 def run(settings: settings_mod.WorkerSettings) -> int:
     pool = connect.open_pool(
         settings.dsn,
@@ -340,6 +364,7 @@ def run(settings: settings_mod.WorkerSettings) -> int:
         planned_once=True,
     )
     try:
+        _check_schema(pool)
         return Attempt(settings, pool).run()
     except Exception as exc:  # before the Lease (admission read, claim): nothing to release
         if infra.cause(exc) is None:

@@ -34,6 +34,8 @@ class WorkerSettings:
     # AGENTRUN_LEASE_OWNER ("true" default): give the Lease an ownerReference to the AgentRun (uid = run id)
     # so it is garbage-collected with the run. Tests without an AgentRun object set "false".
     lease_owner: bool = True
+    # AGENTRUN_BUDGET: spec.budget as JSON (agentrun_core.budget); empty: no budget, model calls not counted
+    budget: str = ""
 
     @property
     def effective_lease_name(self) -> str:
@@ -64,6 +66,7 @@ def from_env(env: Mapping[str, str] | None = None) -> WorkerSettings:
         kubeconfig=env.get("KUBECONFIG") or None,
         pool_max_size=envconf.integer(env, "AGENTRUN_PG_POOL_SIZE", 4, error=bad),
         lease_owner=envconf.flag(env, "AGENTRUN_LEASE_OWNER", True, error=bad),
+        budget=env.get(protocol.ENV_BUDGET, ""),
     )
     if settings.lease_duration_seconds < 3:
         raise errors.ConfigError("AGENTRUN_LEASE_DURATION_SECONDS must be >= 3")

@@ -31,8 +31,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "cancel": ("agentrun.steer_cli", "cancel a run (it stops at a step boundary)"),
     "suspend": ("agentrun.steer_cli", "stop a run's worker at a step boundary until resumed"),
     "resume": ("agentrun.steer_cli", "let a suspended run continue from its checkpoint"),
+    "schedule": ("agentrun.schedule_cli", "AgentRunSchedules: trigger NAME (a run now), list"),
     "completion": ("agentrun.completion", "print a shell completion script: bash | zsh | fish"),
-    "fork": ("agentrun.fork_cli", "a new run from a checkpoint: NAME --step S|--checkpoint ID --as NEW"),
+    "fork": ("agentrun.fork_cli", "a new run from a checkpoint: NAME --step S|--checkpoint ID --name NEW"),
+    "migrate": ("agentrun.migrate_cli", "apply the run store's schema migrations (--dry-run lists them)"),
     "demo": ("agentrun_dev.demo", "the support-ticket demo on the dev cluster (make demo)"),
     "bench": ("bench.cli", "the benchmark suite P1-P5 against the dev cluster (README: Performance)"),
 }
@@ -56,14 +58,72 @@ def version() -> str:
         return "unknown (not installed)"
 
 
+# Commands that do not talk to the API server as the person running them: kubectl's --as means nothing there.
+NOT_AS_USER = frozenset({"dev", "worker", "operator", "demo", "bench", "completion"})
+
+
+class UsageError(ValueError):
+    pass
+
+
+def split_identity(args: list[str]) -> tuple[list[str], str | None, tuple[str, ...]]:
+    """kubectl's global ``--as USER`` and ``--as-group GROUP`` (repeatable), anywhere before a ``--``, taken
+    out of ``args``: (the other args, user, groups). Pure; ``UsageError`` for a flag without its value or a
+    group without a user (as kubectl refuses it)."""
+    rest: list[str] = []
+    user: str | None = None
+    groups: list[str] = []
+    i = 0
+    while i < len(args):
+        word = args[i]
+        if word == "--":
+            rest += args[i:]
+            break
+        flag, eq, value = word.partition("=")
+        if flag in ("--as", "--as-group"):
+            if not eq:
+                if i + 1 >= len(args):
+                    raise UsageError(f"{flag} needs a value")
+                value = args[i + 1]
+                i += 1
+            if not value:
+                raise UsageError(f"{flag} needs a non-empty value")
+            if flag == "--as":
+                user = value
+            else:
+                groups.append(value)
+        else:
+            rest.append(word)
+        i += 1
+    if groups and user is None:
+        raise UsageError("--as-group needs --as: a group is impersonated only together with a user")
+    return rest, user, tuple(groups)
+
+
 def _usage() -> str:
-    lines = ["usage: agentrun <command> [args...]", "       agentrun --version", "", "commands:"]
+    lines = [
+        "usage: agentrun <command> [args...] [--as USER [--as-group GROUP]...]",
+        "       agentrun --version",
+        "",
+        "commands:",
+    ]
     lines += [f"  {name:<11} {help_}" for name, (_, help_) in available().items()]
+    lines += [
+        "",
+        "global options (as kubectl's):",
+        "  --as USER          act as USER (impersonation: needs the RBAC verb impersonate on that user)",
+        "  --as-group GROUP   with --as: act with GROUP too (repeatable)",
+    ]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args, user, groups = split_identity(args)
+    except UsageError as exc:
+        print(f"agentrun: {exc}", file=sys.stderr)
+        return 2
     if not args or args[0] in {"-h", "--help", "help"}:
         print(_usage())
         return 0
@@ -76,11 +136,23 @@ def main(argv: list[str] | None = None) -> int:
     if name not in available():
         print(f"agentrun: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
+    if user is not None and name in NOT_AS_USER:
+        print(
+            f"agentrun: --as does not apply to {name!r} (it does not act as you on the API server)",
+            file=sys.stderr,
+        )
+        return 2
     module = importlib.import_module(SUBCOMMANDS[name][0])
     # Subcommand modules that serve several names (trace/ledger/list) receive their name first.
     if getattr(module, "MULTI_COMMAND", False):
         rest = [name, *rest]
-    code: int = module.main(rest)
+    if user is None:
+        code: int = module.main(rest)
+        return code
+    from agentrun import cluster  # only now: `agentrun worker` never imports the CLI's client code
+
+    with cluster.impersonating(user, groups):
+        code = module.main(rest)
     return code
 
 

@@ -18,8 +18,9 @@ kubeconfig identity, so RBAC and the admission policies decide exactly as for ``
 approval through the client is annotated, stamped and judged like one through the CLI (the same patch,
 ``agentrun.approve_cli.patch_for``). Failures are the CLI's errors (``client.Error`` is ``CliError``, with the
 message the CLI prints). Results are typed snapshots (``Run``, ``Approval``) over the resource as the API
-server returned it (``Run.resource``). The ledger's views (``trace``, ``effects``, ``steps``) read Postgres
-with a DSN (``AGENTRUN_DSN`` or ``dsn=``), as ``agentrun trace`` does.
+server returned it (``Run.resource``). ``trace`` and ``effects`` read through the API server's read API as the
+caller, as ``agentrun trace`` does; with a DSN (``AGENTRUN_DSN`` or ``dsn=``, the cluster admin's) they read
+Postgres directly. ``steps`` follows the ledger in Postgres and needs that DSN.
 """
 
 from __future__ import annotations
@@ -241,11 +242,19 @@ class Client:
 
     def trace(self, name: str) -> dict[str, Any]:
         """What ``agentrun trace NAME -o json`` prints: attempts, steps, effects, approvals, interventions."""
+        if not (self._dsn or os.environ.get("AGENTRUN_DSN")):
+            view = trace_cli.read_view(self.api, self.namespace, name, "agentruntraces")
+            data: dict[str, Any] = view["trace"]
+            return data
         resource = cluster.get_run(self.api, self.namespace, name)
         return trace.build(trace_cli.gather(resource, self.dsn()))
 
     def effects(self, name: str) -> builtins.list[dict[str, Any]]:
         """The run's effect ledger, as ``agentrun ledger NAME -o json``."""
+        if not (self._dsn or os.environ.get("AGENTRUN_DSN")):
+            view = trace_cli.read_view(self.api, self.namespace, name, "agentruneffects")
+            found: builtins.list[dict[str, Any]] = view["effects"]
+            return found
         effects: builtins.list[dict[str, Any]] = self.trace(name)["effects"]
         return effects
 

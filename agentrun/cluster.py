@@ -37,12 +37,32 @@ def transient(exc: CliError) -> bool:
     return exc.status is None or exc.status in _TRANSIENT_STATUS
 
 
-def connect(kubeconfig: str | None = None, context: str | None = None) -> tuple[kube.ApiClient, str]:
-    """An API client and the namespace of the current context (``default`` when it names none)."""
+# kubectl's --as / --as-group for this invocation (agentrun.cli sets them around one command): every client
+# ``connect`` builds then impersonates that identity. None: the kubeconfig's own identity.
+_AS: tuple[str, tuple[str, ...]] | None = None
+
+
+@contextlib.contextmanager
+def impersonating(user: str | None, groups: tuple[str, ...] = ()) -> Iterator[None]:
+    """Within: clients from ``connect`` act as ``user`` (with ``groups``); ``user`` None: as themselves."""
+    global _AS
+    before, _AS = _AS, ((user, tuple(groups)) if user else None)
     try:
-        return kube.api.user_client(kubeconfig, context)
+        yield
+    finally:
+        _AS = before
+
+
+def connect(kubeconfig: str | None = None, context: str | None = None) -> tuple[kube.ApiClient, str]:
+    """An API client and the namespace of the current context (``default`` when it names none), impersonating
+    the identity of ``--as`` / ``--as-group`` when given (``impersonating``)."""
+    try:
+        api, namespace = kube.api.user_client(kubeconfig, context)
     except kube.ConfigError as exc:
         raise CliError(f"cannot load kubeconfig: {exc}") from exc
+    if _AS is not None:
+        kube.api.impersonate(api, *_AS)
+    return api, namespace
 
 
 def message(exc: kube.KubeError, what: str, namespace: str = "", name: str | None = None) -> str:

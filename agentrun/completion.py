@@ -33,10 +33,11 @@ FLAGS: dict[str, tuple[str, ...]] = {
     "approve": ("--id", "--comment", "--yes", "--set", "--edits", "--reject", "--respond", "--decisions"),
     "reject": ("--id", "--comment", "--yes", "--decisions"),
     "respond": ("--id", "--message", "--comment"),
-    "fork": ("--checkpoint", "--step", "--as", "--set", "--set-json", "--approve", "--timeout"),
+    "fork": ("--checkpoint", "--step", "--name", "--set", "--set-json", "--approve", "--timeout"),
+    "schedule": (),
 }
 # Commands whose first positional is an AgentRun's name (completed from the cluster).
-TAKES_RUN = frozenset(c for c in FLAGS if c != "list")
+TAKES_RUN = frozenset(c for c in FLAGS if c not in ("list", "schedule"))  # schedule: its verb comes first
 SHELLS = ("bash", "zsh", "fish")
 NAMESPACE_FLAGS = ("-n", "--namespace")
 DIRECTIVE_NO_FILES = 4

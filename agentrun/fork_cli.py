@@ -1,4 +1,4 @@
-"""``agentrun fork NAME (--step STEP | --checkpoint ID) --as NEW [--set PATH=TEXT] [--set-json PATH=JSON]``.
+"""``agentrun fork NAME (--step STEP | --checkpoint ID) --name NEW [--set PATH=TEXT] [--set-json PATH=JSON]``.
 
 Rule: a fork is a new AgentRun created as the user (``create`` in the namespace; the admission policy
 agentrun-fork also requires ``get`` on the source), with the source's spec and ``spec.forkOf`` naming the
@@ -76,10 +76,10 @@ def fork_body(
     meta = source.get("metadata") or {}
     if not NAME.match(new_name):
         raise cluster.CliError(
-            f"--as {new_name!r}: an AgentRun name is lower-case letters, digits and '-' (at most 50)"
+            f"--name {new_name!r}: an AgentRun name is lower-case letters, digits and '-' (at most 50)"
         )
     if new_name == meta.get("name"):
-        raise cluster.CliError("--as must name a new AgentRun, not the source")
+        raise cluster.CliError("--name must name a new AgentRun, not the source")
     if checkpoint is not None and not CHECKPOINT.match(checkpoint):
         raise cluster.CliError(f"--checkpoint {checkpoint!r} is not a checkpoint id (see `agentrun trace`)")
     if step is not None and not STEP.match(step):
@@ -124,7 +124,8 @@ def main(argv: list[str]) -> int:
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--checkpoint", help="a root checkpoint id of the source (agentrun trace)")
     where.add_argument("--step", help="fork after the latest completed step of this name")
-    p.add_argument("--as", dest="new_name", required=True, help="the new AgentRun's name")
+    # --name, not --as: --as is kubectl's impersonation, a global option of the CLI (agentrun.cli).
+    p.add_argument("--name", dest="new_name", required=True, help="the new AgentRun's name")
     p.add_argument("--set", action="append", default=[], metavar="PATH=TEXT", help="set a string")
     p.add_argument("--set-json", action="append", default=[], metavar="PATH=JSON", help="set a JSON value")
     p.add_argument(

@@ -102,11 +102,13 @@ def trace(data: Mapping[str, Any], *, wide: bool = False) -> str:
             ],
         ),
     ]
+    # spec.budget: a TOKENS column (the step's model calls, total tokens) when the run counted any
+    tokens_head = ["TOKENS"] if data.get("modelUsage") else []
     out += [
         "",
         "STEPS",
         table(
-            ["ATTEMPT", "STEP", "CHECKPOINT", "STARTED", "DURATION", "CKPT-WRITE", "EFFECTS"],
+            ["ATTEMPT", "STEP", "CHECKPOINT", "STARTED", "DURATION", "CKPT-WRITE", *tokens_head, "EFFECTS"],
             [
                 [
                     s["attempt"],
@@ -115,6 +117,7 @@ def trace(data: Mapping[str, Any], *, wide: bool = False) -> str:
                     when(s["startedAt"]),
                     seconds(s["durationSeconds"]),
                     seconds(s["checkpointSeconds"]),
+                    *([s.get("modelUsage", {}).get("totalTokens", "")] if tokens_head else []),
                     ", ".join(short(k) for k in s["effectKeys"]),
                 ]
                 for s in data["steps"]

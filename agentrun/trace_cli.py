@@ -1,9 +1,11 @@
 """``agentrun get|list|trace|ledger`` (also ``kubectl agentrun …``): the read commands.
 
-The AgentRun comes from the Kubernetes API (KUBECONFIG, as the current user); the ledger, attempts, steps and
-approvals from Postgres (``AGENTRUN_DSN``; ``agentrun dev env`` prints it for the dev cluster). ``get`` and
-``list`` need only the API server. Every command prints through ``agentrun.output`` (``-o
-table|wide|json|yaml|name``).
+Everything is read as the current kubeconfig user. ``get`` and ``list`` read AgentRuns; ``trace`` and
+``ledger`` read the run's attempts, steps, effects and approvals through the API server too, from the
+operator's read API (``agentruntraces`` / ``agentruneffects`` of ``read.agentrun.dev``): whoever may ``get``
+the AgentRun may read them, nobody else. ``--dsn`` (or ``AGENTRUN_DSN``) reads Postgres directly instead: for
+the cluster admin who holds that DSN (``agentrun dev env`` prints the dev cluster's). Every command prints
+through ``agentrun.output`` (``-o table|wide|json|yaml|name``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import sys
 from typing import Any
 
 from agentrun import cluster, output, render, trace, watching
-from agentrun_core import kube, store
+from agentrun_core import kube
 from agentrun_core.store import connect
 
 MULTI_COMMAND = True
@@ -45,36 +47,62 @@ def _parser(command: str) -> argparse.ArgumentParser:
     p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)")
     p.add_argument("--context", help="kubeconfig context")
     if command in ("trace", "ledger"):
-        p.add_argument("--dsn", help="Postgres DSN of the ledger (default: $AGENTRUN_DSN)")
+        p.add_argument(
+            "--dsn",
+            help="read Postgres directly with this DSN (the cluster admin's; default: $AGENTRUN_DSN, "
+            "and without either: the API server's read API, as the kubeconfig user)",
+        )
     return p
 
 
-def _dsn(args: argparse.Namespace) -> str:
+def _dsn(args: argparse.Namespace) -> str | None:
+    """The admin's DSN when one is given; None: read through the API server's read API."""
     dsn = args.dsn or os.environ.get("AGENTRUN_DSN")
-    if not dsn:
-        raise cluster.CliError(
-            "no ledger database: set AGENTRUN_DSN or pass --dsn (for the dev cluster: "
-            'eval "$(agentrun dev env)")'
-        )
-    return str(dsn)
+    return str(dsn) if dsn else None
+
+
+READ_API = f"APIService {kube.runs.READ_VERSION}.{kube.runs.READ_GROUP}"
+
+
+def read_view(api: kube.ApiClient, namespace: str, name: str, resource: str) -> dict[str, Any]:
+    """One view of the run from the operator's read API, as the kubeconfig user; a CliError that says which
+    of RBAC, the run or the read API is missing."""
+    what = f"read the {resource} of AgentRun {name}"
+    try:
+        return kube.runs.read_view(api, namespace, name, resource, timeout=30)
+    except kube.KubeError as exc:
+        # The read API answers a missing run with a Status (reason NotFound); the API server answers a path
+        # of a group nobody serves with a bare "404 page not found".
+        if exc.status == 404 and exc.reason != "NotFound":
+            raise cluster.CliError(
+                f"the read API ({READ_API}) is not installed on this cluster, so runs cannot be read as "
+                "yourself: ask the cluster admin to install it (deploy/base), or, as the admin, pass --dsn",
+                exc.status,
+            ) from exc
+        if exc.status == 503:
+            raise cluster.CliError(
+                f"the read API ({READ_API}) cannot answer now: {exc.detail} (is the operator running?)",
+                exc.status,
+            ) from exc
+        raise cluster.CliError(cluster.message(exc, what, namespace, name), exc.status) from exc
 
 
 def gather(resource: dict[str, Any], dsn: str) -> trace.Inputs:
-    run_id = resource["metadata"]["uid"]
     try:
-        with connect.connect(dsn, timeout_seconds=5) as conn:
-            return trace.Inputs(
-                resource=resource,
-                run=store.get_run(conn, run_id),
-                attempts=store.list_attempts(conn, run_id),
-                steps=store.list_step_events(conn, run_id),
-                effects=store.list_effects(conn, run_id),
-                approvals=store.list_approvals(conn, run_id),
-                interventions=store.list_interventions(conn, run_id),
-                forks=store.list_forks(conn, run_id),
-            )
+        return trace.gather(resource, dsn)
     except connect.Error as exc:
         raise cluster.CliError(f"cannot read the ledger: {exc}") from exc
+
+
+def _ledger_view(effects: list[dict[str, Any]]) -> output.View:
+    # -o name lists the effect keys: what `agentrun resolve NAME KEY` takes. The ledger's table is always
+    # the wide one: its full keys are what a human copies into `resolve`.
+    return output.View(
+        data=effects,
+        table=lambda wide: render.effects_table(effects, wide=True),
+        names=[f"effect/{e['key']}" for e in effects],
+        empty="No effects recorded.",
+    )
 
 
 def _runs_view(items: list[dict[str, Any]], all_namespaces: bool, empty: str, single: bool) -> output.View:
@@ -93,8 +121,15 @@ def run(command: str, argv: list[str]) -> int:
     namespace = args.namespace or default_ns
     if command in ("list", "get"):
         return _runs(command, args, api, namespace)
-    resource = cluster.get_run(api, namespace, args.name)
-    data = trace.build(gather(resource, _dsn(args)))
+    dsn = _dsn(args)
+    if dsn is None and command == "ledger":
+        effects = read_view(api, namespace, args.name, "agentruneffects")["effects"]
+        print(output.emit(args.output, _ledger_view(effects)))
+        return 0
+    if dsn is None:
+        data = read_view(api, namespace, args.name, "agentruntraces")["trace"]
+    else:
+        data = trace.build(gather(cluster.get_run(api, namespace, args.name), dsn))
     if data["run"]["ledgerStatus"] is None:
         print(
             f"agentrun: warning: run {args.name} (uid {data['run']['uid']}) is not in the ledger database "
@@ -102,15 +137,7 @@ def run(command: str, argv: list[str]) -> int:
             file=sys.stderr,
         )
     if command == "ledger":
-        effects = data["effects"]
-        # -o name lists the effect keys: what `agentrun resolve NAME KEY` takes. The ledger's table is always
-        # the wide one: its full keys are what a human copies into `resolve`.
-        view = output.View(
-            data=effects,
-            table=lambda wide: render.effects_table(effects, wide=True),
-            names=[f"effect/{e['key']}" for e in effects],
-            empty="No effects recorded.",
-        )
+        view = _ledger_view(data["effects"])
     else:
         view = output.View(
             data=data,

@@ -25,6 +25,13 @@ class ConfigError(WorkerError):
     exit_code = protocol.EXIT_USAGE
 
 
+class WorkerIncompatible(WorkerError):
+    """This worker's code does not run against the database's schema (``agentrun_core.compat``): exit 15,
+    before the Lease or any write; the operator keeps the run waiting."""
+
+    exit_code = protocol.EXIT_INCOMPATIBLE
+
+
 class RunNotFound(WorkerError):
     """No admission row for the run id: nothing may execute (exit 2: the pod was started wrongly)."""
 

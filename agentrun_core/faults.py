@@ -39,8 +39,14 @@ OPERATOR_POINTS: dict[str, str] = {
     "notify_after_reserve": "a notification's ledger row was reserved, before it is marked issued and sent",
     "notify_after_call": "the webhook answered, before the ledger records the notification's outcome",
     "notify_after_record": "the notification was recorded sent, before the operator goes on",
+    "schedule_after_create": "a schedule's tick run was created, before its status records the tick",
 }
-POINTS: dict[str, str] = {**WORKER_POINTS, **OPERATOR_POINTS}
+# The worker's model-call counting (agent_worker.budget, spec.budget): tests/integration/test_budgets.py.
+MODEL_POINTS: dict[str, str] = {
+    "after_model_usage": "a model call's usage was recorded, before its answer returns to the node",
+    "before_model_check": "a model call is about to be checked against the budget (nothing recorded yet)",
+}
+POINTS: dict[str, str] = {**WORKER_POINTS, **OPERATOR_POINTS, **MODEL_POINTS}
 
 
 class FaultConfigError(ValueError):

@@ -43,6 +43,9 @@ EXIT_DRAINED = 11  # SIGTERM: stopped at a step boundary
 EXIT_FENCED = 12  # lost (or never took) the run's Lease: another holder may act
 EXIT_NEEDS_HUMAN = 13  # an effect of unknown outcome that only a human can settle
 EXIT_INFRA = 14  # lost Postgres (restart, crash): the attempt is lost, the graph did not fail
+# The worker's code does not run against this schema (agentrun_core.compat): it touched nothing; the operator
+# keeps the run waiting (WorkerIncompatible) and tries again with backoff until an upgrade makes them match.
+EXIT_INCOMPATIBLE = 15
 EXIT_OOM = 137  # SIGKILL, as the kernel's OOM killer leaves it
 
 # --- Environment of a worker Pod ----------------------------------------------------------------------------
@@ -55,6 +58,7 @@ ENV_ATTEMPT = "AGENTRUN_ATTEMPT"
 ENV_LEASE_NAME = "AGENTRUN_LEASE_NAME"
 ENV_LEASE_DURATION_SECONDS = "AGENTRUN_LEASE_DURATION_SECONDS"
 ENV_DSN = "AGENTRUN_DSN"
+ENV_BUDGET = "AGENTRUN_BUDGET"  # spec.budget as JSON (agentrun_core.budget); unset: no budget
 # spec.worker.env entries named ENV_FAULT_POINTS_ATTEMPT_PREFIX + <n> become AGENTRUN_FAULT_POINTS in
 # attempt n only (agentrun_core.faults.ENV_VAR), so a test can crash one attempt and let the next finish.
 ENV_FAULT_POINTS_ATTEMPT_PREFIX = "AGENTRUN_FAULT_POINTS_ATTEMPT_"

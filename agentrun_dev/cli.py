@@ -190,7 +190,7 @@ def _parser() -> argparse.ArgumentParser:
         "--node",
         choices=("local", "real"),
         default="local",
-        help="real: also a real node (kubelet, containerd, runc, CNI) and kube-scheduler; docs/real-node.md",
+        help="real: also a real node (kubelet, containerd, runc, CNI), kube-scheduler; docs/dev/real-node.md",
     )
     rn = sub.add_parser("real-node", help="the real node (kubelet, containerd, runc): up | down | status")
     rn.add_argument("action", choices=("up", "down", "status"))

@@ -239,6 +239,12 @@ def issue_client(
     return _issue_pem(ca, user, list(groups), server=False, client=True)
 
 
+def issue_server(s: settings_mod.Settings, cn: str, dns: list[str]) -> tuple[bytes, bytes]:
+    """(cert PEM, key PEM) of a serving certificate for ``dns`` names, from the dev CA."""
+    ca = _ensure_ca(s.pki_dir)
+    return _issue_pem(ca, cn, (), server=True, client=False, dns=dns)
+
+
 def _ensure_sa_keys(d: Path) -> tuple[Path, Path]:
     key_path, pub_path = d / "sa.key", d / "sa.pub"
     if key_path.exists() and pub_path.exists():

@@ -12,7 +12,7 @@ The Lease calls, the client loader and the error classes are also named here, as
 
 from __future__ import annotations
 
-from agentrun_core.kube import api, errors, leases, objects, pods, runs
+from agentrun_core.kube import api, errors, leases, objects, pods, runs, schedules
 from agentrun_core.kube.api import ApiClient, Body, load_api_client
 from agentrun_core.kube.errors import (
     AlreadyExists,
@@ -57,4 +57,5 @@ __all__ = [
     "pods",
     "replace_lease",
     "runs",
+    "schedules",
 ]

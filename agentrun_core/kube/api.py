@@ -30,6 +30,31 @@ MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 
 
+# Where an ApiClient keeps the identity it impersonates (``impersonate``): (user, groups).
+_IMPERSONATION = "_agentrun_impersonation"
+
+
+def impersonate(api: ApiClient, user: str, groups: tuple[str, ...] = ()) -> None:
+    """Send every later request of ``api`` as ``user`` (and ``groups``), as kubectl's ``--as`` /
+    ``--as-group`` do: the ``Impersonate-User`` / ``Impersonate-Group`` headers, which the API server honours
+    only when the kubeconfig's own identity may ``impersonate`` that user and those groups (RBAC), and then
+    authorizes the request (admission policies see ``request.userInfo``) as the impersonated identity."""
+    setattr(api, _IMPERSONATION, (user, tuple(groups)))
+
+
+def _headers(api: ApiClient, headers: dict[str, str]) -> Any:
+    """``headers`` with the impersonation headers of ``api`` (one line per group: the API server reads each
+    ``Impersonate-Group`` line as one group, so they cannot be joined into one line)."""
+    who: tuple[str, tuple[str, ...]] | None = getattr(api, _IMPERSONATION, None)
+    if who is None:
+        return headers
+    out = urllib3.HTTPHeaderDict(headers)
+    out["Impersonate-User"] = who[0]
+    for group in who[1]:
+        out.add("Impersonate-Group", group)
+    return out
+
+
 def load_api_client(kubeconfig: str | None = None) -> ApiClient:
     """An ApiClient from ``kubeconfig`` or ``$KUBECONFIG`` if set, else the in-cluster service account.
 
@@ -97,7 +122,7 @@ def _send(
     headers = {"Accept": JSON}
     if body is not None:
         headers["Content-Type"] = content_type
-    request = api.param_serialize(
+    method_, url, header_params, body_, post_params = api.param_serialize(
         method=method,
         resource_path=path,
         path_params=params,
@@ -107,7 +132,9 @@ def _send(
         auth_settings=["BearerToken"],
     )
     try:
-        response = api.call_api(*request, _request_timeout=timeout)
+        response = api.call_api(
+            method_, url, _headers(api, header_params), body_, post_params, _request_timeout=timeout
+        )
     except kubernetes.client.ApiException as exc:  # the REST layer raises for some failures itself
         raise errors.translate(exc.status, exc.reason, exc.body) from exc
     except (urllib3.exceptions.HTTPError, OSError) as exc:

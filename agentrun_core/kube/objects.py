@@ -22,6 +22,7 @@ NAMESPACES = "/api/v1/namespaces"
 NAMESPACE = NAMESPACES + "/{name}"
 NODES = "/api/v1/nodes"
 NODE = NODES + "/{name}"
+ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
 ADMISSION = "/apis/admissionregistration.k8s.io/v1/{kind}/{name}"
 SELF_SUBJECT_REVIEWS = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
 
@@ -61,6 +62,14 @@ def whoami(api: api_.ApiClient, *, timeout: float | None = None) -> Body:
     whoami`` shows): ``status.userInfo.username`` and ``.groups`` are ``request.userInfo`` of its requests."""
     body = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
     return api_.request(api, "POST", SELF_SUBJECT_REVIEWS, {}, body, timeout=timeout)
+
+
+def access_allowed(api: api_.ApiClient, spec: Body, *, timeout: float | None = None) -> tuple[bool, str]:
+    """A SubjectAccessReview of ``spec`` (user, groups, extra, uid, resourceAttributes): (allowed, the
+    authorizer's reason, possibly empty)."""
+    body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
+    status = api_.request(api, "POST", ACCESS_REVIEWS, {}, body, timeout=timeout).get("status") or {}
+    return bool(status.get("allowed")), str(status.get("reason") or status.get("evaluationError") or "")
 
 
 # --- Namespaces and Events -------------------------------------------------------------------------------

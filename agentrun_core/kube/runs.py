@@ -18,10 +18,28 @@ API_VERSION = f"{GROUP}/{VERSION}"
 ALL = f"/apis/{GROUP}/{VERSION}/{PLURAL}"
 RUNS = f"/apis/{GROUP}/{VERSION}/namespaces/{{namespace}}/{PLURAL}"
 RUN = RUNS + "/{name}"
+# The operator's read API (an aggregated API, ``v1alpha1.read.agentrun.dev``): a run's trace, effects and
+# approvals, answered only to a caller who may ``get`` the AgentRun, read through the namespace's tenant role.
+READ_GROUP, READ_VERSION = "read.agentrun.dev", "v1alpha1"
+READ_API_VERSION = f"{READ_GROUP}/{READ_VERSION}"
+READ_RESOURCES = {
+    "agentruntraces": "AgentRunTrace",
+    "agentruneffects": "AgentRunEffects",
+    "agentrunapprovals": "AgentRunApprovals",
+}
+READ_VIEW = f"/apis/{READ_GROUP}/{READ_VERSION}/namespaces/{{namespace}}/{{resource}}/{{name}}"
 
 
 def get(api: api_.ApiClient, namespace: str, name: str, *, timeout: float | None = None) -> Body:
     return api_.request(api, "GET", RUN, {"namespace": namespace, "name": name}, timeout=timeout)
+
+
+def read_view(
+    api: api_.ApiClient, namespace: str, name: str, resource: str, *, timeout: float | None = None
+) -> Body:
+    """One of ``READ_RESOURCES`` of the run, from the read API, as the client's user."""
+    params = {"namespace": namespace, "name": name, "resource": resource}
+    return api_.request(api, "GET", READ_VIEW, params, timeout=timeout)
 
 
 def list_(api: api_.ApiClient, namespace: str | None, *, timeout: float | None = None) -> list[Body]:

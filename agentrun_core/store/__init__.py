@@ -56,6 +56,8 @@ from agentrun_core.store.runs import (
     cancel_run,
     claim_attempt,
     claim_run,
+    deadline_clock,
+    expire_run,
     finish_attempt,
     finish_run,
     get_run,
@@ -65,7 +67,13 @@ from agentrun_core.store.runs import (
     set_current_step,
     set_read_only,
 )
-from agentrun_core.store.schema import migrate, schema_version
+from agentrun_core.store.schema import (
+    Migration,
+    migrate,
+    pending_migrations,
+    schema_compat_level,
+    schema_version,
+)
 from agentrun_core.store.steering import (
     Intervention,
     Reopening,
@@ -77,12 +85,14 @@ from agentrun_core.store.steering import (
 from agentrun_core.store.tenants import (
     RANDOM_SECRET_ITERATIONS,
     drop_tenant,
+    end_blocking_tenant_sessions,
     list_idle_tenants,
     provision_random_tenant,
     provision_tenant,
     scram_verifier,
     tenant_role,
 )
+from agentrun_core.store.usage import model_usage, model_usage_by_step, record_model_usage
 
 __all__ = [
     "RANDOM_SECRET_ITERATIONS",
@@ -95,6 +105,7 @@ __all__ = [
     "Head",
     "Heartbeat",
     "Intervention",
+    "Migration",
     "Observation",
     "Reopening",
     "Reservation",
@@ -109,11 +120,14 @@ __all__ = [
     "claim_attempt",
     "claim_run",
     "confirm_effect",
+    "deadline_clock",
     "decide_approval",
     "decide_approval_detail",
     "delta_chain",
     "drop_tenant",
     "effect_counts",
+    "end_blocking_tenant_sessions",
+    "expire_run",
     "find_fork_source",
     "finish_attempt",
     "finish_run",
@@ -137,7 +151,10 @@ __all__ = [
     "mark_fence",
     "mark_for_purge",
     "migrate",
+    "model_usage",
+    "model_usage_by_step",
     "observe_run",
+    "pending_migrations",
     "pin_image",
     "provision_random_tenant",
     "provision_tenant",
@@ -149,11 +166,13 @@ __all__ = [
     "record_attempt_loss",
     "record_attempt_start",
     "record_effect",
+    "record_model_usage",
     "record_step_event",
     "record_steps",
     "reopen_run",
     "reserve_effect",
     "resolve_effect",
+    "schema_compat_level",
     "schema_version",
     "scram_verifier",
     "send_steps",

@@ -65,7 +65,7 @@ class RecentFirstPool(psycopg_pool.ConnectionPool[Any]):
     (LangGraph's background writes under ``async``, the ledger, the step-event and heartbeat threads), yet
     most of the time one connection at most is busy: taken in turn, every statement had to be prepared, and
     every table's cache warmed, on each of them. Taken most recent first, the hot connection serves nearly
-    every request and the others only the overlap (measured in docs/performance.md, seventh round). Idle
+    every request and the others only the overlap (measured: docs/dev/performance.md, "Kept"). Idle
     connections are closed the same way as before: psycopg_pool shrinks the pool from the other end, now the
     coldest.
 

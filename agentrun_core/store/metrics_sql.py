@@ -61,6 +61,8 @@ class Snapshot:
     effect_divergences: list[tuple[str, str, int, int]] = dataclasses.field(default_factory=list)
     # namespace, seconds since a pending approval was requested: one entry per pending approval
     approval_pending_ages: list[tuple[str, float]] = dataclasses.field(default_factory=list)
+    # spec.budget: namespace, model calls, input tokens, output tokens, cost in micro-units
+    model_usage: list[tuple[str, int, int, int, int]] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,6 +139,7 @@ def read_snapshot(conn: psycopg.Connection[Any]) -> Snapshot:
         deadline_outcomes=[(ns, action, int(n)) for ns, action, n in rows("metrics_deadline_outcomes")],
         attempts_ended=[(ns, outcome, cause, int(n))
                         for ns, outcome, cause, n in rows("metrics_attempts_ended")],
+        model_usage=[(ns, int(n), int(i), int(o), int(c)) for ns, n, i, o, c in rows("metrics_model_usage")],
         approval_wait=histogram(APPROVAL_WAIT),
         step_duration=histogram(STEP_DURATION),
         checkpoint_duration=histogram(CHECKPOINT_DURATION),

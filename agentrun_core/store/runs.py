@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 import psycopg
 from psycopg.types.json import Jsonb
 
-from agentrun_core import errors
+from agentrun_core import deadline_math, errors
 from agentrun_core.store import attempts, db, rows, step_packing
 
 logger = logging.getLogger(__name__)
@@ -253,3 +253,31 @@ def cancel_run(conn: db.Conn, run_id: str, reason: str) -> bool:
     """Mark the run cancelled unless already final, raising its fencing epoch in the same statement (a
     frozen or partitioned worker can no longer write anything). True if this call cancelled it."""
     return db.fetch_one(conn, "cancel_run", {"run_id": run_id, "reason": reason}) is not None
+
+
+def expire_run(conn: db.Conn, run_id: str, reason: str, message: str) -> bool:
+    """Mark the run failed by a deadline (``reason``: deadline_math.REASONS) unless already final, raising
+    its fencing epoch in the same statement as ``cancel_run`` does. True if this call failed it."""
+    params = {"run_id": run_id, "reason": reason, "message": message}
+    return db.fetch_one(conn, "expire_run", params) is not None
+
+
+def deadline_clock(conn: db.Conn, run_id: str) -> deadline_math.Clock:
+    """The run's attempts and latest step batch with Postgres' now(), for its deadlines."""
+    row = db.fetch_one(conn, "deadline_clock", {"run_id": run_id})
+    assert row is not None  # one row, run or not
+    attempts_ = tuple(
+        deadline_math.Interval(
+            start=datetime.datetime.fromisoformat(a["started_at"]),
+            end=datetime.datetime.fromisoformat(a["ended_at"]) if a.get("ended_at") else None,
+            reopens=a.get("start_reason") in REOPENING_START_REASONS,
+        )
+        for a in row["attempts_doc"] or ()
+    )
+    return deadline_math.Clock(
+        now=row["db_now"], attempts=attempts_, last_step_at=row["last_step_at"], claimed_at=row["claimed_at"]
+    )
+
+
+# The start reasons of an attempt a human's reopening started (agent_operator.steering.REOPEN_REASONS).
+REOPENING_START_REASONS = frozenset({"retry", "resolved"})

@@ -18,6 +18,8 @@ from typing import Any
 import psycopg
 from langgraph.checkpoint.postgres import PostgresSaver
 
+from agentrun_core.store import db
+
 # Arbitrary constant: the advisory lock id that serialises migrate() where agentrun_migrate_lock does not
 # exist yet (a new database; one from before migration 25).
 _MIGRATE_LOCK_ID = 0x61676E74  # "agnt"
@@ -169,6 +171,28 @@ _AFTER_SETUP = ("agentrun_protect_all", "agentrun_fence_checkpoint_tables")
 def _has_function(conn: psycopg.Connection[Any], name: str) -> bool:
     row = conn.execute("SELECT to_regprocedure(%s) IS NOT NULL", (f"{name}()",)).fetchone()
     return bool(row and row[0])
+
+
+def pending_migrations(conn: psycopg.Connection[Any]) -> list[Migration]:
+    """The migrations ``migrate()`` would apply now, in order (read only: no lock, nothing written; a
+    migrator running meanwhile may apply some first). LangGraph's own tables are set up after these and are
+    not listed."""
+    found = conn.execute("SELECT to_regclass('agentrun_schema_version') IS NOT NULL").fetchone()
+    if not (found and found[0]):
+        return load_migrations()  # a new database: everything
+    rows = conn.execute("SELECT version FROM agentrun_schema_version").fetchall()
+    return pending({int(r[0]) for r in rows}, load_migrations())
+
+
+def schema_compat_level(conn: db.Conn) -> int | None:
+    """The schema's worker-compatibility level (migration 35, ``agentrun_core.compat``); None on a schema
+    from before it. One round trip where the table exists: a worker reads it at every start."""
+    try:
+        with db.connection(conn) as c:
+            row = c.execute("SELECT level FROM agentrun_schema_compat WHERE id = 1").fetchone()
+    except psycopg.errors.UndefinedTable:
+        return None
+    return int(row[0]) if row else None
 
 
 def schema_version(conn: psycopg.Connection[Any]) -> int:

@@ -68,3 +68,11 @@ def drop_tenant(conn: db.Conn, namespace: str) -> bool:
     left, none was provisioned, or the role still has objects elsewhere (then it is disabled, not dropped)."""
     row = db.fetch_one(conn, "drop_tenant", {"namespace": namespace})
     return bool(row and row["dropped"])
+
+
+def end_blocking_tenant_sessions(conn: db.Conn, *, min_wait_seconds: float) -> list[dict[str, object]]:
+    """End every worker-role session that has kept another session waiting for a lock for at least
+    ``min_wait_seconds``; one row per session found (pid, role_name, namespace, blocked_seconds, waiting,
+    ended). Needs a role that may signal the tenant's backends (superuser or ``pg_signal_backend``); a session
+    that could not be ended comes back with ``ended`` false."""
+    return db.fetch_all(conn, "end_blocking_tenant_sessions", {"min_wait_seconds": min_wait_seconds})

@@ -1,4 +1,4 @@
 """A real node for the dev cluster (kubelet, containerd, runc, CNI, kube-scheduler) and the agentrun image.
 
-See docs/real-node.md.
+See docs/dev/real-node.md.
 """

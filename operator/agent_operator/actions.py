@@ -85,6 +85,14 @@ class CancelRun:
 
 
 @dataclasses.dataclass(frozen=True)
+class ExpireRun:
+    """The run passed a deadline (agent_operator.deadlines): fail it in Postgres, fencing its worker."""
+
+    reason: str  # deadline_math.DEADLINE_EXCEEDED | PROGRESS_DEADLINE_EXCEEDED
+    message: str
+
+
+@dataclasses.dataclass(frozen=True)
 class SetReadOnly:
     pass
 
@@ -140,6 +148,7 @@ Action = (
     | RecordLoss
     | Decide
     | CancelRun
+    | ExpireRun
     | SetReadOnly
     | RemoveDecisionAnnotations
     | ReopenRun

@@ -159,6 +159,12 @@ def _next(w: walk.Walk, current: int, pod: model.PodInfo | None, recorded: dict[
     due = phases.parse_time(st.next_attempt_at)
     if due is not None and due > world.now:
         st.phase = "Running" if st.phase != "Pending" else st.phase
+        if recorded.get("reason") == pods.INCOMPATIBLE:
+            st.reason = "WorkerIncompatible"
+            st.message = f"{recorded.get('message')}; attempt {current + 1} at {st.next_attempt_at}"
+            w.show()
+            plan.soon((due - world.now).total_seconds())
+            return
         st.reason, st.message = (
             "Restarting",
             (
@@ -209,7 +215,16 @@ def _lost(w: walk.Walk, attempt: int, reason: str, message: str) -> dict[str, An
         "message": message,
         "at": phases.iso(world.now),
     }
-    if reason in pods.CONTROL_PLANE_REASONS and st.control_plane_losses < pods.CONTROL_PLANE_LOSS_LIMIT:
+    if reason == pods.INCOMPATIBLE:
+        # Waiting for an upgrade to finish (or for a newer image): counted apart, for the backoff only.
+        before = st.last_end if st.last_end and st.last_end.get("reason") == pods.INCOMPATIBLE else {}
+        waits = int(before.get("incompatibleWaits") or 0) + 1
+        record["incompatibleWaits"] = waits
+        record["controlPlane"] = True
+        loss = retry.on_incompatible(
+            world.spec.retry, attempt, reason, message, st.restarts, world.now, waits
+        )
+    elif reason in pods.CONTROL_PLANE_REASONS and st.control_plane_losses < pods.CONTROL_PLANE_LOSS_LIMIT:
         # The control plane lost this attempt, not the run: maxAttempts is not consumed (own limit).
         st.control_plane_losses += 1
         record["controlPlane"] = True
@@ -227,7 +242,13 @@ def _lost(w: walk.Walk, attempt: int, reason: str, message: str) -> dict[str, An
             st.next_attempt_at = None
     st.last_end = record
     plan.actions.append(actions.RecordLoss(attempt, reason, message, bool(record.get("controlPlane"))))
-    plan.warn("AttemptLost", f"attempt {attempt} ended before the run finished: {message} ({reason})")
+    if reason == pods.INCOMPATIBLE:
+        plan.warn(
+            "WorkerIncompatible",
+            f"attempt {attempt}: {message}; the run waits and tries again at {st.next_attempt_at or 'once'}",
+        )
+    else:
+        plan.warn("AttemptLost", f"attempt {attempt} ended before the run finished: {message} ({reason})")
     return record
 
 

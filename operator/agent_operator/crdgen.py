@@ -65,6 +65,9 @@ STATUS: dict[str, Any] = openapi.obj(
                 "at": openapi.string(fmt="date-time"),
                 "exhausted": openapi.boolean(),
                 "controlPlane": openapi.boolean(),
+                "incompatibleWaits": openapi.integer(
+                    "Attempts in a row whose worker refused the schema (exit 15, WorkerIncompatible)."
+                ),
             },
             "The last attempt that ended without finishing or parking the run, and why.",
         ),
@@ -162,6 +165,21 @@ STATUS: dict[str, Any] = openapi.obj(
                 "failed": openapi.integer(),
                 "needsHuman": openapi.integer(),
             }
+        ),
+        "usage": openapi.obj(
+            {
+                "calls": openapi.integer("Model calls counted."),
+                "inputTokens": openapi.integer(),
+                "outputTokens": openapi.integer(),
+                "totalTokens": openapi.integer(),
+                "cost": openapi.string("Cost in spec.budget.currency (a decimal)."),
+                "currency": openapi.string(),
+                "limits": openapi.obj(
+                    description="The limits in force: spec.budget's, as raised by approvals.",
+                    additional=openapi.string(),
+                ),
+            },
+            "What the run's model calls spent (runs with spec.budget; counted by the worker, in Postgres).",
         ),
         "result": openapi.free(),
         "error": openapi.string(),

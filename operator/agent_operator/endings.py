@@ -9,7 +9,7 @@ read, never by the watch cache alone.
 from __future__ import annotations
 
 from agent_operator import actions, forks, model, phases, run_status, walk
-from agentrun_core import store
+from agentrun_core import budget, deadline_math, store
 
 
 def db_outcome(db: store.Run) -> tuple[str, str, str] | None:
@@ -17,8 +17,12 @@ def db_outcome(db: store.Run) -> tuple[str, str, str] | None:
     if db.status == "succeeded":
         return "Succeeded", "Succeeded", "the graph finished"
     if db.status == "failed":
+        if db.status_reason in deadline_math.REASONS:  # agent_operator.deadlines: store.expire_run
+            return "Failed", db.status_reason, db.error or db.status_reason
         if db.status_reason == forks.FORK_EDIT_REFUSED:  # the fork's worker: an edit that does not fit
             return "Failed", forks.FORK_EDIT_REFUSED, db.error or "a fork edit does not fit the state"
+        if db.status_reason == budget.REASON:  # spec.budget reached and the raise rejected (or expired)
+            return "Failed", budget.REASON, db.error or "the budget was reached and not raised"
         if phases.is_invalid_spec(db.status_reason, db.error):
             return "Failed", phases.INVALID_SPEC, db.error or db.status_reason or "the spec cannot run"
         return "Failed", phases.GRAPH_FAILED, db.error or db.status_reason or "the graph failed"
@@ -47,6 +51,11 @@ def finish(w: walk.Walk, outcome: tuple[str, str, str], pod: model.PodInfo | Non
     if st.completion_time is None:
         finished_at = world.db.finished_at if world.db is not None else None
         st.completion_time = phases.iso(finished_at or world.now)
+    if st.reason in deadline_math.REASONS and pod is not None and pod.alive:
+        # Failed by a deadline while its worker ran (fenced already: it can write nothing more): stop it
+        # the way a cancel does. A worker inside a long step reaches no step boundary by itself.
+        plan.actions.append(actions.DeletePod(pod.name, f"the run failed: {st.reason}"))
+        plan.info("StoppingWorker", f"deleting worker Pod {pod.name} ({st.reason})")
     if world.run.deleting:
         # A finished run's worker may still be exiting; the finalizer waits for it.
         if pod is not None and not pod.terminated:

@@ -84,6 +84,10 @@ class Executor:
                 self._decide(run, action)
             case actions.CancelRun(reason=reason):
                 store.cancel_run(self.db, run.uid, reason)
+            case actions.ExpireRun(reason=reason, message=message):
+                # A worker that finished first keeps its outcome. The Event is the Failed phase's own
+                # (run_status.transition_events), posted once the status shows it.
+                store.expire_run(self.db, run.uid, reason, message)
             case actions.SetReadOnly():
                 store.set_read_only(self.db, run.uid, True)
             case actions.RemoveDecisionAnnotations():

@@ -28,7 +28,18 @@ from typing import Any
 
 import kopf
 
-from agent_operator import kube, leader, metrics, model, retention, runner, throttle
+from agent_operator import (
+    kopf_config,
+    kube,
+    leader,
+    lockwatch,
+    metrics,
+    model,
+    readapi,
+    retention,
+    runner,
+    throttle,
+)
 from agent_operator import memory as memory_
 from agent_operator import settings as settings_
 from agentrun_core import backoff, lease_math, protocol, store
@@ -54,11 +65,13 @@ class _State:
     elector: leader.Elector | None = None
     keeper: leader.Keeper | None = None
     purger: retention.Purger | None = None
+    lockwatch: lockwatch.LockWatch | None = None
     pool: connect.Pool | None = None
     wakeups: dict[tuple[str, str], asyncio.Event]
     memories: dict[str, memory_.RunMemory]
     leading: threading.Event  # set once this replica leads (for good: losing the Lease exits the process)
     throttle: throttle.Starts | None = None
+    read_api: Any = None  # the read API's HTTPS server (agent_operator.readapi), when served
     pod_index: Any = None  # kopf's run_pods index, once the first daemon has seen it (throttle seeding)
 
 
@@ -73,38 +86,9 @@ def _migrate(dsn: str) -> list[str]:
         return store.migrate(conn)
 
 
-class SmallDiffBase(kopf.AnnotationsDiffBaseStorage):
-    """kopf's last-handled-configuration without ``spec.input``.
-
-    The input is immutable (CRD rule) and may be up to the API server's object size: kept in an annotation
-    (at most 256 KiB in all) it made large runs impossible to finalize and so to delete. Nothing here reacts
-    to input changes, so the diff base does not need it.
-    """
-
-    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> Any:
-        essence = super().build(body=body, extra_fields=extra_fields)
-        spec = essence.get("spec")
-        if isinstance(spec, dict):
-            spec.pop("input", None)
-        return essence
-
-
-def configure_kopf(settings: kopf.OperatorSettings) -> None:
-    settings.persistence.finalizer = model.FINALIZER
-    # Progress of kopf's own handlers (only on.delete here) in annotations: status belongs to us.
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="kopf.agentrun.dev")
-    settings.persistence.diffbase_storage = SmallDiffBase(
-        prefix="kopf.agentrun.dev", key="last-handled-configuration"
-    )
-    settings.peering.standalone = True  # leadership comes from our Lease, never from kopf peering
-    settings.posting.enabled = False  # the runner posts the Events of transitions itself
-    settings.watching.server_timeout = 300
-    settings.watching.client_timeout = 330
-
-
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
-    configure_kopf(settings)
+    kopf_config.configure_kopf(settings)
     cfg = settings_.from_env()
     STATE.settings = cfg
     api = kube.client(cfg.kubeconfig or None)
@@ -112,6 +96,13 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     # every few minutes), but it exports ledger figures only once it leads, so they are never doubled.
     if cfg.metrics_port:
         metrics.start_metrics_server(cfg.metrics_port, dsn=cfg.dsn, active=STATE.leading.is_set)
+    if cfg.read_api.port:
+        # Every replica answers reads (they need no leadership). One that cannot serve them still runs the
+        # runs: the reason is logged, and the APIService shows Available=False.
+        try:
+            STATE.read_api = await asyncio.to_thread(readapi.start, cfg, api)
+        except (OSError, ValueError, kube.KubeError) as exc:
+            logger.error("read API (%s) not served: %s", readapi.API_VERSION, exc)
     if cfg.leader.enabled:
         STATE.elector = leader.Elector(api, cfg.leader)
         await leader.acquire(STATE.elector)
@@ -139,6 +130,9 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         alive=lambda namespaces: kube.existing_runs(api, namespaces),
         after_purge=_drop_gone_tenants,
     ).start()
+    if cfg.reconcile.tenant_lock_wait_seconds > 0:
+        wait = cfg.reconcile.tenant_lock_wait_seconds
+        STATE.lockwatch = lockwatch.LockWatch(cfg.dsn, wait_seconds=wait).start()
     logger.info("operator ready: namespaces=%s", ",".join(cfg.namespaces) or "(cluster-wide)")
 
 
@@ -146,6 +140,8 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
 async def cleanup(**_: Any) -> None:
     if STATE.purger is not None:
         await asyncio.to_thread(STATE.purger.stop)
+    if STATE.lockwatch is not None:
+        await asyncio.to_thread(STATE.lockwatch.stop)
     if STATE.keeper is not None:
         await asyncio.to_thread(STATE.keeper.stop)
     if STATE.elector is not None:
@@ -156,8 +152,13 @@ async def cleanup(**_: Any) -> None:
 
 # --- indexes (in-memory caches fed by kopf's watches) -----------------------------------------------------
 
+# Pods are named with their group ("v1": the core group): "pods" alone makes kopf discover every API group
+# of the cluster at start-up, and an aggregated API that is not answering (this operator's own read API
+# while no replica serves it, a broken metrics-server) fails that discovery with 503s and retries.
+PODS = ("v1", "pods")
 
-@kopf.index("pods", labels={protocol.LABEL_RUN: kopf.PRESENT})
+
+@kopf.index(*PODS, labels={protocol.LABEL_RUN: kopf.PRESENT})
 def run_pods(namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_: Any) -> Any:
     # Keyed by the run's uid, not its name: a run recreated under the same name never sees the earlier
     # run's Pods (orphaned by `kubectl delete --cascade=orphan`, or not yet garbage-collected).
@@ -228,7 +229,7 @@ def _wake(namespace: str, name: str) -> None:
         event.set()
 
 
-@kopf.on.event("pods", labels={protocol.LABEL_RUN: kopf.PRESENT})
+@kopf.on.event(*PODS, labels={protocol.LABEL_RUN: kopf.PRESENT})
 async def pod_changed(
     namespace: str | None, labels: Mapping[str, str], type: str | None, body: kopf.Body, **_: Any
 ) -> None:
@@ -406,3 +407,7 @@ def _mark_for_purge(body: Mapping[str, Any], uid: str) -> None:
         STATE.settings.reconcile.retention_seconds,
     )
     store.mark_for_purge(db, uid, after_seconds=after, reason=why)
+
+
+# The AgentRunSchedule reconciler registers its handlers on import (after this module's startup handler).
+from agent_operator import schedule_handlers as _schedule_handlers  # noqa: E402,F401

@@ -194,6 +194,25 @@ def put_secret(api: ApiClient, namespace: str, body: Body) -> None:
     core.objects.put_secret(api, namespace, body, timeout=TIMEOUT)
 
 
+# --- the read API's delegated authentication and authorization -----------------------------------------
+
+FRONT_PROXY_CONFIG = ("kube-system", "extension-apiserver-authentication")
+
+
+def front_proxy_config(api: ApiClient) -> dict[str, str]:
+    """The API server's request-header settings (its front proxy's CA, allowed names, header names), as it
+    publishes them for aggregated API servers."""
+    body = core.objects.get_config_map(api, *FRONT_PROXY_CONFIG)
+    return {str(k): str(v) for k, v in (body.get("data") or {}).items()}
+
+
+def may_get_run(api: ApiClient, user: Body, namespace: str, name: str) -> tuple[bool, str]:
+    """Whether ``user`` (user, groups, extra, uid of a SubjectAccessReview) may ``get`` the AgentRun; and
+    the authorizer's reason."""
+    where = {"group": GROUP, "resource": PLURAL, "verb": "get", "namespace": namespace, "name": name}
+    return core.objects.access_allowed(api, {**user, "resourceAttributes": where}, timeout=TIMEOUT)
+
+
 # --- admission policies ----------------------------------------------------------------------------------
 
 # What makes steering trustworthy (deploy/admission): (plural, name).

@@ -120,6 +120,7 @@ def families(snap: metrics_sql.Snapshot) -> list[core.Metric]:
 
     out += _heartbeat_families(snap, namespaces)
     out += _approval_families(snap, namespaces)
+    out += _model_families(snap)
 
     ended = core.CounterMetricFamily("agentrun_attempts_ended",
                                      "Worker attempts ended, by outcome and cause (control_plane: lost to "
@@ -145,6 +146,23 @@ def families(snap: metrics_sql.Snapshot) -> list[core.Metric]:
             fam.add_metric([ns], _buckets(h), h.total)
         out.append(fam)
     return out
+
+
+def _model_families(snap: metrics_sql.Snapshot) -> list[core.Metric]:
+    """spec.budget's counting: only namespaces whose runs counted model calls (runs without a budget count
+    nothing, so a zero there would claim what nobody measured)."""
+    tokens = core.CounterMetricFamily("agentrun_model_tokens", "Model tokens counted by workers (runs with "
+                                      "spec.budget), by kind.", labels=["namespace", "kind"])
+    cost = core.CounterMetricFamily("agentrun_model_cost", "Cost of the model calls counted (runs with "
+                                    "spec.budget), in each run's spec.budget.currency.", labels=["namespace"])
+    calls = core.CounterMetricFamily("agentrun_model_calls", "Model calls counted (runs with spec.budget).",
+                                     labels=["namespace"])
+    for ns, n, inp, out, micro in sorted(snap.model_usage):
+        tokens.add_metric([ns, "input"], inp)
+        tokens.add_metric([ns, "output"], out)
+        cost.add_metric([ns], micro / 1_000_000)
+        calls.add_metric([ns], n)
+    return [tokens, cost, calls]
 
 
 def _with_zeros(

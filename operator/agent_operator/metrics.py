@@ -67,6 +67,11 @@ LEASE_TAKEOVERS = prometheus_client.Counter(
     "agentrun_lease_takeovers_total", "Run Leases taken over after expiry (the holder stopped renewing).",
     ["namespace"], registry=REGISTRY,
 )
+TENANT_SESSIONS_ENDED = prometheus_client.Counter(
+    "agentrun_tenant_sessions_ended_total",
+    "Worker-role Postgres sessions the operator ended: they kept others waiting on a lock (lockwatch).",
+    ["namespace"], registry=REGISTRY,
+)
 LEASE_RENEW_FAILURES = prometheus_client.Counter(
     "agentrun_lease_renew_failures_total", "Leases observed not renewed within their renew deadline.",
     ["namespace"], registry=REGISTRY,

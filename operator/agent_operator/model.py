@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import json
 from collections.abc import Mapping
 from typing import Any
 
-from agent_operator import spec_schema
-from agentrun_core import protocol, store
-
-# Spec defaults are the CRD's (agent_operator.spec_schema): a field the API server did not default (its
-# object absent, or a body not from the API server) reads as the API server would have defaulted it.
-_DEFAULT = spec_schema.default
+from agent_operator.run_spec import ApprovalPolicy as ApprovalPolicy
+from agent_operator.run_spec import Concurrency as Concurrency
+from agent_operator.run_spec import ForkRequest as ForkRequest
+from agent_operator.run_spec import ForkSource as ForkSource
+from agent_operator.run_spec import RetryPolicy as RetryPolicy
+from agent_operator.run_spec import RunSpec as RunSpec
+from agentrun_core import deadline_math, protocol, store
 
 FINALIZER = "agentrun.dev/finalizer"
 ANN_APPROVE = "agentrun.dev/approve"
@@ -32,17 +32,8 @@ ANN_DECIDED_GROUPS = "agentrun.dev/decided-by-groups"
 DECISION_ANNOTATIONS = (ANN_APPROVE, ANN_REJECT, ANN_COMMENT, ANN_DECIDED_BY, ANN_DECIDED_GROUPS)
 
 # Container waiting reasons that mean "this Pod will not start by itself" (kubelet's names).
-BLOCKED_WAITING_REASONS = frozenset(
-    {
-        "CreateContainerConfigError",
-        "CreateContainerError",
-        "ErrImagePull",
-        "ImagePullBackOff",
-        "InvalidImageName",
-        "ErrImageNeverPull",
-        "RunContainerError",
-    }
-)
+_WAITING = "CreateContainerConfigError CreateContainerError ErrImagePull ImagePullBackOff InvalidImageName"
+BLOCKED_WAITING_REASONS = frozenset((*_WAITING.split(), "ErrImageNeverPull", "RunContainerError"))
 
 # Steering (agent_operator.steering): resolve an effect of unknown outcome; who retried / resolved (stamped by
 # the MutatingAdmissionPolicy in deploy/admission/steer-mutating-policy.yaml from request.userInfo).
@@ -56,161 +47,6 @@ RESOLVE_ANNOTATIONS = (ANN_RESOLVE, ANN_RESOLVE_RESULT, ANN_RESOLVED_BY)
 
 # The final agentrun_runs.status values (defined in agentrun_core.protocol).
 DB_FINAL = frozenset(protocol.FINAL_RUN_STATUSES)
-
-
-@dataclasses.dataclass(frozen=True)
-class RetryPolicy:
-    max_attempts: int = _DEFAULT("retry.maxAttempts")  # attempts that may be lost before the run is Failed
-    backoff_seconds: float = float(_DEFAULT("retry.backoffSeconds"))  # before the 2nd attempt; then doubled
-    max_backoff_seconds: float = float(_DEFAULT("retry.maxBackoffSeconds"))
-
-
-@dataclasses.dataclass(frozen=True)
-class ApprovalPolicy:
-    timeout_seconds: int = _DEFAULT("approval.timeoutSeconds")
-    on_timeout: str = _DEFAULT("approval.onTimeout")  # one of spec_schema.ON_TIMEOUT
-    allow_self_approval: bool = _DEFAULT("approval.allowSelfApproval")
-    approver_users: tuple[str, ...] = ()  # spec.approval.approvers: empty = anyone with the `approve` verb
-    approver_groups: tuple[str, ...] = ()
-
-    def as_json(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {
-            "timeoutSeconds": self.timeout_seconds,
-            "onTimeout": self.on_timeout,
-            "allowSelfApproval": self.allow_self_approval,
-        }
-        if self.approver_users or self.approver_groups:
-            doc["approvers"] = {"users": list(self.approver_users), "groups": list(self.approver_groups)}
-        return doc
-
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any] | None) -> ApprovalPolicy:
-        """From ``spec.approval`` (or its copy in Postgres: the same shape)."""
-        doc = doc or {}
-        approvers = doc.get("approvers") or {}
-        return cls(
-            timeout_seconds=int(doc.get("timeoutSeconds") or cls.timeout_seconds),
-            on_timeout=str(doc.get("onTimeout") or cls.on_timeout),
-            allow_self_approval=bool(doc.get("allowSelfApproval", cls.allow_self_approval)),
-            approver_users=tuple(str(u) for u in approvers.get("users") or ()),
-            approver_groups=tuple(str(g) for g in approvers.get("groups") or ()),
-        )
-
-
-@dataclasses.dataclass(frozen=True)
-class ForkRequest:
-    """``spec.forkOf``: start from a checkpoint of another run of this namespace (kubectl agentrun fork)."""
-
-    run: str
-    run_uid: str | None = None
-    checkpoint: str | None = None
-    step: str | None = None
-    set: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # dotted state path -> new value
-    problem: str | None = None  # setJson that is not JSON, or a path in both set and setJson
-    # spec.forkOf.approve (implied by edits): the creator approves what the fork carries past a gate;
-    approve: bool = False  # agentrun-fork admitted it only with the RBAC verb approve on the source
-
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any] | None) -> ForkRequest | None:
-        if not doc or not doc.get("run"):
-            return None
-        edits: dict[str, Any] = dict(doc.get("set") or {})
-        problem = None
-        for path, text in (doc.get("setJson") or {}).items():
-            if path in edits:
-                problem = f"spec.forkOf: {path!r} is in both set and setJson"
-            try:
-                edits[path] = json.loads(text)
-            except ValueError as exc:
-                problem = f"spec.forkOf.setJson.{path} is not JSON: {exc}"
-        return cls(
-            run=str(doc["run"]),
-            run_uid=str(doc["runUid"]) if doc.get("runUid") else None,
-            checkpoint=str(doc["checkpoint"]) if doc.get("checkpoint") else None,
-            step=str(doc["step"]) if doc.get("step") else None,
-            set=edits,
-            problem=problem,
-            approve=bool(doc.get("approve")) or bool(edits),
-        )
-
-    @property
-    def set_keys(self) -> tuple[str, ...]:
-        """The top-level state keys the edits change (``draft.body`` changes ``draft``)."""
-        return tuple(sorted({path.split(".", 1)[0] for path in self.set}))
-
-
-@dataclasses.dataclass(frozen=True)
-class ForkSource:
-    """The source of a fork as Postgres resolved it before admission; ``problem`` when it cannot be."""
-
-    run_id: str | None
-    checkpoint_id: str | None
-    problem: str | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class RunSpec:
-    graph: str
-    input: Mapping[str, Any]
-    durability: str = _DEFAULT("durability")  # one of protocol.DURABILITIES
-    worker: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    lease_duration_seconds: int = _DEFAULT("lease.durationSeconds")
-    retry: RetryPolicy = dataclasses.field(default_factory=RetryPolicy)
-    approval: ApprovalPolicy = dataclasses.field(default_factory=ApprovalPolicy)
-    ttl_seconds_after_finished: int | None = None
-    cancel: bool = _DEFAULT("cancel")
-    suspend: bool = _DEFAULT("suspend")
-    retry_generation: int = 0  # raised by a human to retry a stopped run (only ever increases)
-    fork_of: ForkRequest | None = None
-    notify: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # spec.approval.notify (notify.py)
-    concurrency: Concurrency | None = None  # spec.concurrency (agent_operator.throttle.Groups)
-
-    @classmethod
-    def from_body(cls, spec: Mapping[str, Any]) -> RunSpec:
-        """From ``spec`` as the API server stores it (CRD defaults applied; missing parts tolerated)."""
-        retry = spec.get("retry") or {}
-        approval = spec.get("approval") or {}
-        lease = spec.get("lease") or {}
-        ttl = spec.get("ttlSecondsAfterFinished")
-        return cls(
-            graph=str(spec.get("graph") or ""),
-            input=dict(spec.get("input") or {}),
-            durability=str(spec.get("durability") or cls.durability),
-            worker=dict(spec.get("worker") or {}),
-            lease_duration_seconds=int(lease.get("durationSeconds") or cls.lease_duration_seconds),
-            retry=RetryPolicy(
-                max_attempts=int(retry.get("maxAttempts") or RetryPolicy.max_attempts),
-                backoff_seconds=float(retry.get("backoffSeconds", RetryPolicy.backoff_seconds)),
-                max_backoff_seconds=float(retry.get("maxBackoffSeconds", RetryPolicy.max_backoff_seconds)),
-            ),
-            approval=ApprovalPolicy.from_json(approval),
-            ttl_seconds_after_finished=int(ttl) if ttl is not None else None,
-            cancel=bool(spec.get("cancel", cls.cancel)),
-            suspend=bool(spec.get("suspend", cls.suspend)),
-            retry_generation=int(spec.get("retryGeneration") or 0),
-            fork_of=ForkRequest.from_json(spec.get("forkOf")),
-            notify=dict(approval.get("notify") or {}),
-            concurrency=Concurrency.from_json(spec.get("concurrency"), graph=str(spec.get("graph") or "")),
-        )
-
-
-@dataclasses.dataclass(frozen=True)
-class Concurrency:
-    """``spec.concurrency``: at most ``limit`` runs of the namespace sharing ``key`` have a worker Pod."""
-
-    key: str
-    limit: int
-
-    @classmethod
-    def from_json(cls, doc: Any, *, graph: str) -> Concurrency | None:
-        if not isinstance(doc, Mapping) or not doc.get("limit"):
-            return None
-        return cls(key=str(doc.get("key") or graph), limit=max(1, int(doc["limit"])))
-
-    @property
-    def group(self) -> tuple[str, int]:
-        """As the start throttle takes it (agent_operator.throttle.Group)."""
-        return (self.key, self.limit)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -349,6 +185,7 @@ class World:
     approvals: tuple[store.Approval, ...] = ()
     interventions: tuple[store.Intervention, ...] = ()  # read only when the run has any
     effects: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    usage: Mapping[str, Any] | None = None  # status.usage (runs with spec.budget; agent_operator.observe)
     pods: Mapping[int, PodInfo] = dataclasses.field(default_factory=dict)  # attempt -> Pod
     # The run Lease is held by this pod name and has not changed for longer than its duration, by
     # locally observed time (lease_math.LeaseObserver). None when the Lease is held, free or absent.
@@ -399,6 +236,9 @@ class World:
     fork_source: ForkSource | None = None
     # The last notification problem (reason, message) of this process (agent_operator.notifier), or None.
     notify_problem: tuple[str, str] | None = None
+    # What the run's deadlines are measured from (Postgres' clock); read only for a run with a deadline that
+    # is not finished (agent_operator.deadlines), else None.
+    deadline_clock: deadline_math.Clock | None = None
 
     @property
     def pending_approval(self) -> store.Approval | None:

@@ -18,7 +18,7 @@ from typing import Any
 from agent_operator import forks, kube, metrics, model, throttle
 from agent_operator import memory as memory_
 from agent_operator import settings as settings_
-from agentrun_core import lease_math, protocol, store
+from agentrun_core import budget, lease_math, protocol, store
 from agentrun_core.store import connect
 
 logger = logging.getLogger(__name__)
@@ -39,6 +39,23 @@ class Observer:
         self._admission: tuple[float, bool | None] | None = None  # (monotonic time, ok)
         self.admission_missing: tuple[str, ...] = ()  # what the last look found absent or not as shipped
         self.admission_mode: str | None = None  # which shipped install the last look found (admission.MODES)
+
+    def _usage(
+        self, run_id: str, spec: model.RunSpec, approvals: tuple[store.Approval, ...]
+    ) -> dict[str, Any] | None:
+        """status.usage of a run with spec.budget: what it spent and the limits in force (one more round
+        trip, for budgeted runs only). None when spec.budget cannot be read (the worker fails the run)."""
+        try:
+            spec_budget = budget.Budget.from_json(spec.budget)
+        except budget.BudgetError:
+            return None
+        spent, calls = store.model_usage(self.db, run_id)
+        limits = budget.replay(spec_budget, [(a.prompt, a.status, a.payload) for a in approvals])
+        return {
+            "calls": calls,
+            **spent.to_json(spec_budget.currency),
+            "limits": budget.show_limits(limits),
+        }
 
     def admission_ok(self, fresh: bool = False) -> bool | None:
         """Whether the steering-guarding admission policies are installed as shipped (None: unknown).
@@ -150,6 +167,9 @@ class Observer:
             except kube.KubeError as exc:
                 logger.warning("could not read namespace %s's approval policy: %s", run.namespace, exc)
                 ok = None  # decide nothing until it is read
+        clock = None
+        if spec.has_deadline and db is not None and db.status not in model.DB_FINAL:
+            clock = store.deadline_clock(self.db, run.uid)  # a second round trip only for such runs
         group = spec.concurrency.group if spec.concurrency is not None else None
         wait = self.throttle.waits_for(run.namespace, run.uid, group)
         return model.World(
@@ -162,6 +182,7 @@ class Observer:
             approvals=approvals,
             interventions=seen.interventions,
             effects=seen.effects,
+            usage=self._usage(run.uid, spec, approvals) if spec.budget and db is not None else None,
             pods=by_attempt,
             lease_expired_holder=expired_holder,
             lease_holder=holder,
@@ -183,6 +204,7 @@ class Observer:
             default_image=self.settings.worker.image,
             fork_source=fork_source,
             notify_problem=memory.notify_problem,
+            deadline_clock=clock,
         )
 
     def confirm(self, world: model.World, memory: memory_.RunMemory) -> model.World:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -17,6 +18,10 @@ from agentrun_core import faults, protocol
 CONTROL_PLANE_REASONS = frozenset({"lease_lost", "infra"})
 # ... but at most this many of them per run, so a cause that never goes away still ends the run.
 CONTROL_PLANE_LOSS_LIMIT = 20
+# The worker's code does not run against the database's schema (exit 15, agentrun_core.compat): an upgrade
+# half done, not the run's failure. The run waits (condition WorkerIncompatible), retried with backoff for as
+# long as it takes; it never consumes maxAttempts nor the control-plane limit.
+INCOMPATIBLE = "incompatible"
 
 # The Secret holding the namespace's worker DSN when the operator provisions it (agent_operator.tenants).
 TENANT_SECRET = "agentrun-worker-db"
@@ -43,6 +48,8 @@ def _worker_env(
     # (AGENTRUN_WORKER_DSN_SECRET) or the tenant role's the operator provisions (agent_operator.tenants).
     secret, _, key = (settings.worker.dsn_secret or f"{TENANT_SECRET}/{TENANT_SECRET_KEY}").partition("/")
     env.append({"name": protocol.ENV_DSN, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}})
+    if spec.budget:  # the limits as the spec has them when the attempt starts (agent_worker.budget)
+        env.append({"name": protocol.ENV_BUDGET, "value": json.dumps(dict(spec.budget), sort_keys=True)})
     for item in spec.worker.get("env") or ():
         name = str(item.get("name", ""))
         match = _ATTEMPT_FAULTS.match(name)
@@ -152,6 +159,11 @@ def end_reason(pod: model.PodInfo | None) -> tuple[str, str]:
         return "OOMKilled", f"the worker was OOM-killed (exit code {code})"
     if code == protocol.EXIT_DRAINED:
         return "drained", "the worker drained at a step boundary (SIGTERM)"
+    if code == protocol.EXIT_INCOMPATIBLE:
+        return INCOMPATIBLE, (
+            "the worker's code does not run against the database's schema (exit code 15; its log says "
+            "whether it is newer or older than the schema, see docs/upgrading.md)"
+        )
     if code == protocol.EXIT_INFRA:
         return "infra", "the worker lost its connection to Postgres (exit code 14); the attempt is retried"
     if code == protocol.EXIT_FENCED and not pod.deleting:

@@ -9,7 +9,8 @@ Order of concerns, each step able to end the pass:
    attempt budget from its checkpoint;
 3. the outcome recorded in Postgres (Succeeded/Failed/Cancelled are final and sticky), TTL (``endings``);
 4. stop requests — delete, cancel, suspend (``endings.stop``);
-5. the attempt: start the first, watch the current one, start the next (``attempts``).
+5. deadlines: past one, the run fails (``deadlines``); else the pass asks to be woken at it;
+6. the attempt: start the first, watch the current one, start the next (``attempts``).
 
 The steps change the decided ``walk.State`` and say whether status is written; ``decide`` builds that
 status once, at the end of the pass (``run_status.build``). The settings (polls, the Pod cache grace, the
@@ -27,6 +28,7 @@ from agent_operator import (
     actions,
     approvals,
     attempts,
+    deadlines,
     endings,
     forks,
     imagepin,
@@ -118,7 +120,11 @@ def _walk(w: walk.Walk) -> None:
         _resume_refused(w)
         return
 
-    # 5. Attempts.
+    # 5. Deadlines (spec.activeDeadlineSeconds, progressDeadlineSeconds): fail the run, or wake at them.
+    if deadlines.expire(w):
+        return
+
+    # 6. Attempts.
     attempts.attempt(w, current, pod)
     if plan.queued:
         # Woken when a slot frees (agent_operator.throttle); polling a queue of 1,000 runs at the active

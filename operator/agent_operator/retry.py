@@ -62,3 +62,19 @@ def on_control_plane_loss(
     next attempt after the base backoff (the cause may still be there, so not at once)."""
     delay = backoff_seconds(policy, 1)
     return Loss(attempt, reason, message, previous_restarts, now + datetime.timedelta(seconds=delay))
+
+
+def on_incompatible(
+    policy: model.RetryPolicy,
+    attempt: int,
+    reason: str,
+    message: str,
+    previous_restarts: int,
+    now: datetime.datetime,
+    waits: int,
+) -> Loss:
+    """The worker refused the schema (exit 15) for the ``waits``-th time in a row: restarts and the limit
+    unchanged, never exhausted; the next try after the run's backoff, doubled per wait up to its cap (an
+    upgrade in progress takes minutes, a wrong image until someone changes it)."""
+    delay = backoff_seconds(policy, waits)
+    return Loss(attempt, reason, message, previous_restarts, now + datetime.timedelta(seconds=delay))

@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from agent_operator import actions, approvals, edits, forks, model, phases, steering, walk
+from agent_operator import actions, approvals, edits, forks, model, phases, pods, steering, walk
 from agentrun_core import hitl, protocol, results
 
 
@@ -88,6 +88,8 @@ def build(
             }
             for a in sorted(decided, key=lambda a: (a.decided_at is None, phases.iso(a.decided_at) or ""))
         ]
+    if world.usage is not None:
+        status["usage"] = dict(world.usage)
     if world.effects:
         status["effects"] = {k: int(v) for k, v in world.effects.items()}
     if db is not None and (db.retry_generation or st.reopened or st.observed_retry_generation):
@@ -114,6 +116,7 @@ def build(
     )
     desired.update(policy_condition(world))
     desired.update(notify_condition(world))
+    desired.update(compat_condition(world, st))
     status["conditions"] = phases.conditions(
         world.status.get("conditions"), desired, world.run.generation, world.now
     )
@@ -153,6 +156,24 @@ def policy_condition(world: model.World) -> dict[str, tuple[bool, str, str]]:
     if had and world.admission_ok:
         return {"ApprovalPolicyMissing": (False, "AdmissionPoliciesInstalled", "policies installed")}
     return {}
+
+
+def compat_condition(world: model.World, st: walk.State) -> dict[str, tuple[bool, str, str]]:
+    """WorkerIncompatible: True while the run waits because its worker refused the schema (exit 15,
+    docs/upgrading.md), until a later attempt's worker holds the run; False after that."""
+    end = st.last_end or {}
+    had = any(c.get("type") == "WorkerIncompatible" for c in world.status.get("conditions") or ())
+    compatible = {"WorkerIncompatible": (False, "Compatible", "the worker runs against the schema")}
+    if end.get("reason") != pods.INCOMPATIBLE:
+        return compatible if had else {}
+    # Waiting: the refusing attempt is the current one, or the next one's worker has not taken the run yet.
+    # Any attempt after that one was started after a compatible worker held the run.
+    current = protocol.pod_name(world.run.name, st.attempts) if st.attempts else None
+    claimed = world.db is not None and world.db.holder == current
+    gap = st.attempts - int(end.get("attempt") or 0)
+    if st.phase in phases.FINAL_PHASES or gap > 1 or (gap == 1 and claimed):
+        return compatible
+    return {"WorkerIncompatible": (True, "WorkerIncompatible", str(end.get("message") or ""))}
 
 
 def notify_condition(world: model.World) -> dict[str, tuple[bool, str, str]]:

@@ -66,6 +66,9 @@ class ReconcileSettings:
     # log (seconds, from when the operator saw it terminated); earlier attempts' Pods go once a later one
     # started (cleanup.py).
     finished_pod_retention_seconds: float = 600.0  # AGENTRUN_FINISHED_POD_RETENTION_SECONDS
+    # A worker role's Postgres session that keeps any other session waiting on a lock this long is ended
+    # (agent_operator.lockwatch; 0 = never): a tenant may LOCK a shared table it can UPDATE.
+    tenant_lock_wait_seconds: float = 10.0  # AGENTRUN_TENANT_LOCK_WAIT_SECONDS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,18 +92,35 @@ class NotifySettings:
 
 
 @dataclasses.dataclass(frozen=True)
+class ReadApiSettings:
+    """The read API (agent_operator.readapi): a run's trace, effects and approvals served over HTTPS to the
+    API server's aggregation layer (APIService ``v1alpha1.read.agentrun.dev``)."""
+
+    port: int = 0  # AGENTRUN_READ_API_PORT: 0 = not served
+    address: str = "0.0.0.0"  # AGENTRUN_READ_API_ADDRESS: the address to listen on
+    cert: str = ""  # AGENTRUN_READ_API_CERT: serving certificate file (PEM), required with a port
+    key: str = ""  # AGENTRUN_READ_API_KEY: its private key file (PEM)
+
+
+@dataclasses.dataclass(frozen=True)
 class Settings:
     dsn: str  # AGENTRUN_DSN: Postgres DSN (required)
     namespaces: tuple[str, ...] = ()  # AGENTRUN_WATCH_NAMESPACES: comma list; empty = cluster-wide
     metrics_port: int = 0  # AGENTRUN_METRICS_PORT: 0 = no /metrics endpoint
     kubeconfig: str = ""  # KUBECONFIG (else in-cluster service account)
-    # AGENTRUN_MIGRATE: the leader applies the schema migrations (idempotent, advisory-locked) at start-up,
-    # before it admits any run. Off when a DBA applies them out of band.
+    # AGENTRUN_MIGRATE (true/false): the leader applies the schema migrations at start-up, before it admits
+    # any run — the same files and lock as `agentrun migrate` (idempotent; a concurrent migrator waits).
+    # false: only the migrate Job (deploy/migrate) or a DBA changes the schema, and the operator refuses to
+    # start on a schema not migrated for it (agent_operator.main.schema_problem; docs/upgrading.md).
     migrate: bool = True
     leader: LeaderSettings = dataclasses.field(default_factory=LeaderSettings)
     worker: WorkerDefaults = dataclasses.field(default_factory=WorkerDefaults)
     reconcile: ReconcileSettings = dataclasses.field(default_factory=ReconcileSettings)
     notify: NotifySettings = dataclasses.field(default_factory=NotifySettings)
+    read_api: ReadApiSettings = dataclasses.field(default_factory=ReadApiSettings)
+    # AGENTRUN_SCHEDULE_CLOCK_OFFSET_SECONDS: added to the wall clock the schedules tick by (may be negative).
+    # For tests only: it lets a test stand just before a tick instead of waiting for one.
+    schedule_clock_offset_seconds: float = 0.0
 
     @property
     def worker_dsn(self) -> str:
@@ -200,6 +220,9 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         finished_pod_retention_seconds=_number(
             env, "AGENTRUN_FINISHED_POD_RETENTION_SECONDS", ReconcileSettings.finished_pod_retention_seconds
         ),
+        tenant_lock_wait_seconds=_number(
+            env, "AGENTRUN_TENANT_LOCK_WAIT_SECONDS", ReconcileSettings.tenant_lock_wait_seconds
+        ),
     )
     notify = NotifySettings(
         timeout_seconds=_number(env, "AGENTRUN_NOTIFY_TIMEOUT_SECONDS", NotifySettings.timeout_seconds),
@@ -218,6 +241,17 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         or NotifySettings.allowed_hosts,
     )
     metrics_port = int(_number(env, "AGENTRUN_METRICS_PORT", 0))
+    read_api = ReadApiSettings(
+        port=envconf.integer(env, "AGENTRUN_READ_API_PORT", 0, minimum=0, error=SettingsError),
+        address=env.get("AGENTRUN_READ_API_ADDRESS", "").strip() or ReadApiSettings.address,
+        cert=env.get("AGENTRUN_READ_API_CERT", "").strip(),
+        key=env.get("AGENTRUN_READ_API_KEY", "").strip(),
+    )
+    if read_api.port and not (read_api.cert and read_api.key):
+        raise SettingsError(
+            "AGENTRUN_READ_API_PORT needs AGENTRUN_READ_API_CERT and AGENTRUN_READ_API_KEY (the serving "
+            "certificate the API server's aggregation layer verifies)"
+        )
     return Settings(
         dsn=dsn,
         namespaces=namespaces,
@@ -228,4 +262,8 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         worker=worker,
         reconcile=reconcile,
         notify=notify,
+        read_api=read_api,
+        schedule_clock_offset_seconds=envconf.number(
+            env, "AGENTRUN_SCHEDULE_CLOCK_OFFSET_SECONDS", 0.0, error=SettingsError
+        ),
     )

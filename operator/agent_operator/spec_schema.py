@@ -13,12 +13,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from agent_operator import openapi, spec_approval
+from agent_operator import openapi, spec_approval, spec_budget
 from agentrun_core import protocol
 
 ON_TIMEOUT = spec_approval.ON_TIMEOUT
 NOTIFY_FORMATS = spec_approval.NOTIFY_FORMATS
 # A CEL rule keeps state paths (spec.forkOf.set/setJson keys) to identifiers joined by dots, at most 8 deep.
+# Run deadlines (spec.activeDeadlineSeconds, progressDeadlineSeconds): positive, at most ten years.
+MAX_DEADLINE_SECONDS = 315360000
 _STATE_PATH = "^[A-Za-z_][A-Za-z0-9_]*([.][A-Za-z_][A-Za-z0-9_]*){0,7}$"
 
 
@@ -162,10 +164,35 @@ SPEC: openapi.Schema = openapi.obj(
             ],
         ),
         "approval": spec_approval.APPROVAL,
+        "budget": spec_budget.BUDGET,
         "ttlSecondsAfterFinished": openapi.integer(
             "Delete the AgentRun this many seconds after it finished (unset = keep).",
             minimum=0,
             maximum=31536000,
+        ),
+        "activeDeadlineSeconds": openapi.integer(
+            (
+                "Fail the run (reason DeadlineExceeded) once it has been active this long: the time it had a "
+                "worker attempt, from each attempt's start to its end. Not counted: time parked on an "
+                "approval (that wait has its own deadline, spec.approval.timeoutSeconds), suspended, queued "
+                "for a worker slot or backing off between attempts; a retry starts the count again. The "
+                "worker is fenced at once (no new effect; an effect in flight keeps its ledger row) and its "
+                "Pod deleted, as a cancel does. Unset = no limit."
+            ),
+            minimum=1,
+            maximum=MAX_DEADLINE_SECONDS,
+        ),
+        "progressDeadlineSeconds": openapi.integer(
+            (
+                "Fail the run (reason ProgressDeadlineExceeded) when its worker runs this long without "
+                "finishing a step (a worker that heartbeats inside one step, or hangs, makes no progress). "
+                "Counted from the later of the current worker's claim of the run and the last recorded "
+                "step; not while no attempt runs (parked, suspended). Under durability exit the steps of "
+                "an attempt are recorded at its end, so this counts from the worker's claim. Unset = no "
+                "limit."
+            ),
+            minimum=1,
+            maximum=MAX_DEADLINE_SECONDS,
         ),
         "cancel": openapi.boolean(
             "Stop the run at a step boundary and mark it Cancelled (cannot be undone).", default=False

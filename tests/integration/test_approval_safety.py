@@ -214,6 +214,9 @@ WEAKENINGS = {
 }
 
 
+# serial: it deletes or weakens the cluster-wide approval policy, which every test beside it would feel
+# (scripts/test runs it alone, after the rest).
+@pytest.mark.serial
 @pytest.mark.parametrize("weakening", sorted(WEAKENINGS))
 def test_operator_refuses_decisions_without_the_admission_policies(
     kube: kubernetes.client.ApiClient,

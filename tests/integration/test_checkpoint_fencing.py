@@ -225,6 +225,9 @@ def test_trace_checkpoint_figure_is_the_savers_own_measurement(
         assert shown is not None and shown in text
 
 
+# serial: it restarts the dev cluster's shared Postgres, which every test beside it would feel
+# (scripts/test runs it alone, after the rest).
+@pytest.mark.serial
 @pytest.mark.parametrize("kill_postmaster", [False, True], ids=["restart", "postmaster-sigkill"])
 def test_postgres_restart_while_a_node_heartbeats_is_an_infra_loss_then_succeeds(
     pg_dsn: str,

@@ -1,19 +1,22 @@
-"""``kubectl agentrun suspend | resume | logs [-f] [--attempt N]`` on a run of the real operator with real
-worker Pods, and the run's image pin as the dev cluster reports it (the local pod runtime reports no image
-digest: the pin is the admitted reference, said so in status, recorded in Postgres)."""
+"""``kubectl agentrun suspend | resume | logs [-f] [--attempt N]`` and the global ``--as`` / ``--as-group``
+(impersonation) on a run of the real operator with real worker Pods, and the run's image pin as the dev
+cluster reports it (the local pod runtime reports no image digest: the pin is the admitted reference, said
+so in status, recorded in Postgres)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import kubernetes
 import psycopg
-from conftest import OperatorHandle, create_run, pods, run_status, wait_for, wait_phase
+from conftest import OperatorHandle, bind, create_run, pods, run_status, wait_for, wait_phase
 
 from agent_operator import imagepin
+from agentrun_core import store
 from tests.integration.test_steer_flow import FLAKY, VENV_BIN, as_user, spec
 
 
@@ -161,10 +164,12 @@ def test_logs_follow_goes_on_into_the_next_attempt_and_stops_when_no_attempt_wil
         lambda: any("acquired by hop-2" in line for line in lines),
         240,
         "attempt 2's log through the same follow",
-        on_timeout=lambda: f"follow exit {follow.poll()}: "
-        + (follow.stderr.read() if follow.poll() is not None else "")  # type: ignore[union-attr]
-        + "".join(lines)[-3000:]
-        + operator.logs()[-3000:],
+        on_timeout=lambda: (
+            f"follow exit {follow.poll()}: "
+            + (follow.stderr.read() if follow.poll() is not None else "")  # type: ignore[union-attr]
+            + "".join(lines)[-3000:]
+            + operator.logs()[-3000:]
+        ),
     )
     assert follow.poll() is None  # still following attempt 2
     assert as_user(admin_kubeconfig, "agentrun", "cancel", "hop", "-n", ns).returncode == 0
@@ -173,3 +178,59 @@ def test_logs_follow_goes_on_into_the_next_attempt_and_stops_when_no_attempt_wil
     reader.join(timeout=30)
     err = follow.stderr.read()  # type: ignore[union-attr]
     assert "following attempt 2 (pod hop-2)" in err and "hop is Cancelled: no further attempt" in err, err
+
+
+APPROVAL = "tests.integration.test_operator_graphs:approval"
+
+
+def test_as_impersonates_like_kubectl(
+    kube: kubernetes.client.ApiClient,
+    operator: OperatorHandle,
+    admin_kubeconfig: Path,
+    identity: Callable[..., Path],
+    pg_dsn: str,
+    tmp_path: Path,
+) -> None:
+    """``--as USER [--as-group G]`` (global, as kubectl's): the dev cluster's admin, who may impersonate, acts
+    as each identity, and each is allowed or refused by its own RBAC; the decision is recorded under the
+    impersonated name (the API server stamps request.userInfo). Someone who may not impersonate is refused."""
+    ns, out = operator.namespace, tmp_path / "out.txt"
+    bind(kube, ns, "manager", "agentrun-approver")
+    bind(kube, ns, "mallory", "agentrun-editor")  # may patch AgentRuns, not approve them
+    body = {
+        "graph": APPROVAL,
+        "input": {"path": str(out), "line": "impersonated"},
+        "lease": {"durationSeconds": 8},
+        "retry": {"backoffSeconds": 0},
+    }
+    uid = create_run(kube, ns, "imp", body)["metadata"]["uid"]
+    status = wait_phase(kube, ns, "imp", "WaitingApproval", 180, operator)
+    aid = str(status["pendingApproval"]["id"])
+    approve = ("agentrun", "approve", "imp", "-n", ns, "--id", aid)
+
+    as_mallory = as_user(admin_kubeconfig, *approve, "--as", "mallory", "--as-group", "devs")
+    assert as_mallory.returncode != 0, as_mallory.stdout
+    assert "may not approve or reject" in as_mallory.stderr, as_mallory.stderr
+    # the manager may not impersonate anyone: the API server refuses before anything else
+    manager = identity("manager", ["managers"])
+    hijack = as_user(manager, *approve, "--as=mallory")
+    assert hijack.returncode != 0 and "cannot impersonate" in hijack.stderr, hijack.stderr
+    assert run_status(kube, ns, "imp")["phase"] == "WaitingApproval"
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        assert [a.status for a in store.list_approvals(conn, uid)] == ["pending"]
+
+    # --as before the verb, as a global option: the manager's own RBAC allows it
+    as_manager = as_user(
+        admin_kubeconfig, "agentrun", "--as", "manager", "--as-group", "managers", *approve[1:]
+    )
+    assert as_manager.returncode == 0, as_manager.stderr
+    status = wait_phase(kube, ns, "imp", ("Succeeded", "Failed"), 180, operator)
+    assert status["phase"] == "Succeeded", status
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        (decided,) = store.list_approvals(conn, uid)
+    assert (decided.status, decided.decided_by) == ("approved", "manager")
+    assert len(out.read_text().splitlines()) == 1  # the approved effect, once, at its provider
+
+    # usage errors are the CLI's, before any request
+    lonely = as_user(admin_kubeconfig, *approve, "--as-group", "managers")
+    assert lonely.returncode == 2 and "--as-group needs --as" in lonely.stderr, lonely.stderr

@@ -25,7 +25,9 @@ import pytest
 from agentrun_dev import cluster, postgres, procs, state
 from agentrun_dev import settings as dev_settings
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+# serial: a second whole cluster (etcd, API server, controller-manager) started and killed: the CPU it takes
+# would slow every test beside it past its deadlines (scripts/test runs it alone, after the rest).
+pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.serial]
 
 
 @pytest.fixture

@@ -22,6 +22,10 @@ from agentrun_core import store
 from agentrun_core.store import metrics_sql
 from agentrun_dev import cluster
 
+# serial: it stops the dev cluster's shared API server and Postgres, which every test running beside it would
+# feel (scripts/test runs it alone, after the rest).
+pytestmark = pytest.mark.serial
+
 STEPS = "tests.integration.test_operator_graphs:steps"
 RUNS = 3
 LEASE = 3

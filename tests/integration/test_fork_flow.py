@@ -115,7 +115,7 @@ def test_fork_after_draft_with_an_edit_sends_its_own_email_and_both_traces_link(
     assert "Refunds and double charges" in original and EDITED not in original
 
     forked = kubectl(
-        people["dev"], "agentrun", "fork", "t1", "--step", "draft", "--as", "t2", "-n", ns,
+        people["dev"], "agentrun", "fork", "t1", "--step", "draft", "--name", "t2", "-n", ns,
         "--set", f"draft.body={EDITED}",
     )  # fmt: skip
     assert forked.returncode == 0, (forked.stderr, operator.logs()[-6000:])
@@ -165,19 +165,19 @@ def test_bad_forks_are_refused_clearly_and_leave_nothing(
 
     cases = [
         (
-            ("--step", "nosuch", "--as", "f1"),
+            ("--step", "nosuch", "--name", "f1"),
             "run s has no checkpoint after a step 'nosuch' (steps it completed:",
         ),
-        (("--checkpoint", "1f0-nope", "--as", "f2"), "'1f0-nope' is not a checkpoint of run s"),
-        (("--step", "draft", "--as", "f3", "--set", "nosuch.x=1"), "cannot set 'nosuch': not in the state"),
+        (("--checkpoint", "1f0-nope", "--name", "f2"), "'1f0-nope' is not a checkpoint of run s"),
+        (("--step", "draft", "--name", "f3", "--set", "nosuch.x=1"), "cannot set 'nosuch': not in the state"),
     ]
     for args, message in cases:
         refused = fork("dev", *args)
         assert refused.returncode == 1 and message in refused.stderr, (args, refused.stderr)
         assert "was deleted: nothing ran" in refused.stderr
-    bad_path = fork("dev", "--step", "draft", "--as", "f4", "--set", "draft..body=x")
+    bad_path = fork("dev", "--step", "draft", "--name", "f4", "--set", "draft..body=x")
     assert bad_path.returncode == 1 and "a state path is identifiers joined by dots" in bad_path.stderr
-    bad_json = fork("dev", "--step", "draft", "--as", "f5", "--set-json", "draft={nope")
+    bad_json = fork("dev", "--step", "draft", "--name", "f5", "--set-json", "draft={nope")
     assert bad_json.returncode == 1 and "the value is not JSON" in bad_json.stderr
     # Through the API server directly: not the fork verb, the same rules.
     body = {
@@ -226,7 +226,7 @@ def test_fork_at_a_checkpoint_id_with_a_json_edit(
     ]
     draft = {"to": "ada@example.com", "subject": "Re: T-7", "body": EDITED}
     forked = kubectl(
-        people["dev"], "agentrun", "fork", "src", "--checkpoint", checkpoint, "--as", "c1", "-n", ns,
+        people["dev"], "agentrun", "fork", "src", "--checkpoint", checkpoint, "--name", "c1", "-n", ns,
         "--set-json", f"draft={json.dumps(draft)}",
     )  # fmt: skip
     assert forked.returncode == 0, (forked.stderr, operator.logs()[-6000:])
@@ -245,7 +245,7 @@ def test_fork_at_a_checkpoint_id_with_a_json_edit(
         "src",
         "--step",
         "draft",
-        "--as",
+        "--name",
         "c2",
         "-n",
         ns,

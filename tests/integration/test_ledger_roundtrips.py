@@ -103,8 +103,7 @@ def test_happy_path_is_two_round_trips_and_replay_two(
     print(f"\nPostgres round trips: {first / 5:g} per new effect, {replay / 5:g} per replayed effect")
     assert first == 2 * 5  # reserve_new_effect, record_effect
     # A replay finds the key taken by the first statement, and reserve_effect returns the row: two, where one
-    # statement doing both cost every new effect ~9 % of P2's throughput (docs/performance.md, seventeenth
-    # round).
+    # statement doing both cost every new effect ~9 % of P2's throughput (docs/dev/performance.md, "Kept").
     assert replay == 2 * 5
     assert len(calls) == 5  # the replay called the provider zero times
     effects_ = store.list_effects(pool, "r")

@@ -15,6 +15,10 @@ from agentrun_core import store
 from agentrun_dev import settings as dev_settings
 from tests.integration import pg_chaos
 
+# serial: it restarts the dev cluster's shared Postgres, which every test running beside it would feel
+# (scripts/test runs it alone, after the rest).
+pytestmark = pytest.mark.serial
+
 STEPS = "tests.integration.test_operator_graphs:steps"
 
 

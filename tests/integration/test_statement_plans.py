@@ -56,6 +56,8 @@ BY_RUN: dict[str, str] = {
     "list_heartbeats": "agentrun_heartbeats",
     "list_step_events": "agentrun_step_batches",  # through the view agentrun_step_events
     "list_interventions": "agentrun_interventions",
+    "model_usage_total": "agentrun_model_usage",  # spec.budget: a worker's start, status.usage
+    "model_usage_by_step": "agentrun_model_usage",  # the trace
 }
 
 

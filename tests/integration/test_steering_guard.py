@@ -80,23 +80,23 @@ def test_a_fork_does_not_walk_past_a_rejected_approval(
 
     # 1. The issue's attack: an editor's fork with edits past the gate. Refused by the API server.
     code, text = fork(
-        "dev", "--step", "review", "--as", "f1",
+        "dev", "--step", "review", "--name", "f1",
         "--set-json", 'decision={"approved": true}', "--set", f"draft.body={UNAPPROVED}",
     )  # fmt: skip
     assert code == 1 and "may not fork AgentRun" in text and 'needs the RBAC verb "approve"' in text, text
     assert _absent(kube, ns, "f1")
     # 2. Without edits, from the checkpoint after the rejection: the operator refuses it (the state holds
     #    the decision), and the CLI deletes the fork.
-    code, text = fork("dev", "--step", "review", "--as", "f2")
+    code, text = fork("dev", "--step", "review", "--name", "f2")
     assert code == 1 and "was written after its approval" in text and "(rejected) was decided" in text, text
     assert "--approve" in text and "was deleted: nothing ran" in text
     # The delete is accepted at once; the object goes when the operator has released its finalizer.
     wait_for(lambda: _absent(kube, ns, "f2"), 120, "the refused fork f2 to be gone", interval=1)
     # 3. --approve by someone without the approve verb: refused by the API server.
-    code, text = fork("dev", "--step", "review", "--as", "f3", "--approve")
+    code, text = fork("dev", "--step", "review", "--name", "f3", "--approve")
     assert code == 1 and 'needs the RBAC verb "approve"' in text, text
     # 4. From before the approval: admitted, and the fork asks for the approval again (its own).
-    code, text = fork("dev", "--step", "draft", "--as", "f4")
+    code, text = fork("dev", "--step", "draft", "--name", "f4")
     assert code == 0, (text, operator.logs()[-4000:])
     again = wait_for(
         lambda: run_status(kube, ns, "f4").get("pendingApproval"),
@@ -107,7 +107,7 @@ def test_a_fork_does_not_walk_past_a_rejected_approval(
     assert again["id"] != asked["id"]
     # 5. Someone who may approve decides to send the edited reply: their fork passes, and sends it once.
     code, text = fork(
-        "lead", "--step", "review", "--as", "f5",
+        "lead", "--step", "review", "--name", "f5",
         "--set-json", 'decision={"approved": true}', "--set", f"draft.body={UNAPPROVED}",
     )  # fmt: skip
     assert code == 0, (text, operator.logs()[-4000:])
@@ -120,6 +120,9 @@ def test_a_fork_does_not_walk_past_a_rejected_approval(
 # --- issue 35.4: no steering while a steering policy is not as shipped ------------------------------------
 
 
+# serial: it narrows the cluster-wide steering policy, which every test beside it would feel
+# (scripts/test runs it alone, after the rest).
+@pytest.mark.serial
 def test_operator_refuses_a_retry_while_the_steering_policy_is_narrowed_to_create(
     kube: kubernetes.client.ApiClient,
     operator: OperatorHandle,

@@ -18,10 +18,11 @@ from typing import Any
 import psycopg
 import psycopg.sql
 import pytest
+from conftest import wait_for
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.graph import END, START, StateGraph
 
-from agent_operator import tenants
+from agent_operator import lockwatch, tenants
 from agentrun_core import keys, store
 
 pytestmark = pytest.mark.postgres
@@ -565,13 +566,69 @@ def test_copy_out_and_notifications_show_only_a_tenants_own_rows(
     assert list(attacker.notifies(timeout=0.5, stop_after=1)) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known, not fixed (issue 35 report): Postgres lets any role with UPDATE on a table LOCK it in "
-    "ACCESS EXCLUSIVE mode, and workers need UPDATE on agentrun_runs; a tenant holding that lock in an open "
-    "transaction stops every other tenant and the operator until its session ends",
-)
-def test_a_tenant_cannot_lock_a_shared_table_for_everyone(attacker: psycopg.Connection[Any]) -> None:
-    with attacker.transaction():
-        refusal = _try(attacker, "LOCK TABLE agentrun_runs IN ACCESS EXCLUSIVE MODE NOWAIT")
-    assert "permission denied" in refusal, refusal
+def _waited(pg_dsn: str, pids: list[int]) -> float | None:
+    """How long the first of ``pids`` has waited on a lock (seconds, Postgres's clock); None: not waiting."""
+    if not pids:
+        return None
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        row = admin.execute(
+            "SELECT extract(epoch FROM now() - min(waitstart))::float8 FROM pg_locks"
+            " WHERE pid = %s AND NOT granted",
+            (pids[0],),
+        ).fetchone()
+    return None if row is None or row[0] is None else float(row[0])
+
+
+def _b_reads_its_run(two: dict[str, Any], pids: list[int]) -> str | None:
+    """B's worker reads its run (waits behind any lock on agentrun_runs); its pid goes to ``pids`` first."""
+    with psycopg.connect(two["dsn_b"], autocommit=True) as b:
+        pids.append(b.info.backend_pid)
+        row = b.execute("SELECT status FROM agentrun_runs WHERE run_id = %s", (RUN_B,)).fetchone()
+    return str(row[0]) if row else None
+
+
+def test_a_tenant_holding_a_shared_table_locked_is_ended(
+    two: dict[str, Any], attacker: psycopg.Connection[Any], pg_dsn: str
+) -> None:
+    # Postgres lets any role with UPDATE on a table LOCK it in ACCESS EXCLUSIVE mode, and a worker role needs
+    # UPDATE on agentrun_runs: the lock cannot be refused, so the operator's lock watch ends the session.
+    attacker.execute("BEGIN")
+    attacker.execute("LOCK TABLE agentrun_runs IN ACCESS EXCLUSIVE MODE")
+    watch = lockwatch.LockWatch(pg_dsn, wait_seconds=1.0)
+    pids: list[int] = []
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        victim = pool.submit(_b_reads_its_run, two, pids)
+        wait_for(lambda: _waited(pg_dsn, pids) is not None, 60, "B's worker to wait on the lock")
+        assert not victim.done()
+        found = wait_for(watch.sweep, 60, "the lock watch to end the blocking session", interval=0.5)
+        assert [(r["namespace"], r["ended"]) for r in found] == [(two["a"], True)], found
+        assert victim.result(timeout=60) is not None  # B's worker goes on
+    with pytest.raises(psycopg.OperationalError):
+        attacker.execute("SELECT 1")
+    assert watch.ended == 1
+    watch.stop()
+
+
+def test_the_lock_watch_never_ends_an_admin_session(two: dict[str, Any], pg_dsn: str) -> None:
+    # Only worker roles' sessions are ended: an admin's (a migration, the operator) that blocks for as long is
+    # left alone, and so is a tenant's session that blocks nobody.
+    watch = lockwatch.LockWatch(pg_dsn, wait_seconds=1.0)
+    with (
+        psycopg.connect(pg_dsn, autocommit=True) as admin,
+        psycopg.connect(two["dsn_a"], autocommit=True) as a,
+    ):
+        a.execute("BEGIN")
+        a.execute("LOCK TABLE agentrun_effects IN ACCESS EXCLUSIVE MODE")  # blocks nobody
+        admin.execute("BEGIN")
+        admin.execute("LOCK TABLE agentrun_runs IN ACCESS EXCLUSIVE MODE")
+        pids: list[int] = []
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            victim = pool.submit(_b_reads_its_run, two, pids)
+            # B's worker has waited past the watch's limit behind the admin: a look finds nothing to end.
+            wait_for(lambda: (_waited(pg_dsn, pids) or 0) > 1.5, 60, "B's worker to wait past the limit")
+            assert watch.sweep() == []
+            admin.execute("COMMIT")
+            assert victim.result(timeout=60) is not None
+        a.execute("SELECT 1")  # still there
+        a.execute("COMMIT")
+    watch.stop()

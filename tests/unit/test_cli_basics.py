@@ -82,3 +82,54 @@ def test_the_client_waits_past_an_outcome_older_than_the_spec() -> None:
     assert not client.reached(run("Failed", 3, 2), client.FINAL_PHASES)  # a retry the operator has not seen
     assert client.reached(run("WaitingApproval", 3, 2), {"WaitingApproval"})  # not final: no outcome to age
     assert not client.reached(run("Running", 2, 2), client.FINAL_PHASES)
+
+
+def test_as_and_as_group_are_global_options_taken_out_anywhere() -> None:
+    split = cli.split_identity
+    assert split(["approve", "r", "--as", "bob", "-n", "x"]) == (["approve", "r", "-n", "x"], "bob", ())
+    assert split(["--as=bob", "--as-group", "g1", "get", "r", "--as-group=g2"]) == (
+        ["get", "r"],
+        "bob",
+        ("g1", "g2"),
+    )
+    assert split(["get", "r"]) == (["get", "r"], None, ())
+    # after "--" nothing is ours
+    assert split(["get", "--", "--as", "x"]) == (["get", "--", "--as", "x"], None, ())
+    for bad, why in (
+        (["get", "--as"], "--as needs a value"),
+        (["get", "--as="], "non-empty"),
+        (["get", "--as-group", "g"], "--as-group needs --as"),
+    ):
+        with pytest.raises(cli.UsageError, match=why):
+            split(bad)
+
+
+def test_as_is_refused_where_nothing_acts_as_the_user(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["dev", "status", "--as", "bob"]) == 2
+    assert "--as does not apply to 'dev'" in capsys.readouterr().err
+    assert cli.main(["get", "r", "--as-group", "g"]) == 2
+    assert "--as-group needs --as" in capsys.readouterr().err
+
+
+def test_connect_impersonates_only_within_the_command(tmp_path: Path) -> None:
+    config = tmp_path / "kubeconfig"
+    config.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: k, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: k, user: u, namespace: ns1}}]\n"
+    )
+    from agentrun_core.kube import api as kube_api
+
+    with cluster.impersonating("bob", ("g1", "g2")):
+        api, namespace = cluster.connect(str(config))
+    headers = kube_api._headers(api, {"Accept": "application/json"})
+    assert namespace == "ns1"
+    assert list(headers.items()) == [
+        ("Accept", "application/json"),
+        ("Impersonate-User", "bob"),
+        ("Impersonate-Group", "g1"),
+        ("Impersonate-Group", "g2"),
+    ]
+    plain, _ = cluster.connect(str(config))
+    assert kube_api._headers(plain, {"Accept": "application/json"}) == {"Accept": "application/json"}

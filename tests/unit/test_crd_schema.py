@@ -41,10 +41,15 @@ READERS: dict[str, Callable[[model.RunSpec], Any]] = {
     "approval.notify.format": lambda s: _notify(s).format,
     "approval.notify.tokenSecretRef.key": lambda s: _notify(s).secret_key,
     "ttlSecondsAfterFinished": lambda s: s.ttl_seconds_after_finished,
+    "activeDeadlineSeconds": lambda s: s.active_deadline_seconds,
+    "progressDeadlineSeconds": lambda s: s.progress_deadline_seconds,
     "cancel": lambda s: s.cancel,
     "suspend": lambda s: s.suspend,
     "retryGeneration": lambda s: s.retry_generation,
     "concurrency.limit": lambda s: s.concurrency.limit if s.concurrency is not None else None,
+    "budget.inputTokens": lambda s: s.budget.get("inputTokens"),
+    "budget.outputTokens": lambda s: s.budget.get("outputTokens"),
+    "budget.totalTokens": lambda s: s.budget.get("totalTokens"),
 }
 # What an object needs to exist at all (its required fields), so a field under it can be read.
 REQUIRED_PARENTS: dict[str, dict[str, Any]] = {

@@ -31,7 +31,7 @@ def test_make_targets_exist() -> None:
 def test_agentrun_subcommands_exist() -> None:
     named = set(re.findall(r"`(?:kubectl )?agentrun ([a-z]+)", README))
     named |= set(re.findall(r"^(?:kubectl )?agentrun ([a-z]+)", README, re.M))
-    named.discard("dev")  # the dev cluster's own subcommands are documented in docs/dev-cluster.md
+    named.discard("dev")  # the dev cluster's own subcommands are documented in docs/dev/dev-cluster.md
     assert {"demo", "trace", "ledger", "approve", "reject", "list", "operator", "worker"} <= named | {
         "operator"
     }

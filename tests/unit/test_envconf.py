@@ -64,3 +64,12 @@ def test_worker_and_notifier_settings_use_it() -> None:
         operator_settings.from_env({**op, "AGENTRUN_NOTIFY_TIMEOUT_SECONDS": "2.5"}).notify.timeout_seconds
         == 2.5
     )
+
+
+def test_the_lock_watch_limit_is_read_and_zero_turns_it_off() -> None:
+    op = {"AGENTRUN_DSN": "postgresql://x/y"}
+    assert operator_settings.from_env(op).reconcile.tenant_lock_wait_seconds == 10.0
+    off = operator_settings.from_env({**op, "AGENTRUN_TENANT_LOCK_WAIT_SECONDS": "0"})
+    assert off.reconcile.tenant_lock_wait_seconds == 0
+    with pytest.raises(operator_settings.SettingsError, match="AGENTRUN_TENANT_LOCK_WAIT_SECONDS"):
+        operator_settings.from_env({**op, "AGENTRUN_TENANT_LOCK_WAIT_SECONDS": "-1"})

@@ -204,7 +204,7 @@ def test_a_fork_past_a_decided_approval_is_refused_unless_it_approves() -> None:
     ("kwargs", "message"),
     [
         ({"new_name": "Bad_Name"}, "an AgentRun name is"),
-        ({"new_name": "src"}, "--as must name a new AgentRun"),
+        ({"new_name": "src"}, "--name must name a new AgentRun"),
         ({"checkpoint": "../x", "step": None}, "is not a checkpoint id"),
         ({"sets": {"a": "1"}, "set_json": {"a": "1"}}, "given with both --set and --set-json"),
     ],

@@ -116,3 +116,16 @@ SELECT namespace, outcome, cause, sum(n)::bigint FROM (
     GROUP BY 1, 2, 3
 ) x
 GROUP BY 1, 2, 3 HAVING sum(n) <> 0
+
+-- name: metrics_model_usage
+-- spec.budget's counting (migration 30): calls, input, output tokens and cost (micro-units) per namespace,
+-- folded runs from the rollups.
+SELECT namespace, sum(n)::bigint, sum(i)::bigint, sum(o)::bigint, sum(c)::bigint FROM (
+    SELECT namespace, n, v1 AS i, v2 AS o, v3 AS c FROM agentrun_metric_rollups WHERE family = 'model_usage'
+    UNION ALL
+    SELECT r.namespace, count(*), sum(u.input_tokens), sum(u.output_tokens), sum(u.cost_micro)
+    FROM agentrun_runs r JOIN agentrun_model_usage u USING (run_id)
+    WHERE r.folded_at IS NULL
+    GROUP BY 1
+) x
+GROUP BY 1 HAVING sum(n) <> 0

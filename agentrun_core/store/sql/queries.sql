@@ -135,6 +135,30 @@ SET status = 'cancelled', status_reason = %(reason)s, updated_at = now(), finish
 WHERE run_id = %(run_id)s AND status NOT IN ('succeeded', 'failed', 'cancelled')
 RETURNING *
 
+-- name: expire_run
+-- A run past its deadline (agent_operator.deadlines) fails as a cancel cancels: unless already final, and
+-- raising lease_epoch in the same statement, so a worker still running is fenced off from this moment on
+-- (its next ledger / approval / outcome / checkpoint write is refused; an effect it has in flight keeps
+-- its ledger row as it stands).
+UPDATE agentrun_runs
+SET status = 'failed', status_reason = %(reason)s, error = %(message)s, updated_at = now(),
+    finished_at = now(), lease_epoch = lease_epoch + 1
+WHERE run_id = %(run_id)s AND status NOT IN ('succeeded', 'failed', 'cancelled')
+RETURNING *
+
+-- name: deadline_clock
+-- What run deadlines are measured from, on Postgres' clock: its attempts (start, end, whether a human's
+-- reopening started them), when a worker last claimed it (migration 28) and when its latest step batch was
+-- recorded (the index on (run_id, id)).
+SELECT now() AS db_now,
+       (SELECT r.claimed_at FROM agentrun_runs r WHERE r.run_id = %(run_id)s) AS claimed_at,
+       (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                    'started_at', a.started_at, 'ended_at', a.ended_at, 'start_reason', a.start_reason)
+                ORDER BY a.attempt), '[]'::jsonb)
+        FROM agentrun_attempts a WHERE a.run_id = %(run_id)s) AS attempts_doc,
+       (SELECT b.recorded_at FROM agentrun_step_batches b WHERE b.run_id = %(run_id)s
+        ORDER BY b.id DESC LIMIT 1) AS last_step_at
+
 -- ------------------------------------------------------------------------------------------ attempts
 
 -- name: record_attempt_start
@@ -383,6 +407,30 @@ SELECT agentrun_provision_tenant(%(namespace)s, %(password)s) AS role_name
 -- database restored into another cluster (or a role dropped by hand) keeps rows whose roles are gone.
 SELECT t.* FROM agentrun_tenants t JOIN pg_roles r ON r.rolname = t.role_name
 WHERE t.namespace = %(namespace)s
+
+-- name: end_blocking_tenant_sessions
+-- A tenant's session that has kept another session waiting for a lock for at least %(min_wait_seconds)s is
+-- ended (pg_terminate_backend): any role with UPDATE on a table may LOCK it in ACCESS EXCLUSIVE mode, and a
+-- worker role needs UPDATE on the shared tables, so only ending the session can free the others. Only
+-- sessions of worker roles (agentrun_tenants) are ever ended, never the operator's or an admin's; a worker
+-- of the tenant's own that held a lock that long is a stuck or deposed one (its statements take
+-- milliseconds), which fencing already makes harmless to end. The query text is not read: it is the
+-- tenant's, and may hold its secrets. One statement: what is found is ended in the same pass.
+SELECT blocker.pid,
+       t.role_name,
+       t.namespace,
+       max(extract(epoch FROM now() - w.waitstart))::float8 AS blocked_seconds,
+       count(DISTINCT w.pid)::int AS waiting,
+       pg_terminate_backend(blocker.pid) AS ended
+FROM pg_catalog.pg_locks w
+CROSS JOIN LATERAL unnest(pg_catalog.pg_blocking_pids(w.pid)) AS blocker(pid)
+JOIN pg_catalog.pg_stat_activity a ON a.pid = blocker.pid
+JOIN public.agentrun_tenants t ON t.role_name = a.usename
+WHERE NOT w.granted
+  AND w.waitstart IS NOT NULL
+  AND w.waitstart <= now() - make_interval(secs => %(min_wait_seconds)s)
+  AND a.datname = current_database()
+GROUP BY blocker.pid, t.role_name, t.namespace
 
 -- name: list_idle_tenants
 -- Namespaces with a worker role and no run left in this database: the ones whose role may be dropped once

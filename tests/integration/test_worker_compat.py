@@ -1,0 +1,130 @@
+"""Worker images vs schema (docs/upgrading.md), on the dev cluster with the operator and real worker Pods:
+a worker whose code does not run against the database's schema exits 15 before it touches the run, and the
+run waits (condition WorkerIncompatible, Event, never Failed, maxAttempts untouched) until the schema and
+the worker match again; then it runs once. Effects are counted at the real HTTP provider and SMTP sink."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import psycopg
+import pytest
+from conftest import OperatorHandle, condition, create_run, events, run_status, wait_for, wait_phase
+
+from agentrun_dev import http_provider, smtp_sink
+
+GRAPH = "tests.graphs.upgrade_graph:graph"
+VENV_BIN = Path(sys.executable).parent
+
+
+def spec(hp: http_provider.HttpProvider, sink: smtp_sink.SmtpSink) -> dict[str, Any]:
+    env = {
+        "UPGRADE_HTTP_URL": hp.url,
+        "UPGRADE_SMTP_HOST": sink.host,
+        "UPGRADE_SMTP_PORT": str(sink.port),
+        "UPGRADE_SMTP_API": sink.api_url,
+    }
+    return {
+        "graph": GRAPH,
+        "input": {"customer": "c-1"},
+        "lease": {"durationSeconds": 8},
+        # Two lost attempts would fail the run: the waits below go past that without consuming it.
+        "retry": {"maxAttempts": 2, "backoffSeconds": 1, "maxBackoffSeconds": 2},
+        "worker": {"env": [{"name": k, "value": v} for k, v in env.items()]},
+    }
+
+
+def waits_incompatible(kube: kubernetes.client.ApiClient, ns: str, name: str, op: OperatorHandle) -> None:
+    """The run waits: WorkerIncompatible True, an Event, attempts beyond maxAttempts, never Failed."""
+
+    def waited() -> bool:
+        status = run_status(kube, ns, name)
+        assert status.get("phase") not in {"Failed", "Succeeded"}, status
+        waiting = condition(status, "WorkerIncompatible").get("status") == "True"
+        return waiting and status.get("attempts", 0) >= 3
+
+    wait_for(waited, 180, f"{name} to wait for a compatible worker", on_timeout=lambda: op.logs()[-6000:])
+    status = run_status(kube, ns, name)
+    assert status["restarts"] == 0 and status["lastAttemptEnd"]["reason"] == "incompatible"
+    assert "WorkerIncompatible" in {e.reason for e in events(kube, ns, name)}
+
+
+def finishes_once(
+    kube: kubernetes.client.ApiClient,
+    ns: str,
+    name: str,
+    op: OperatorHandle,
+    hp: http_provider.HttpProvider,
+    sink: smtp_sink.SmtpSink,
+) -> None:
+    status = wait_phase(kube, ns, name, "Succeeded", 180, op)
+    assert condition(status, "WorkerIncompatible")["status"] == "False"
+    performed = http_provider.stats(hp.url)["effects_performed"]
+    assert len(performed) == 1 and set(performed.values()) == {1}, performed  # the charge, once
+    assert len(sink.store.find(None)) == 1
+
+
+def test_a_worker_too_old_for_the_schema_makes_the_run_wait(
+    kube: kubernetes.client.ApiClient,
+    operator: OperatorHandle,
+    pg_dsn: str,
+    sink: smtp_sink.SmtpSink,
+    tmp_path: Path,
+) -> None:
+    """The schema's level rolled past what this worker knows (a later release's migration did it)."""
+    ns = operator.namespace
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("UPDATE agentrun_schema_compat SET level = level + 1")
+    with http_provider.HttpProvider(tmp_path / "h") as hp:
+        create_run(kube, ns, "old", spec(hp, sink))
+        waits_incompatible(kube, ns, "old", operator)
+        assert http_provider.stats(hp.url)["effects_performed"] == {}  # the refusing workers did nothing
+        assert sink.store.find(None) == []
+        status = run_status(kube, ns, "old")
+        why = condition(status, "WorkerIncompatible")["message"]
+        assert "exit code 15" in why and "does not run against the database's schema" in why
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute("UPDATE agentrun_schema_compat SET level = level - 1")
+        finishes_once(kube, ns, "old", operator, hp, sink)
+
+
+def test_a_worker_too_new_for_the_schema_waits_for_agentrun_migrate(
+    kube: kubernetes.client.ApiClient,
+    operator: OperatorHandle,
+    pg_dsn: str,
+    sink: smtp_sink.SmtpSink,
+    tmp_path: Path,
+) -> None:
+    """The database is not migrated as far as this worker needs (migration 35 not applied): the run waits
+    until ``agentrun migrate`` applies it, then continues by itself."""
+    ns = operator.namespace
+    # The operator migrates at start-up (AGENTRUN_MIGRATE): only once it did may the test undo migration 35.
+    started = lambda: "operator ready" in operator.logs()  # noqa: E731
+    wait_for(started, 90, "the operator's start-up", on_timeout=operator.logs)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("DROP TABLE agentrun_schema_compat")
+        conn.execute("DELETE FROM agentrun_schema_version WHERE version = 35")
+    with http_provider.HttpProvider(tmp_path / "h") as hp:
+        create_run(kube, ns, "new", spec(hp, sink))
+        waits_incompatible(kube, ns, "new", operator)
+        assert http_provider.stats(hp.url)["effects_performed"] == {}
+        env = {k: v for k, v in os.environ.items() if k != "AGENTRUN_DSN"}
+        done = subprocess.run(
+            [str(VENV_BIN / "agentrun"), "migrate", "--dsn", pg_dsn],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
+        )
+        assert done.returncode == 0 and "applied 0035 worker_compat" in done.stdout, done
+        finishes_once(kube, ns, "new", operator, hp, sink)
+
+
+@pytest.fixture(autouse=True)
+def _no_fault_points(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AGENTRUN_FAULT_POINTS", raising=False)
