@@ -151,8 +151,7 @@ class Client:
             "metadata": {"name": name, **({"labels": dict(labels)} if labels else {})},
             "spec": {"graph": graph, "input": dict(input or {}), **spec},
         }
-        with cluster.translated(f"create agentrun {name}", self.namespace):
-            return Run.of(kube.runs.create(self.api, self.namespace, body))
+        return Run.of(cluster.create_run(self.api, self.namespace, body))
 
     def get(self, name: str) -> Run:
         return Run.of(cluster.get_run(self.api, self.namespace, name))

@@ -11,6 +11,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
+from agentrun import stamps
 from agentrun_core import kube
 
 GROUP, VERSION, PLURAL = kube.runs.GROUP, kube.runs.VERSION, kube.runs.PLURAL
@@ -117,15 +118,41 @@ def list_runs(api: kube.ApiClient, namespace: str | None) -> list[dict[str, Any]
     return list_runs_at(api, namespace)[0]
 
 
+def identity(api: kube.ApiClient) -> stamps.Identity | None:
+    """The caller as the API server authenticated it (SelfSubjectReview); None when it cannot say (RBAC
+    without ``create selfsubjectreviews``, a server before 1.28): requests then go without stamps, which
+    the MutatingAdmissionPolicies write anyway and a VAP-only install refuses, naming the annotation."""
+    try:
+        return stamps.of_review(kube.objects.whoami(api))
+    except kube.KubeError as exc:
+        if exc.status in (403, 404):
+            return None
+        raise CliError(message(exc, "ask the API server who you are"), exc.status) from exc
+
+
 def annotate(api: kube.ApiClient, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
-    """Merge-patch annotations (None removes one). Admission policies may refuse: their message is shown."""
+    """Merge-patch annotations (None removes one), with the stamps a decision or resolve needs (``stamps``).
+    Admission policies may refuse: their message is shown."""
+    if stamps.needs_identity(annotations):
+        annotations = stamps.annotation_patch(annotations, identity(api))
     with translated(f"annotate agentrun {name}", namespace, name):
         kube.runs.patch(api, namespace, name, {"metadata": {"annotations": annotations}})
+
+
+def create_run(api: kube.ApiClient, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+    """Create an AgentRun stamped with its creator (``stamps.created``); the API server's refusal is shown."""
+    name = str((body.get("metadata") or {}).get("name") or "")
+    stamped = stamps.created(body, identity(api))
+    with translated(f"create agentrun {name}", namespace):
+        return kube.runs.create(api, namespace, stamped)
 
 
 def patch_run(
     api: kube.ApiClient, namespace: str, name: str, body: dict[str, Any], *, what: str
 ) -> dict[str, Any]:
-    """Merge-patch an AgentRun (e.g. its spec). The API server's refusal (schema, CEL, policies) is shown."""
+    """Merge-patch an AgentRun (e.g. its spec; a retry gets its stamp). The API server's refusal (schema,
+    CEL, policies) is shown."""
+    if "retryGeneration" in (body.get("spec") or {}):
+        body = stamps.run_patch(body, identity(api))
     with translated(what, namespace, name):
         return kube.runs.patch(api, namespace, name, body)

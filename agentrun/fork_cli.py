@@ -25,7 +25,7 @@ import sys
 import time
 from typing import Any
 
-from agentrun import cluster
+from agentrun import cluster, stamps
 from agentrun_core import kube
 
 NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,48}[a-z0-9])?$")  # AgentRun names: at most 50 (the CRD's rule)
@@ -160,6 +160,7 @@ def _fork(args: argparse.Namespace) -> int:
         set_json=set_json,
         approve=args.approve,
     )
+    body = stamps.created(body, cluster.identity(api))
     with cluster.translated(f"create agentrun {args.new_name} (a fork of {args.name})", ns):
         kube.runs.create(api, ns, body)
     deadline = time.monotonic() + args.timeout

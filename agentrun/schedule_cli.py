@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from agentrun import cluster
+from agentrun import cluster, stamps
 from agentrun_core import kube, schedules
 
 
@@ -39,11 +39,12 @@ def trigger(argv: list[str]) -> int:
         raise cluster.CliError(missing) from None
     except kube.KubeError as exc:
         raise cluster.CliError(cluster.message(exc, f"get agentrunschedule {args.name}")) from exc
+    who = cluster.identity(api)  # the created-by a VAP-only install (Kubernetes 1.34/1.35) requires
     for _ in range(3):  # 4 random characters: a clash is rare, and AlreadyExists then just draws again
         run = schedules.manual_run_name(args.name)
         try:
             with cluster.translated(f"create agentrun {run}"):
-                kube.runs.create(api, namespace, schedules.run_body(body, run, None))
+                kube.runs.create(api, namespace, stamps.created(schedules.run_body(body, run, None), who))
         except cluster.CliError as exc:
             if exc.status == 409:
                 continue

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from types import ModuleType
 
-from agentrun_dev import cluster, controlplane, identities, procs
+from agentrun_dev import cluster, controlplane, identities, procs, second_apiserver
 from agentrun_dev import settings as settings_mod
 
 
@@ -155,6 +155,27 @@ def _cmd_kubeconfig(s: settings_mod.Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_apiserver(s: settings_mod.Settings, args: argparse.Namespace) -> int:
+    """A second API server of another Kubernetes version (agentrun_dev.second_apiserver)."""
+    if args.action == "down":
+        second_apiserver.down(s)
+        return 0
+    if args.action == "build":
+        try:
+            print(controlplane.ensure_apiserver(s, args.version))
+        except controlplane.BuildError as exc:
+            print(exc, file=sys.stderr)
+            return 1
+        return 0
+    try:
+        path = second_apiserver.up(s, args.version)
+    except (controlplane.BuildError, RuntimeError) as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    print(f"export KUBECONFIG={shlex.quote(str(path))}  # kube-apiserver {args.version}, admin")
+    return 0
+
+
 def _cmd_daemon_log(s: settings_mod.Settings, args: argparse.Namespace) -> int:
     return _print_log(procs.log_path(s, args.part), follow=args.follow)
 
@@ -196,6 +217,14 @@ def _parser() -> argparse.ArgumentParser:
     dl = sub.add_parser("daemon-log", help="a dev-cluster process's own log (etcd, kube-apiserver, ...)")
     dl.add_argument("part")
     dl.add_argument("-f", "--follow", action="store_true")
+    ap = sub.add_parser(
+        "apiserver",
+        help="a second kube-apiserver of another version (default "
+        f"{second_apiserver.VERSION}) beside the dev cluster's, with deploy/admission-vap-only: "
+        "build | up | down",
+    )
+    ap.add_argument("action", choices=("build", "up", "down"))
+    ap.add_argument("--version", default=second_apiserver.VERSION, help="Kubernetes version, e.g. v1.34.4")
     sub.add_parser(
         "node", help="control the pod runtime's node (see `agentrun dev node --help`)", add_help=False
     )
@@ -205,7 +234,7 @@ def _parser() -> argparse.ArgumentParser:
 _COMMANDS = {
     "up": _cmd_up, "restart": _cmd_restart, "build": _cmd_build, "env": _cmd_env, "status": _cmd_status,
     "down": _cmd_down, "real-node": _cmd_real_node, "logs": _cmd_logs, "kubeconfig": _cmd_kubeconfig,
-    "daemon-log": _cmd_daemon_log,
+    "daemon-log": _cmd_daemon_log, "apiserver": _cmd_apiserver,
 }  # fmt: skip
 
 

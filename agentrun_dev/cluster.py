@@ -23,7 +23,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from agentrun_dev import components, controlplane, identities, manifests, pki, postgres, procs, state
+from agentrun_dev import (
+    components,
+    controlplane,
+    identities,
+    manifests,
+    pki,
+    postgres,
+    procs,
+    second_apiserver,
+    state,
+)
 from agentrun_dev import settings as settings_mod
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -361,6 +371,7 @@ def down(s: settings_mod.Settings | None = None, purge: bool = False, out: TextI
         # The real node first (its namespaces, mounts, cgroups, processes), while the API server still runs.
         importlib.import_module("agentrun_dev.node.lifecycle").down(s, out)
     with state.locked(s):
+        second_apiserver.stop_all(s, out)  # `agentrun dev apiserver up`'s, before the etcd they share
         _stop(s, {p.name for p in parts(s)}, out)
         if postgres.stop(postgres.durable(s)):  # the benchmark's, left running by a killed benchmark
             print("stopped the durable postgres", file=out)

@@ -316,3 +316,42 @@ def ensure(s: settings_mod.Settings, out: TextIO = sys.stderr, *, force: bool = 
     result = locate(s)
     assert result is not None
     return result
+
+
+def apiserver_dir(s: settings_mod.Settings, version: str) -> Path:
+    """Where kube-apiserver of another Kubernetes ``version`` is cached (alone: etcd is shared)."""
+    return s.cache_dir / "controlplane" / f"{version}-apiserver"
+
+
+def ensure_apiserver(s: settings_mod.Settings, version: str, out: TextIO = sys.stderr) -> Path:
+    """kube-apiserver of Kubernetes ``version`` (e.g. ``v1.34.4``: the approval matrix against an API server
+    without MutatingAdmissionPolicy v1), built like the default control plane but alone, into
+    ``apiserver_dir``; never touches the default one's cache. Raises BuildError (with a fix hint)."""
+    target = apiserver_dir(s, version) / "kube-apiserver"
+    if target.is_file() and os.access(target, os.X_OK):
+        return target
+    major, minor, patch = gomod.version_tuple(version)
+    if major != 1 or not version.startswith("v"):
+        raise BuildError(f"not a Kubernetes version: {version!r}", None, "", "Give one like v1.34.4.")
+    other = dataclasses.replace(s, k8s_version=version, staging_version=f"v0.{minor}.{patch}")
+    with _build_lock(s):
+        if target.is_file():  # built by another process while we waited for the lock
+            return target
+        p = _Progress(out)
+        p.say(f"building kube-apiserver {version} into {target.parent} (a cold build takes 15-30 minutes)")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=".build-apiserver-", dir=target.parent.parent))
+        out_dir = work / "bin"
+        out_dir.mkdir()
+        env = _go_env()
+        go_version = _go_version(p, work, env)
+        _build_k8s(other, ["kube-apiserver"], p, work, env, out_dir, nice=True)
+        binary = out_dir / "kube-apiserver"
+        p.run("check kube-apiserver", [str(binary), "--version"], work, work / "version.log", env)
+        os.replace(out_dir / "kube-apiserver", target)  # atomic: a binary is whole or absent
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        built = {"k8s_version": version, "go": go_version, "built_at": now}
+        (target.parent / "build.json").write_text(json.dumps(built, indent=2, sort_keys=True) + "\n")
+        shutil.rmtree(work, ignore_errors=True)
+        p.say(f"done: {target}")
+    return target

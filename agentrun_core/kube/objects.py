@@ -24,6 +24,7 @@ NODES = "/api/v1/nodes"
 NODE = NODES + "/{name}"
 ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
 ADMISSION = "/apis/admissionregistration.k8s.io/v1/{kind}/{name}"
+SELF_SUBJECT_REVIEWS = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
 
 
 # --- Secrets, ConfigMaps, ServiceAccounts ----------------------------------------------------------------
@@ -54,6 +55,13 @@ def request_token(api: api_.ApiClient, namespace: str, service_account: str, bod
     """A TokenRequest for the ServiceAccount (``body`` its JSON); the answer carries ``status.token``."""
     params = {"namespace": namespace, "name": service_account}
     return api_.request(api, "POST", SERVICE_ACCOUNT + "/token", params, body)
+
+
+def whoami(api: api_.ApiClient, *, timeout: float | None = None) -> Body:
+    """The caller's identity as the API server authenticated it (a SelfSubjectReview, what ``kubectl auth
+    whoami`` shows): ``status.userInfo.username`` and ``.groups`` are ``request.userInfo`` of its requests."""
+    body = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+    return api_.request(api, "POST", SELF_SUBJECT_REVIEWS, {}, body, timeout=timeout)
 
 
 def access_allowed(api: api_.ApiClient, spec: Body, *, timeout: float | None = None) -> tuple[bool, str]:

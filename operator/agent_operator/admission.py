@@ -27,25 +27,40 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-# (plural, name) -> fingerprint of the shipped spec: every object the steering verbs rely on.
-STEERING_OBJECTS = {
+# (plural, name) -> fingerprint of the shipped spec. Two installs are shipped, and the operator accepts
+# exactly one of them whole (``mode``):
+#   "mutating"         deploy/admission: the ValidatingAdmissionPolicies below, and MutatingAdmissionPolicies
+#                      (v1, served from Kubernetes 1.36) that stamp created-by / decided-by / resolved-by /
+#                      retried-by from request.userInfo;
+#   "validating-only"  deploy/admission-vap-only (Kubernetes 1.34 and 1.35): the same validating objects and
+#                      no mutating ones. Nothing stamps; the validating policies refuse any creation,
+#                      decision, resolve or retry whose stamp is not the requester's own request.userInfo
+#                      (the CLI sets them), so the guarantee is the same.
+VALIDATING_OBJECTS = {
     ("validatingadmissionpolicies", "agentrun-approvals"): "d4eea9a2033426bd",
     ("validatingadmissionpolicybindings", "agentrun-approvals"): "49212e3b71a72a27",
     ("validatingadmissionpolicies", "agentrun-decision-payload"): "1eba351142573bbe",
     ("validatingadmissionpolicybindings", "agentrun-decision-payload"): "f1e133899ecee087",
+    ("validatingadmissionpolicies", "agentrun-steering"): "f9f00545a00fe167",
+    ("validatingadmissionpolicybindings", "agentrun-steering"): "4fdc5adc5102df7e",
+    ("validatingadmissionpolicies", "agentrun-fork"): "3832efe684262687",
+    ("validatingadmissionpolicybindings", "agentrun-fork"): "595235bd7d932162",
+}
+MUTATING_OBJECTS = {
     ("mutatingadmissionpolicies", "agentrun-stamp-created-by"): "0afa56ba06462f5d",
     ("mutatingadmissionpolicybindings", "agentrun-stamp-created-by"): "1e33c3d492fc2b52",
     ("mutatingadmissionpolicies", "agentrun-stamp-decided-by"): "1073369a2400f85e",
     ("mutatingadmissionpolicybindings", "agentrun-stamp-decided-by"): "998cc57fab782d31",
-    ("validatingadmissionpolicies", "agentrun-steering"): "807491e0d12ede4d",
-    ("validatingadmissionpolicybindings", "agentrun-steering"): "4fdc5adc5102df7e",
     ("mutatingadmissionpolicies", "agentrun-stamp-resolved-by"): "38b605c3e1fad333",
     ("mutatingadmissionpolicybindings", "agentrun-stamp-resolved-by"): "91c61f344a0c0bdd",
     ("mutatingadmissionpolicies", "agentrun-stamp-retried-by"): "37515d70f901afa5",
     ("mutatingadmissionpolicybindings", "agentrun-stamp-retried-by"): "7a7609e1c00cf04d",
-    ("validatingadmissionpolicies", "agentrun-fork"): "3832efe684262687",
-    ("validatingadmissionpolicybindings", "agentrun-fork"): "595235bd7d932162",
 }
+# Every object either install may hold: all of them are looked at, whichever mode the cluster is in.
+STEERING_OBJECTS = {**VALIDATING_OBJECTS, **MUTATING_OBJECTS}
+MUTATING, VALIDATING_ONLY = "mutating", "validating-only"
+MODES = (MUTATING, VALIDATING_ONLY)
+ABSENT = "absent"
 DIFFERS = "its spec (CEL, matchConstraints, matchConditions) differs from the shipped one (deploy/admission)"
 BINDING_PLURALS = ("validatingadmissionpolicybindings", "mutatingadmissionpolicybindings")
 # Fields the API server fills in that mean the same as leaving them out.
@@ -129,3 +144,27 @@ def problem(plural: str, name: str, body: Mapping[str, Any]) -> str | None:
     if fingerprint(spec) != STEERING_OBJECTS.get((plural, name)):
         return DIFFERS
     return None
+
+
+def mode(found: Mapping[tuple[str, str], str | None]) -> tuple[str | None, list[str]]:
+    """Which shipped install the cluster holds, from what a look found of each of ``STEERING_OBJECTS``
+    (``found[key]``: None when it is there as shipped, ``ABSENT`` when it is not there, else why it differs).
+    ``(mode, [])`` for exactly one of the shipped sets; ``(None, problems)`` for anything else: a validating
+    object absent or edited, or mutating objects partly installed or edited (a half-installed or edited
+    stamping policy is no longer the shipped one, whatever the validating ones say). Pure."""
+    validating = {k: found.get(k, ABSENT) for k in VALIDATING_OBJECTS}
+    problems = [_named(k, v) for k, v in validating.items() if v is not None]
+    mutating = {k: found.get(k, ABSENT) for k in MUTATING_OBJECTS}
+    if all(v is None for v in mutating.values()):
+        installed = MUTATING
+    elif all(v == ABSENT for v in mutating.values()):
+        installed = VALIDATING_ONLY
+    else:
+        installed = None
+        # Some stamping objects there, some not (or edited): name each that is absent or differs.
+        problems += [_named(k, v) for k, v in mutating.items() if v is not None]
+    return (installed, []) if not problems else (None, problems)
+
+
+def _named(key: tuple[str, str], why: str | None) -> str:
+    return f"{key[0]}/{key[1]}" if why == ABSENT else f"{key[0]}/{key[1]} ({why})"

@@ -219,20 +219,20 @@ def may_get_run(api: ApiClient, user: Body, namespace: str, name: str) -> tuple[
 ADMISSION_OBJECTS = tuple(admission.STEERING_OBJECTS)
 
 
-def missing_admission_objects(api: ApiClient) -> list[str]:
-    """The steering-guarding admission objects that are absent or not as shipped (``admission.problem``:
-    an edited spec, failurePolicy Ignore, a binding without Deny or narrowed), each named with why."""
-    missing = []
+def admission_state(api: ApiClient) -> tuple[str | None, list[str]]:
+    """Which shipped admission install the cluster holds (``admission.MODES``), or None and each object
+    that is absent or not as shipped (``admission.problem``: an edited spec, failurePolicy Ignore, a binding
+    without Deny or narrowed), named with why. A MutatingAdmissionPolicy API the server does not serve
+    (before 1.36) answers 404, as an absent object does."""
+    found: dict[tuple[str, str], str | None] = {}
     for kind, name in ADMISSION_OBJECTS:
         try:
             body = core.objects.get_admission_object(api, kind, name, timeout=TIMEOUT)
         except NotFound:
-            missing.append(f"{kind}/{name}")
+            found[(kind, name)] = admission.ABSENT
             continue
-        why = admission.problem(kind, name, body)
-        if why is not None:
-            missing.append(f"{kind}/{name} ({why})")
-    return missing
+        found[(kind, name)] = admission.problem(kind, name, body)
+    return admission.mode(found)
 
 
 # --- Events ----------------------------------------------------------------------------------------------

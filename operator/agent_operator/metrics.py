@@ -6,6 +6,7 @@ Surface used by the rest of the operator (all cheap, thread-safe, never raise on
     metrics.resume_latency(seconds, reason)      # pod loss observed -> next attempt's Pod running
     metrics.lease_takeover(namespace)            # a run's Lease was taken over after expiry
     metrics.lease_renew_failure(namespace)       # a Lease was seen un-renewed past its renew deadline
+    metrics.admission_mode(mode)                 # which admission install steering relies on (gauge)
     metrics.start_metrics_server(port, dsn=..., active=...)  # serve /metrics and /healthz; ledger figures
                                                  # only while active() (the leader), if given
 
@@ -75,6 +76,24 @@ LEASE_RENEW_FAILURES = prometheus_client.Counter(
     "agentrun_lease_renew_failures_total", "Leases observed not renewed within their renew deadline.",
     ["namespace"], registry=REGISTRY,
 )
+
+
+ADMISSION_MODE = prometheus_client.Gauge(
+    "agentrun_operator_admission_mode",
+    "1 for the admission install the operator last found (mode: mutating = deploy/admission, "
+    "validating-only = deploy/admission-vap-only, none = absent or not as shipped: steering refused, "
+    "unknown = could not look), 0 for the others.",
+    ["mode"],
+    registry=REGISTRY,
+)
+_ADMISSION_MODES = ("mutating", "validating-only", "none", "unknown")
+
+
+def admission_mode(mode: str | None) -> None:
+    """Which admission install the operator found (None: none as shipped); exactly one mode series is 1."""
+    current = mode or "none"
+    for m in _ADMISSION_MODES:
+        ADMISSION_MODE.labels(mode=m).set(1 if m == current else 0)
 
 
 def normalize_reason(reason: str) -> str:

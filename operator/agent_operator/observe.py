@@ -38,6 +38,7 @@ class Observer:
         self.throttle = throttle_
         self._admission: tuple[float, bool | None] | None = None  # (monotonic time, ok)
         self.admission_missing: tuple[str, ...] = ()  # what the last look found absent or not as shipped
+        self.admission_mode: str | None = None  # which shipped install the last look found (admission.MODES)
 
     def _usage(
         self, run_id: str, spec: model.RunSpec, approvals: tuple[store.Approval, ...]
@@ -66,14 +67,19 @@ class Observer:
             return cached[1]
         ok: bool | None
         try:
-            missing = kube.missing_admission_objects(self.api)
+            mode, missing = kube.admission_state(self.api)
             ok = not missing
             self.admission_missing = tuple(missing)
             if missing:
                 logger.warning("admission policies missing, steering refused: %s", ", ".join(missing))
+            elif mode != self.admission_mode:
+                logger.info("admission policies installed as shipped: mode %s", mode)
+            self.admission_mode = mode
+            metrics.admission_mode(mode)
         except kube.KubeError as exc:
             logger.warning("could not check the admission policies: %s", exc)
             ok = None
+            metrics.admission_mode("unknown")
         self._admission = (now, ok)
         return ok
 

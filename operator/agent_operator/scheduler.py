@@ -26,6 +26,8 @@ from agent_operator import schedule_plan
 from agentrun_core import faults, kube
 from agentrun_core import schedules as names
 
+CREATED_BY = "agentrun.dev/created-by"
+
 logger = logging.getLogger(__name__)
 TIMEOUT = 10.0
 COMPONENT = "agentrun-operator"
@@ -87,6 +89,17 @@ class Scheduler:
     now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC)
     # Events posted by this process (a waiting tick is looked at often: say so once); the oldest go first.
     posted: dict[tuple[str, str], None] = dataclasses.field(default_factory=dict)
+    me: str = ""  # this process's own username (creator), once a SelfSubjectReview has said it
+
+    def creator(self) -> str:
+        """The operator's own username: the created-by a VAP-only install (Kubernetes 1.34/1.35,
+        deploy/admission-vap-only) requires of every AgentRun created; where a MutatingAdmissionPolicy
+        stamps it, it writes this same name. "" when the API server cannot say (no stamp then)."""
+        if not self.me:
+            with contextlib.suppress(kube.KubeError):
+                review = kube.objects.whoami(self.api, timeout=TIMEOUT)
+                self.me = str(((review.get("status") or {}).get("userInfo") or {}).get("username") or "")
+        return self.me
 
     def clock(self) -> datetime.datetime:
         return self.now() + datetime.timedelta(seconds=self.clock_offset_seconds)
@@ -119,7 +132,11 @@ class Scheduler:
     def _create(self, body: Mapping[str, Any], run: str, tick: datetime.datetime) -> None:
         namespace = str((body.get("metadata") or {}).get("namespace"))
         try:
-            kube.runs.create(self.api, namespace, names.run_body(body, run, tick), timeout=TIMEOUT)
+            created = names.run_body(body, run, tick)
+            if self.creator():
+                meta = created.setdefault("metadata", {})
+                meta["annotations"] = {**(meta.get("annotations") or {}), CREATED_BY: self.creator()}
+            kube.runs.create(self.api, namespace, created, timeout=TIMEOUT)
         except kube.AlreadyExists:
             logger.info("run %s/%s of tick %s exists already: recorded", namespace, run, names.rfc3339(tick))
             return

@@ -32,7 +32,15 @@ def restricted_namespace(namespace: str, kube: kubernetes.client.ApiClient) -> s
 
 @pytest.mark.parametrize(
     "target",
-    ["base", "overlays/in-cluster-postgres", "overlays/prometheus-operator", "tenant", "examples"],
+    [
+        "base",
+        "overlays/in-cluster-postgres",
+        "overlays/prometheus-operator",
+        "overlays/k8s-1.34",
+        "admission-vap-only",
+        "tenant",
+        "examples",
+    ],
 )
 def test_kustomization_builds(target: str, admin_kubeconfig: pathlib.Path) -> None:
     out = ds.kubectl(admin_kubeconfig, "kustomize", str(ds.DEPLOY / target)).stdout

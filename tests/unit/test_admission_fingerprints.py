@@ -175,3 +175,99 @@ def test_the_operator_may_read_every_steering_object() -> None:
     }
     for key in kube.ADMISSION_OBJECTS:
         assert key in readable, key
+
+
+def _rendered(*where: str) -> dict[tuple[str, str], dict[str, Any]]:
+    rendered = subprocess.run(
+        [shutil.which("kubectl") or "kubectl", "kustomize", str(ADMISSION_DIR.parent.joinpath(*where))],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return {
+        (PLURAL[doc["kind"]], doc["metadata"]["name"]): doc
+        for doc in yaml.safe_load_all(rendered)
+        if doc and doc.get("kind") in PLURAL
+    }
+
+
+def _look(objects: dict[tuple[str, str], dict[str, Any]]) -> dict[tuple[str, str], str | None]:
+    """What the operator's look finds of each guarded object on a cluster holding ``objects``."""
+    return {
+        key: admission.problem(*key, objects[key]) if key in objects else admission.ABSENT
+        for key in kube.ADMISSION_OBJECTS
+    }
+
+
+def test_each_shipped_install_is_one_mode() -> None:
+    """Kubernetes 1.34+: deploy/admission (and deploy/base) is mode "mutating"; deploy/admission-vap-only
+    (and deploy/overlays/k8s-1.34) holds no MutatingAdmissionPolicy and is mode "validating-only"."""
+    assert admission.mode(_look(_rendered("admission"))) == (admission.MUTATING, [])
+    assert admission.mode(_look(_rendered("base"))) == (admission.MUTATING, [])
+    for where in (("admission-vap-only",), ("overlays", "k8s-1.34")):
+        objects = _rendered(*where)
+        assert not any(plural.startswith("mutating") for plural, _ in objects), where
+        # lists.flatten() is not in 1.34's CEL: the operator's own input bound stands in (not steering).
+        assert ("validatingadmissionpolicies", "agentrun-input-limits") not in objects, where
+        assert set(objects) >= set(admission.VALIDATING_OBJECTS), where
+        assert admission.mode(_look(objects)) == (admission.VALIDATING_ONLY, []), where
+
+
+def test_anything_between_the_two_installs_is_refused() -> None:
+    """Exactly one shipped set: a stamping policy missing from a full install, one stamping policy added to
+    a VAP-only install, an edited one, or a validating one missing from either, is no mode at all."""
+    full = _rendered("admission")
+    half = dict(full)
+    del half[("mutatingadmissionpolicies", "agentrun-stamp-decided-by")]
+    installed, problems = admission.mode(_look(half))
+    assert installed is None and problems == ["mutatingadmissionpolicies/agentrun-stamp-decided-by"]
+
+    vap_only = _rendered("admission-vap-only")
+    one_more = dict(vap_only)
+    key = ("mutatingadmissionpolicies", "agentrun-stamp-retried-by")
+    one_more[key] = full[key]
+    installed, problems = admission.mode(_look(one_more))
+    assert installed is None and len(problems) == 7, problems  # the other seven stamping objects absent
+
+    edited = copy.deepcopy(full)
+    edited[key]["spec"]["mutations"][0]["applyConfiguration"]["expression"] = "Object{}"
+    assert admission.mode(_look(edited)) == (None, [f"{key[0]}/{key[1]} ({admission.DIFFERS})"])
+
+    for install in (full, vap_only):
+        gone = dict(install)
+        del gone[("validatingadmissionpolicybindings", "agentrun-steering")]
+        assert admission.mode(_look(gone)) == (
+            None,
+            ["validatingadmissionpolicybindings/agentrun-steering"],
+        )
+    assert admission.mode(_look({}))[0] is None
+
+
+def test_validating_policies_require_every_stamp() -> None:
+    """In VAP-only mode nothing stamps: each stamp must be required to be the requester's by a validation
+    (not merely "unchanged or the requester's"), or a request without it would pass."""
+    shipped = _shipped()
+    steer = shipped[("validatingadmissionpolicies", "agentrun-steering")]["spec"]["validations"]
+    text = [admission.cel_text(v["expression"]) for v in steer]
+    for stamp, verb in (("resolved-by", "resolving"), ("retried-by", "retrying")):
+        want = f"!variables.{verb} || variables.ann[?'agentrun.dev/{stamp}'].orValue('') == variables.user"
+        assert want in text, stamp
+    approvals = shipped[("validatingadmissionpolicies", "agentrun-approvals")]["spec"]["validations"]
+    joined = " ".join(admission.cel_text(v["expression"]) for v in approvals)
+    assert "variables.ann[?'agentrun.dev/created-by'].orValue('') == variables.user" in joined
+    assert "variables.ann[?'agentrun.dev/decided-by'].orValue('') == variables.user" in joined
+
+
+def test_the_mode_found_is_exported() -> None:
+    """Where the operator's status lives for the cluster as a whole: its metrics (per run, the condition
+    ApprovalPolicyMissing). Exactly one mode series is 1."""
+    from agent_operator import metrics
+
+    def value(mode: str) -> float | None:
+        return metrics.REGISTRY.get_sample_value("agentrun_operator_admission_mode", {"mode": mode})
+
+    metrics.admission_mode(admission.VALIDATING_ONLY)
+    assert [value(m) for m in ("mutating", "validating-only", "none", "unknown")] == [0, 1, 0, 0]
+    metrics.admission_mode(None)
+    assert [value(m) for m in ("mutating", "validating-only", "none", "unknown")] == [0, 0, 1, 0]
+    assert "agentrun_operator_admission_mode" in metrics.exported_names(metrics.REGISTRY)
