@@ -11,7 +11,6 @@ approves → ``kubectl wait --for=condition=Succeeded`` → exactly one email at
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
 import subprocess
@@ -20,10 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import kubernetes
-import psycopg
 import pytest
 
-from agentrun_core import store
 from agentrun_dev import settings as settings_mod
 from agentrun_dev.node import config, lifecycle
 from tests.e2e import realnode_support as rs
@@ -99,7 +96,6 @@ def test_support_ticket_on_the_real_node(tmp_path: Path) -> None:
     node = rs.get_json(s, "pod", pod1, "-n", rs.RUNS_NS)["spec"]["nodeName"]
     assert node == config.NODE_NAME, f"worker {pod1} ran on {node}, not the real node"
     meta = kubernetes.client.V1ObjectMeta(name=pod1, namespace=rs.RUNS_NS)
-    evicted_at = datetime.datetime.now(datetime.UTC)  # the worker's step times come from the same host clock
     core.create_namespaced_pod_eviction(pod1, rs.RUNS_NS, kubernetes.client.V1Eviction(metadata=meta))
     st = rs.wait_for(
         "attempt 2",
@@ -188,13 +184,6 @@ def test_support_ticket_on_the_real_node(tmp_path: Path) -> None:
         capture_output=True, text=True, check=False, env=env,
     )  # fmt: skip
     print(trace.stdout or trace.stderr)
-    # Issue 38's P3 on the real node (containerd, the image present): the eviction to attempt 2's first step,
-    # from the step events the worker recorded. A figure printed, never asserted (a loaded machine).
-    with psycopg.connect(rs.postgres.dsn(s)) as conn:
-        steps = [e for e in store.list_step_events(conn, uid) if e.attempt == 2]
-    if steps:
-        resumed = (min(e.started_at for e in steps) - evicted_at).total_seconds()
-        print(f"[e2e] P3 on the real node: evicted -> attempt 2's first step {resumed:.2f} s")
     mailbox = rs.http_json(rs.smtp_api(s) + "/messages")
     print(f"[e2e] mailbox: {json.dumps(mailbox, indent=1)[:2000]}")
     assert int(mailbox.get("count", 0)) == 1, mailbox
