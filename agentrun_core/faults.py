@@ -35,12 +35,16 @@ WORKER_POINTS: dict[str, str] = {
 }
 # The operator's notifier (agent_operator.notifier), same mechanism in the operator process; the worker
 # chaos matrix covers WORKER_POINTS, tests/integration/test_notify_faults.py these.
-OPERATOR_POINTS: dict[str, str] = {
+NOTIFY_POINTS: dict[str, str] = {
     "notify_after_reserve": "a notification's ledger row was reserved, before it is marked issued and sent",
     "notify_after_call": "the webhook answered, before the ledger records the notification's outcome",
     "notify_after_record": "the notification was recorded sent, before the operator goes on",
+}
+# The scheduler (agent_operator.scheduler): tests/integration/test_schedules.py.
+SCHEDULE_POINTS: dict[str, str] = {
     "schedule_after_create": "a schedule's tick run was created, before its status records the tick",
 }
+OPERATOR_POINTS: dict[str, str] = {**NOTIFY_POINTS, **SCHEDULE_POINTS}
 # The worker's model-call counting (agent_worker.budget, spec.budget): tests/integration/test_budgets.py.
 MODEL_POINTS: dict[str, str] = {
     "after_model_usage": "a model call's usage was recorded, before its answer returns to the node",

@@ -128,6 +128,7 @@ def init_namespaces(namespaces: Iterable[str]) -> None:
     for ns in namespaces:
         LEASE_TAKEOVERS.labels(namespace=ns)
         LEASE_RENEW_FAILURES.labels(namespace=ns)
+        TENANT_SESSIONS_ENDED.labels(namespace=ns)
         for reason in ATTEMPT_REASONS:
             ATTEMPTS_STARTED.labels(namespace=ns, reason=reason)
     for reason in ATTEMPT_REASONS:

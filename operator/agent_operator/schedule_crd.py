@@ -171,7 +171,8 @@ def crd() -> dict[str, Any]:
                 "plural": schedules.PLURAL,
                 "singular": "agentrunschedule",
                 "shortNames": ["ars"],
-                "categories": ["agentrun"],
+                # No category: `agentrun` is AgentRun's singular name and category, and a second kind in it
+                # made `kubectl get|patch agentrun NAME` ambiguous ("you must specify only one resource").
             },
             "versions": [
                 {

@@ -34,7 +34,7 @@ pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 
 REPS = int(os.environ.get("AGENTRUN_CHAOS_REPS", "1"))
 APPROVAL = "tests.integration.test_operator_graphs:approval"
-POINTS = tuple(faults.OPERATOR_POINTS)  # every point of the notifier
+POINTS = tuple(faults.NOTIFY_POINTS)  # every point of the notifier
 EVENTS = {1: "requested", 2: "escalated"}
 CASES = [(p, h, f) for p in POINTS for h in EVENTS for f in ("json", "slack")]
 
