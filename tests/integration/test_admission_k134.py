@@ -35,6 +35,11 @@ from agent_operator import kube as operator_kube
 from agentrun_core import kube as core_kube
 from agentrun_dev import second_apiserver
 
+# serial: scripts/bootstrap builds the v1.34 kube-apiserver in the background (15-30 min cold on 2 cores),
+# and the first test here waits for that build: run after the parallel part, it finds the build done or
+# nearly done, and the module may wait up to an hour for it (cached afterwards: seconds).
+pytestmark = [pytest.mark.serial, pytest.mark.timeout(3600)]
+
 CREATED_BY, RESOLVED_BY, RETRIED_BY = (
     "agentrun.dev/created-by",
     "agentrun.dev/resolved-by",
