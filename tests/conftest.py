@@ -115,6 +115,19 @@ def pg_dsn(dev_settings_: dev_settings.Settings, pg_template: str) -> Iterator[s
                 conn.execute(psycopg.sql.SQL("DROP ROLE IF EXISTS {}").format(psycopg.sql.Identifier(role)))
 
 
+@pytest.fixture
+def empty_dsn(dev_settings_: dev_settings.Settings, dev_postgres: postgres.Info) -> Iterator[str]:
+    """DSN of an empty database (no agentrun table at all: what `agentrun migrate` or an old release starts
+    from), dropped after the test."""
+    name = f"{_TEST_PREFIX}{os.getpid()}_e{next(_db_counter)}"
+    admin = postgres.dsn(dev_settings_, "postgres")
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield postgres.dsn(dev_settings_, name)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 def _tenant_roles(dsn: str) -> list[str]:
     """The tenant roles provisioned in the database ``dsn``, their privileges there revoked."""
     with psycopg.connect(dsn, autocommit=True) as conn:

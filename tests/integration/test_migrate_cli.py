@@ -5,32 +5,15 @@ run finds nothing to do. The database is a fresh, empty one (not the session's m
 from __future__ import annotations
 
 import os
-import secrets
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
-import pytest
 
 from agentrun_core import store
-from agentrun_dev import postgres
-from agentrun_dev import settings as dev_settings
 
 VENV_BIN = Path(sys.executable).parent
-
-
-@pytest.fixture
-def empty_dsn(dev_settings_: dev_settings.Settings, dev_postgres: postgres.Info) -> Iterator[str]:
-    """An empty database (no agentrun table at all), dropped after the test."""
-    name = f"agentrun_t_{os.getpid()}_mig_{secrets.token_hex(3)}"
-    admin = postgres.dsn(dev_settings_, "postgres")
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    yield postgres.dsn(dev_settings_, name)
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def migrate(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

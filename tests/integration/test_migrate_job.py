@@ -5,36 +5,19 @@ applied, and the schema is at the newest migration. (The local pod runtime runs 
 
 from __future__ import annotations
 
-import os
-import secrets
-from collections.abc import Iterator
 from pathlib import Path
 
 import kubernetes
 import psycopg
-import pytest
 import yaml
 from conftest import wait_for
 from deploy_support import kubectl
 
 from agentrun_core import store
-from agentrun_dev import postgres
-from agentrun_dev import settings as dev_settings
-
-
-@pytest.fixture
-def fresh_dsn(dev_settings_: dev_settings.Settings, dev_postgres: postgres.Info) -> Iterator[str]:
-    name = f"agentrun_t_{os.getpid()}_job_{secrets.token_hex(3)}"
-    admin = postgres.dsn(dev_settings_, "postgres")
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    yield postgres.dsn(dev_settings_, name)
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def test_the_migrate_job_migrates_a_fresh_database(
-    kube: kubernetes.client.ApiClient, admin_kubeconfig: Path, namespace: str, fresh_dsn: str
+    kube: kubernetes.client.ApiClient, admin_kubeconfig: Path, namespace: str, empty_dsn: str
 ) -> None:
     rendered = kubectl(admin_kubeconfig, "kustomize", str(Path(__file__).parents[2] / "deploy" / "migrate"))
     [job] = [d for d in yaml.safe_load_all(rendered.stdout) if d]
@@ -44,7 +27,7 @@ def test_the_migrate_job_migrates_a_fresh_database(
     job["metadata"]["namespace"] = namespace
     core = kubernetes.client.CoreV1Api(kube)
     core.create_namespaced_secret(
-        namespace, {"metadata": {"name": "agentrun-db"}, "stringData": {"dsn": fresh_dsn}}
+        namespace, {"metadata": {"name": "agentrun-db"}, "stringData": {"dsn": empty_dsn}}
     )
     batch = kubernetes.client.BatchV1Api(kube)
     batch.create_namespaced_job(namespace, job)
@@ -60,6 +43,6 @@ def test_the_migrate_job_migrates_a_fresh_database(
     log = core.read_namespaced_pod_log(pod.metadata.name, namespace)
     newest = store.schema.load_migrations()[-1]
     assert "applied 0001 initial" in log and f"applied {newest.name[:4]} " in log, log
-    with psycopg.connect(fresh_dsn) as conn:
+    with psycopg.connect(empty_dsn) as conn:
         assert store.schema_version(conn) == newest.version
         assert store.schema_compat_level(conn) == 1

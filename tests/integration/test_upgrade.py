@@ -17,13 +17,12 @@ extracted tree first, so its workers run v0.1.0's code; the new operator's worke
 from __future__ import annotations
 
 import os
-import secrets
 import shutil
 import signal
 import subprocess
 import sys
 import tarfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from io import BytesIO
 from pathlib import Path
 from typing import Any
@@ -43,8 +42,7 @@ from conftest import (
 )
 
 from agentrun_core import store
-from agentrun_dev import http_provider, postgres, smtp_sink
-from agentrun_dev import settings as dev_settings
+from agentrun_dev import http_provider, smtp_sink
 
 pytestmark = pytest.mark.slow
 
@@ -84,18 +82,6 @@ def extract_release(dest: Path) -> Path:
         REPO / "tests" / "graphs" / "upgrade_graph.py", dest / "tests" / "graphs" / "upgrade_graph.py"
     )
     return dest
-
-
-@pytest.fixture
-def fresh_dsn(dev_settings_: dev_settings.Settings, dev_postgres: postgres.Info) -> Iterator[str]:
-    """An empty database: the old operator migrates it as v0.1.0 did."""
-    name = f"agentrun_t_{os.getpid()}_upg_{secrets.token_hex(3)}"
-    admin = postgres.dsn(dev_settings_, "postgres")
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    yield postgres.dsn(dev_settings_, name)
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 _OPERATOR = "import sys; from agentrun import cli; sys.exit(cli.main(['operator']))"
@@ -171,7 +157,7 @@ def test_upgrade_from_v0_1_0_with_runs_in_flight(
     kube: kubernetes.client.ApiClient,
     namespace: str,
     worker_account: str,
-    fresh_dsn: str,
+    empty_dsn: str,
     identity: Callable[..., Path],
     sink: smtp_sink.SmtpSink,
     tmp_path: Path,
@@ -179,7 +165,7 @@ def test_upgrade_from_v0_1_0_with_runs_in_flight(
     old_root = extract_release(tmp_path / "v0.1.0")
     hold = tmp_path / "hold"
     hold.write_text("held across the upgrade\n")
-    base_env = operator_env(dev_cluster, namespace, fresh_dsn)
+    base_env = operator_env(dev_cluster, namespace, empty_dsn)
     pythonpath = f"{old_root}{os.pathsep}{old_root / 'operator'}"
     old_env = {
         **base_env,
@@ -189,9 +175,9 @@ def test_upgrade_from_v0_1_0_with_runs_in_flight(
             f"/usr/bin/env PYTHONPATH={pythonpath} {sys.executable} -m agentrun.cli worker"
         ),
     }
-    old = OldOperator(namespace, fresh_dsn, old_env, tmp_path)
+    old = OldOperator(namespace, empty_dsn, old_env, tmp_path)
     old.root = old_root
-    new = OperatorHandle(namespace, fresh_dsn, {**base_env, "AGENTRUN_MIGRATE": "false"}, tmp_path)
+    new = OperatorHandle(namespace, empty_dsn, {**base_env, "AGENTRUN_MIGRATE": "false"}, tmp_path)
     bind(kube, namespace, "manager", "agentrun-approver")
     manager = identity("manager", ["managers"])
     try:
@@ -207,12 +193,12 @@ def test_upgrade_from_v0_1_0_with_runs_in_flight(
                 wait_phase(kube, namespace, name, "WaitingApproval", 120, old)
             for name in HELD:
                 wait_for(
-                    lambda name=name: holder(fresh_dsn, uids[name]) == f"{name}-1",  # type: ignore[misc]
+                    lambda name=name: holder(empty_dsn, uids[name]) == f"{name}-1",  # type: ignore[misc]
                     120,
                     f"{name} held in its first step by its v0.1.0 worker",
                     on_timeout=old.logs,
                 )
-            with psycopg.connect(fresh_dsn) as conn:
+            with psycopg.connect(empty_dsn) as conn:
                 assert store.schema_version(conn) == 22  # v0.1.0's own migrations, applied by its operator
                 assert store.schema_compat_level(conn) is None
             assert len(http_provider.stats(hp.url)["effects_performed"]) == len(PARKED)
@@ -220,11 +206,11 @@ def test_upgrade_from_v0_1_0_with_runs_in_flight(
             # --- the upgrade: operator stopped, migrate, new operator -------------------------------------
             old.stop()
             cli_env = {k: v for k, v in os.environ.items() if k != "AGENTRUN_DSN"}
-            dry = agentrun("migrate", "--dsn", fresh_dsn, "--dry-run", env=cli_env)
+            dry = agentrun("migrate", "--dsn", empty_dsn, "--dry-run", env=cli_env)
             assert dry.returncode == 0, dry
             pending = [line.split()[0] for line in dry.stdout.splitlines() if line.startswith("  ")]
             assert pending[0] == "0023" and "0035" in pending, dry.stdout
-            done = agentrun("migrate", env={**cli_env, "AGENTRUN_DSN": fresh_dsn})
+            done = agentrun("migrate", env={**cli_env, "AGENTRUN_DSN": empty_dsn})
             assert done.returncode == 0, done
             assert [ln.split()[1] for ln in done.stdout.splitlines() if ln.startswith("applied")] == pending
             new.start()
@@ -258,7 +244,7 @@ def test_upgrade_from_v0_1_0_with_runs_in_flight(
         assert len(performed) == len(runs) and set(performed.values()) == {1}, performed
         assert len(mails) == len(runs), mails
         assert len({m["message_id"] for m in mails}) == len(runs)
-        with psycopg.connect(fresh_dsn) as conn:
+        with psycopg.connect(empty_dsn) as conn:
             assert store.schema_compat_level(conn) == 1
     finally:
         for handle in (old, new):
