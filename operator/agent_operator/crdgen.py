@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import pathlib
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 import yaml
@@ -292,24 +293,34 @@ def crd() -> dict[str, Any]:
     }
 
 
+def dump(header: str, doc: Mapping[str, Any]) -> str:
+    """A generated CRD file: its header comment, then the yaml, byte for byte as checked in."""
+    return header + yaml.safe_dump(dict(doc), sort_keys=False, width=110, allow_unicode=True)
+
+
 def render() -> str:
     """The CRD yaml, byte for byte as checked in."""
-    return HEADER + yaml.safe_dump(crd(), sort_keys=False, width=110, allow_unicode=True)
+    return dump(HEADER, crd())
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m agent_operator.crdgen", description=__doc__)
-    parser.add_argument("--check", action="store_true", help=f"exit 1 when {PATH.name} is not the rendering")
+def write_or_check(
+    module: str, path: pathlib.Path, text: str, description: str | None, argv: list[str] | None
+) -> int:
+    """The command line of a CRD generator: print ``text``, or with --check exit 1 when ``path`` differs."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=description)
+    parser.add_argument("--check", action="store_true", help=f"exit 1 when {path.name} is not the rendering")
     args = parser.parse_args(argv)
-    text = render()
     if args.check:
-        current = PATH.read_text() if PATH.exists() else ""
-        if current != text:
-            print(f"{PATH} is stale: run python -m agent_operator.crdgen > {PATH}", file=sys.stderr)
+        if (path.read_text() if path.exists() else "") != text:
+            print(f"{path} is stale: run python -m {module} > {path}", file=sys.stderr)
             return 1
         return 0
     sys.stdout.write(text)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return write_or_check("agent_operator.crdgen", PATH, render(), __doc__, argv)
 
 
 if __name__ == "__main__":

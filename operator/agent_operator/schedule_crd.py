@@ -11,13 +11,10 @@ the zoneinfo database does not know) the operator reports: condition ``Ready=Fal
 
 from __future__ import annotations
 
-import argparse
 import copy
 import pathlib
 import sys
 from typing import Any
-
-import yaml
 
 from agent_operator import crdgen, openapi, spec_schema
 from agentrun_core import schedules
@@ -189,21 +186,11 @@ def crd() -> dict[str, Any]:
 
 
 def render() -> str:
-    return HEADER + yaml.safe_dump(crd(), sort_keys=False, width=110, allow_unicode=True)
+    return crdgen.dump(HEADER, crd())
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m agent_operator.schedule_crd", description=__doc__)
-    parser.add_argument("--check", action="store_true", help=f"exit 1 when {PATH.name} is not the rendering")
-    args = parser.parse_args(argv)
-    text = render()
-    if args.check:
-        if (PATH.read_text() if PATH.exists() else "") != text:
-            print(f"{PATH} is stale: run python -m agent_operator.schedule_crd > {PATH}", file=sys.stderr)
-            return 1
-        return 0
-    sys.stdout.write(text)
-    return 0
+    return crdgen.write_or_check("agent_operator.schedule_crd", PATH, render(), __doc__, argv)
 
 
 if __name__ == "__main__":
