@@ -47,34 +47,48 @@ from agentrun_dev import http_provider, smtp_sink
 pytestmark = pytest.mark.slow
 
 TAG = "v0.1.0"
+# The release's commit, which every full clone of main has: CI clones main's history without its tags.
+RELEASE_COMMIT = "551d3053d81e70969eb475456feb98e96970ee8c"
 GRAPH = "tests.graphs.upgrade_graph:graph"
 VENV_BIN = Path(sys.executable).parent
 PARKED = ("parked-1", "parked-2")  # at their approval before the upgrade
 HELD = ("held-1", "held-2")  # inside their first step, live v0.1.0 workers, across the upgrade
 
 
-def test_a_clone_without_the_tag_fails_and_says_git_fetch_tags(
+def test_the_tag_when_present_names_the_release_commit() -> None:
+    tagged = _resolve(TAG)
+    assert tagged in (None, RELEASE_COMMIT)
+
+
+def test_a_clone_without_the_release_commit_fails_and_says_unshallow(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setattr(sys.modules[__name__], "TAG", "v0.0.0-never-tagged")
-    with pytest.raises(pytest.fail.Exception, match=r"run `git fetch --tags`"):
+    monkeypatch.setattr(sys.modules[__name__], "RELEASE_COMMIT", "0" * 40)
+    with pytest.raises(pytest.fail.Exception, match=r"git fetch --unshallow"):
         extract_release(tmp_path)
 
 
-def extract_release(dest: Path) -> Path:
-    """The tagged release's tree, as ``git archive`` gives it. A clone without tags fails here, clearly."""
+def _resolve(rev: str) -> str | None:
     found = subprocess.run(
-        ["git", "-C", str(REPO), "rev-parse", "--verify", "--quiet", f"{TAG}^{{commit}}"],
+        ["git", "-C", str(REPO), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
         capture_output=True,
         text=True,
     )
-    if found.returncode != 0:
+    return found.stdout.strip() if found.returncode == 0 else None
+
+
+def extract_release(dest: Path) -> Path:
+    """The release's tree, as ``git archive`` gives it, by its commit (a clone without tags has it too).
+    A shallow clone, which lacks the commit, fails here, clearly."""
+    commit = _resolve(RELEASE_COMMIT)
+    if commit is None:
         pytest.fail(
-            f"the upgrade test needs the release tag {TAG}, which this clone does not have: "
-            "run `git fetch --tags` (CI clones must fetch tags)",
+            f"the upgrade test needs release {TAG}'s commit {RELEASE_COMMIT[:12]}, which this clone "
+            "does not have (a shallow clone?): run `git fetch --unshallow`",
             pytrace=False,
         )
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", TAG], capture_output=True, check=True)
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", commit], capture_output=True, check=True)
     with tarfile.open(fileobj=BytesIO(archive.stdout)) as tar:
         tar.extractall(dest, filter="data")
     # The user's graph package, the same in both "images" (it uses only what v0.1.0 already offered).
