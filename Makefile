@@ -28,10 +28,10 @@ up: bootstrap
 demo: up
 	$(BIN)/agentrun demo
 
-# The CRD yaml is generated (never edited): agent_operator.spec_schema is the one source of the spec schema.
+# The CRD yaml is generated (never edited): agentrun_core.api.spec_schema is the one source of the spec schema.
 crd: bootstrap
-	$(BIN)/python -m agent_operator.crdgen > crds/agentrun.dev_agentruns.yaml
-	$(BIN)/python -m agent_operator.schedule_crd > crds/agentrun.dev_agentrunschedules.yaml
+	$(BIN)/python -m agentrun_core.api.crdgen > crds/agentrun.dev_agentruns.yaml
+	$(BIN)/python -m agentrun_core.api.schedule_crd > crds/agentrun.dev_agentrunschedules.yaml
 
 # The Helm chart's templates and deploy/install.yaml are generated from deploy/ (never edited).
 chart: bootstrap

@@ -13,7 +13,8 @@ from __future__ import annotations
 import logging
 import time
 
-from agentrun_core import errors, protocol, store
+from agentrun_core import errors, store
+from agentrun_core.api import protocol
 from agentrun_core.store import connect
 
 logger = logging.getLogger(__name__)

@@ -53,7 +53,8 @@ def make_holder(
 ) -> Holder:
     if settings.lease_mode == "none":
         return NoLease()
-    from agentrun_core import kube, lease, protocol
+    from agentrun_core import kube, lease
+    from agentrun_core.api import protocol
 
     api = kube.load_api_client(settings.kubeconfig)
     owner = None

@@ -16,7 +16,8 @@ from typing import NoReturn
 
 from agent_worker import runner
 from agent_worker import settings as settings_mod
-from agentrun_core import errors, faults, protocol
+from agentrun_core import errors, faults
+from agentrun_core.api import protocol
 
 USAGE = """usage: agentrun worker
 

@@ -26,7 +26,8 @@ from agent_worker import budget as budget_mod
 from agent_worker import checkpointer as checkpointer_mod
 from agent_worker import context, drive, graphs, heartbeat, infra, leasing, resume, steps
 from agent_worker import settings as settings_mod
-from agentrun_core import budget, compat, errors, faults, keys, protocol, results, store
+from agentrun_core import budget, compat, errors, faults, keys, results, store
+from agentrun_core.api import protocol
 from agentrun_core.store import connect
 
 logger = logging.getLogger(__name__)

@@ -9,7 +9,8 @@ import dataclasses
 import os
 from collections.abc import Mapping
 
-from agentrun_core import envconf, errors, protocol
+from agentrun_core import envconf, errors
+from agentrun_core.api import protocol
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,7 +15,7 @@ import sys
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "dev": ("agentrun_dev.cli", "run the local development cluster (up, env, status, down, logs)"),
     "worker": ("agent_worker.main", "run one attempt of an AgentRun (inside a worker pod)"),
-    "operator": ("agent_operator.main", "run the operator (kopf, with Lease leader election)"),
+    "operator": ("agent_operator.serve.main", "run the operator (kopf, with Lease leader election)"),
     # Read commands: each prints through agentrun.output (-o table|wide|json|yaml|name).
     "get": ("agentrun.trace_cli", "show one run: phase, step, attempts, pending approval, effects"),
     "list": ("agentrun.trace_cli", "list runs with phase, step, pending approval, effects"),

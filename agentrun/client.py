@@ -33,7 +33,8 @@ from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
 from agentrun import approve_cli, cluster, steer_cli, trace, trace_cli, watching
-from agentrun_core import kube, protocol, store
+from agentrun_core import kube, store
+from agentrun_core.api import protocol
 from agentrun_core.store import connect, rows
 
 Error = cluster.CliError

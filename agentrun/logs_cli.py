@@ -20,7 +20,8 @@ import time
 from typing import Any
 
 from agentrun import cluster
-from agentrun_core import kube, protocol
+from agentrun_core import kube
+from agentrun_core.api import protocol
 
 CONTAINER = "worker"
 

@@ -15,7 +15,8 @@ import argparse
 import sys
 
 from agentrun import cluster, stamps
-from agentrun_core import kube, schedules
+from agentrun_core import kube
+from agentrun_core.api import schedules
 
 
 def _parser(verb: str, help_: str, name: bool) -> argparse.ArgumentParser:

@@ -169,7 +169,8 @@ def retry(argv: list[str]) -> int:
     namespace = args.namespace or default_ns
     patch = retry_patch(cluster.get_run(api, namespace, args.name))
     if args.image:
-        # Only with a retry: the CRD refuses an image change of a run otherwise (agent_operator.imagepin).
+        # Only with a retry: the CRD refuses an image change of a run otherwise
+        # (agent_operator.decide.imagepin).
         patch["spec"]["worker"] = {"image": args.image}
     cluster.patch_run(api, namespace, args.name, patch, what=f"retry agentrun {args.name}")
     print(
@@ -252,7 +253,7 @@ def cancel(argv: list[str]) -> int:
 
 def _set_suspend(verb: str, argv: list[str], suspend: bool) -> int:
     """``spec.suspend``: the operator stops the worker at a step boundary (phase Suspended) and starts a new
-    attempt from the checkpoint once it is false again (agent_operator.reconcile, stop requests)."""
+    attempt from the checkpoint once it is false again (agent_operator.decide.reconcile, stop requests)."""
     help_ = (
         "stop the run's worker at a step boundary and start none until resumed (spec.suspend)"
         if suspend

@@ -14,7 +14,8 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from agentrun import cluster
-from agentrun_core import kube, protocol
+from agentrun_core import kube
+from agentrun_core.api import protocol
 
 
 def phases(text: str | None) -> frozenset[str] | None:

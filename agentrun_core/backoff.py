@@ -7,7 +7,8 @@ seconds); the result is a float in the same unit. Jitter, Retry-After and "no de
 callers, not of this formula.
 
 Callers: tool-call retries (agent_worker.retry), the next worker attempt after a lost one
-(agent_operator.retry), notification delivery (agent_operator.notifier), the dev pod runtime's crash-loop
+(agent_operator.decide.retry), notification delivery (agent_operator.act.notifier), the dev pod runtime's
+crash-loop
 restarts (agentrun_dev.podruntime.restarts).
 """
 

@@ -20,7 +20,8 @@ Two deadlines (``spec.activeDeadlineSeconds``, ``spec.progressDeadlineSeconds``)
   the operator's start timeout judges the attempt, not this; with no attempt running there is no progress
   to expect, so nothing is measured.
 
-Used by the operator (``agent_operator.deadlines``), which also asks ``wake_in`` when to look again: at the
+Used by the operator (``agent_operator.decide.deadlines``), which also asks ``wake_in`` when to look again:
+at the
 deadline itself, never by polling.
 """
 

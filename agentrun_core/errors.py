@@ -10,7 +10,7 @@ context also keeps the signal sticky (``RunContext.stop``) so every later ledger
 
 from __future__ import annotations
 
-from agentrun_core import protocol
+from agentrun_core.api import protocol
 
 
 class WorkerError(Exception):

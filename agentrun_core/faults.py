@@ -33,14 +33,14 @@ WORKER_POINTS: dict[str, str] = {
     "while_parking": "an interrupt's approval was recorded, before the lease is released and the run parked",
     "before_lease_renew": "the background keeper is about to renew the Lease",
 }
-# The operator's notifier (agent_operator.notifier), same mechanism in the operator process; the worker
+# The operator's notifier (agent_operator.act.notifier), same mechanism in the operator process; the worker
 # chaos matrix covers WORKER_POINTS, tests/integration/test_notify_faults.py these.
 NOTIFY_POINTS: dict[str, str] = {
     "notify_after_reserve": "a notification's ledger row was reserved, before it is marked issued and sent",
     "notify_after_call": "the webhook answered, before the ledger records the notification's outcome",
     "notify_after_record": "the notification was recorded sent, before the operator goes on",
 }
-# The scheduler (agent_operator.scheduler): tests/integration/test_schedules.py.
+# The scheduler (agent_operator.act.scheduler): tests/integration/test_schedules.py.
 SCHEDULE_POINTS: dict[str, str] = {
     "schedule_after_create": "a schedule's tick run was created, before its status records the tick",
 }

@@ -1,7 +1,7 @@
 """The one Lease engine: acquisition by compare-and-swap, renewal on a thread, release, fencing epoch.
 
 Used by the worker for its run's Lease (``agent_worker.leasing``) and by the operator for leadership
-(``agent_operator.leader``). One ``LeaseKeeper`` per holder::
+(``agent_operator.serve.leader``). One ``LeaseKeeper`` per holder::
 
     keeper = lease.LeaseKeeper(api, lease.LeaseConfig(namespace, name, holder=pod_name), on_lost=...)
     epoch = keeper.acquire(wait_seconds=30)   # the fencing token, written to agentrun_runs.lease_epoch

@@ -3,7 +3,8 @@
 Rule: this module decides, it never does (no I/O, clock, randomness, logging): whatever the decision needs
 arrives in the ``Event`` (the row a reserve returned, how a call ended, the retry decision, seconds elapsed).
 What to do next leaves as ``Action`` values, performed in order by an I/O shell (``agent_worker.ledger_shell``
-for a worker's effect, ``agent_operator.notify_outcome`` for a notification); the last action of a transition
+for a worker's effect, ``agent_operator.decide.notify_outcome`` for a notification); the last action of a
+transition
 is the one whose outcome is the next event, or it ends the effect (``Return``, ``Raise``). Same inputs, same
 plan: tested as a table without Postgres, for both senders (tests/unit/test_ledger_machine.py).
 

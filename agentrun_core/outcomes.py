@@ -1,7 +1,7 @@
 """What a failed call to a provider proves, and what to do next. Pure: no I/O, no clock, no randomness.
 
 One table for every sender: the worker's effects (``agent_worker.retry`` classifies their exceptions) and the
-operator's notifications (``agent_operator.notify_http`` classifies their answers) both end in
+operator's notifications (``agent_operator.act.notify_http`` classifies their answers) both end in
 ``decide``, whose ``Decision`` the ledger machine (``agentrun_core.ledger``) acts on.
 
 * ``refused``: the provider provably did nothing (429, 503, 408; nothing sent): call again after a backoff.

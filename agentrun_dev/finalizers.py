@@ -15,8 +15,9 @@ import contextlib
 
 import kubernetes
 
-from agent_operator import model
-from agentrun_core import kube, protocol
+from agent_operator.decide import model
+from agentrun_core import kube
+from agentrun_core.api import protocol
 from agentrun_core.kube import pods, runs
 
 

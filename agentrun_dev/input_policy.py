@@ -23,7 +23,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from agent_operator.phases import MAX_INPUT_BYTES, MAX_INPUT_DEPTH, NUL_IN_INPUT
+from agent_operator.decide.phases import MAX_INPUT_BYTES, MAX_INPUT_DEPTH, NUL_IN_INPUT
 
 PATH = Path(__file__).resolve().parents[1] / "deploy" / "admission" / "input-limits-policy.yaml"
 NAME = "agentrun-input-limits"

@@ -6,7 +6,7 @@ applies deploy/base, deploy/tenant and the example run) asks :func:`path`, which
 ``importlib.resources``. A wheel carries ``crds/`` and ``deploy/`` as ``agentrun_dev/_manifests/``
 (pyproject's ``force-include``), so ``agentrun dev up`` and ``agentrun demo`` work from an installed wheel;
 an editable install (``pip install -e``, what ``scripts/bootstrap`` makes) has no such directory and the
-checkout the package lives in is the source. Generators that *write* a manifest (``agent_operator.crdgen``,
+checkout the package lives in is the source. Generators that *write* a manifest (``agentrun_core.api.crdgen``,
 ``agentrun_dev.input_policy``, ``agentrun_dev.prometheusrule``) write the checkout's file: that is the one
 source, and the wheel copies it.
 """

@@ -26,7 +26,8 @@ from langgraph.checkpoint.postgres import PostgresSaver
 
 from agent_worker import checkpointer, runner
 from agent_worker import settings as settings_mod
-from agentrun_core import protocol, store
+from agentrun_core import store
+from agentrun_core.api import protocol
 from bench import db, graphs, p5_storage, stats
 
 

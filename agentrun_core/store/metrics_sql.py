@@ -3,7 +3,8 @@
 Rule: this module reads and never writes; a scrape is one read-only repeatable-read transaction, so it
 sees one consistent state. ``SnapshotSource`` keeps one small connection (re-opened after an error) with a
 statement timeout, because it runs at scrape time and must be cheap and fail fast. The operator turns a
-``Snapshot`` into Prometheus families (``agent_operator.metric_families``); nothing here knows Prometheus.
+``Snapshot`` into Prometheus families (``agent_operator.observe.metric_families``); nothing here knows
+Prometheus.
 
 The bucket bounds of the row-derived histograms live here because Postgres holds them too
 (``agentrun_metric_bounds``, migration 0013, which folds finished runs into the same buckets; a test checks

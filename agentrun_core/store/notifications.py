@@ -4,7 +4,8 @@ Rule: the operator is the only writer, and every write is ONE statement that che
 (migration 0010) in the same statement — a sender that took an epoch before a newer sender took its own is
 refused (``errors.Fenced``), never half-applied. A row goes ``pending`` (reserved, ``issued`` False) →
 ``issued`` True right before the call → ``sent`` / ``failed``, or back to ``pending`` with ``retry_at`` for a
-resend (the rules: ``agentrun_core.ledger``, via ``agent_operator.notify_outcome``). ``issued`` stays True
+resend (the rules: ``agentrun_core.ledger``, via ``agent_operator.decide.notify_outcome``). ``issued`` stays
+True
 across a resend after an ambiguous outcome; a ``pending`` row found ``issued`` is an unknown outcome: the
 caller reconciles it, never guesses.
 """

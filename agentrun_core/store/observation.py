@@ -15,7 +15,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from agentrun_core import protocol
+from agentrun_core.api import protocol
 from agentrun_core.store import db, effects_sql, rows, steering
 
 _DOCS = ("policy_synced", "approvals_doc", "effect_counts_doc", "interventions_doc")

@@ -7,9 +7,11 @@ import datetime
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from agentrun_core import errors, protocol
+from agentrun_core import errors
+from agentrun_core.api import protocol
 
-# Defined in agentrun_core.protocol (one definition); named here too for the store modules that check them.
+# Defined in agentrun_core.api.protocol (one definition); named here too for the store modules that check
+# them.
 RUN_STATUSES = protocol.RUN_STATUSES
 FINAL_RUN_STATUSES = protocol.FINAL_RUN_STATUSES
 EFFECT_STATUSES = protocol.EFFECT_STATUSES

@@ -244,7 +244,8 @@ def set_read_only(conn: db.Conn, run_id: str, read_only: bool) -> bool:
 
 
 def pin_image(conn: db.Conn, *, run_id: str, image: str, digest: str | None, generation: int) -> bool:
-    """Record the run's pinned worker image (agent_operator.imagepin); operator only. True if it exists."""
+    """Record the run's pinned worker image (agent_operator.decide.imagepin); operator only. True if it
+    exists."""
     params = {"run_id": run_id, "image": image, "digest": digest, "generation": generation}
     return db.fetch_one(conn, "pin_image", params) is not None
 
@@ -279,5 +280,5 @@ def deadline_clock(conn: db.Conn, run_id: str) -> deadline_math.Clock:
     )
 
 
-# The start reasons of an attempt a human's reopening started (agent_operator.steering.REOPEN_REASONS).
+# The start reasons of an attempt a human's reopening started (agent_operator.decide.steering.REOPEN_REASONS).
 REOPENING_START_REASONS = frozenset({"retry", "resolved"})

@@ -1,6 +1,7 @@
 """Tenants: the Postgres worker role of each namespace, whose row-level security reaches only its runs.
 
-Rule: the operator's calls only (``agent_operator.tenants``; provisioning needs CREATEROLE). A role is dropped
+Rule: the operator's calls only (``agent_operator.act.tenants``; provisioning needs CREATEROLE). A role is
+dropped
 only when no run of its namespace is left; one still owning objects elsewhere is disabled, never dropped.
 """
 

@@ -15,9 +15,9 @@ import datetime
 import uuid
 from collections.abc import Collection
 
-from agent_operator import admission, model
+from agent_operator.decide import admission, model
 from agentrun_core import kube as core
-from agentrun_core import protocol
+from agentrun_core.api import protocol
 
 Body = core.Body
 ApiClient = core.ApiClient

@@ -65,14 +65,14 @@ class ReconcileSettings:
     purge_interval_seconds: float = 60.0  # AGENTRUN_PURGE_INTERVAL_SECONDS: how often the leader purges
     purge_batch: int = 500  # AGENTRUN_PURGE_BATCH: runs per purge statement
     # Worker Pods alive at once per namespace (a count; 0 = no limit). Runs beyond it wait, first come
-    # first served, and start as slots free (agent_operator.throttle).
+    # first served, and start as slots free (agent_operator.observe.throttle).
     max_workers_per_namespace: int = 50  # AGENTRUN_MAX_WORKERS_PER_NAMESPACE
     # How long the last attempt's Pod of a finished run, or of a run parked on an approval, is kept for its
     # log (seconds, from when the operator saw it terminated); earlier attempts' Pods go once a later one
     # started (cleanup.py).
     finished_pod_retention_seconds: float = 600.0  # AGENTRUN_FINISHED_POD_RETENTION_SECONDS
     # A worker role's Postgres session that keeps any other session waiting on a lock this long is ended
-    # (agent_operator.lockwatch; 0 = never): a tenant may LOCK a shared table it can UPDATE.
+    # (agent_operator.act.lockwatch; 0 = never): a tenant may LOCK a shared table it can UPDATE.
     tenant_lock_wait_seconds: float = 10.0  # AGENTRUN_TENANT_LOCK_WAIT_SECONDS
 
 
@@ -85,7 +85,8 @@ class NotifySettings:
     max_attempts: int = 8  # AGENTRUN_NOTIFY_MAX_ATTEMPTS: calls of one notification before it fails
     backoff_seconds: float = 1.0  # AGENTRUN_NOTIFY_BACKOFF_SECONDS: delay before the first retry (doubles)
     max_backoff_seconds: float = 60.0  # AGENTRUN_NOTIFY_MAX_BACKOFF_SECONDS: the delay's cap
-    # Where notifications may go (agent_operator.outbound): URLs are written by tenants and POSTed from inside
+    # Where notifications may go (agent_operator.act.outbound): URLs are written by tenants and POSTed from
+    # inside
     # the cluster. Loopback, link-local, private and other non-public addresses are refused unless in
     # allowed_networks; denied_networks refuses more (a Service or Pod CIDR in public address space) and wins.
     # AGENTRUN_NOTIFY_ALLOWED_NETWORKS: comma list of CIDRs (e.g. a receiver inside the cluster); default none
@@ -98,7 +99,8 @@ class NotifySettings:
 
 @dataclasses.dataclass(frozen=True)
 class ReadApiSettings:
-    """The read API (agent_operator.readapi): a run's trace, effects and approvals served over HTTPS to the
+    """The read API (agent_operator.serve.readapi): a run's trace, effects and approvals served over HTTPS to
+    the
     API server's aggregation layer (APIService ``v1alpha1.read.agentrun.dev``)."""
 
     port: int = 0  # AGENTRUN_READ_API_PORT: 0 = not served
@@ -116,7 +118,7 @@ class Settings:
     # AGENTRUN_MIGRATE (true/false): the leader applies the schema migrations at start-up, before it admits
     # any run — the same files and lock as `agentrun migrate` (idempotent; a concurrent migrator waits).
     # false: only the migrate Job (deploy/migrate) or a DBA changes the schema, and the operator refuses to
-    # start on a schema not migrated for it (agent_operator.main.schema_problem; docs/upgrading.md).
+    # start on a schema not migrated for it (agent_operator.serve.main.schema_problem; docs/upgrading.md).
     migrate: bool = True
     leader: LeaderSettings = dataclasses.field(default_factory=LeaderSettings)
     worker: WorkerDefaults = dataclasses.field(default_factory=WorkerDefaults)

@@ -196,7 +196,7 @@ def operator_env(dev_cluster: Any, namespace: str, dsn: str) -> dict[str, str]:
             "AGENTRUN_WORKER_SERVICE_ACCOUNT": WORKER_SA,
             "AGENTRUN_POLL_SECONDS": "1",
             # The tests' webhook receivers listen on 127.0.0.1: the outbound policy refuses loopback unless
-            # allowed (agent_operator.outbound), so the tests allow exactly that address.
+            # allowed (agent_operator.act.outbound), so the tests allow exactly that address.
             "AGENTRUN_NOTIFY_ALLOWED_NETWORKS": "127.0.0.1/32",
             "AGENTRUN_WORKER_GRACE_SECONDS": "10",
             "PYTHONUNBUFFERED": "1",

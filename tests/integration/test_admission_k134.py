@@ -30,8 +30,8 @@ from test_approval_admission import APPROVE, CUSTOM, DECIDED_BY, GROUPS, PENDING
 from test_steering_admission import ACTORS, RESOLVE, SteerArena
 from test_steering_admission import _attempt as steer_attempt
 
-from agent_operator import admission
 from agent_operator import kube as operator_kube
+from agent_operator.decide import admission
 from agentrun_core import kube as core_kube
 from agentrun_dev import second_apiserver
 

@@ -204,7 +204,7 @@ def test_approval_racing_the_deadline_end_to_end(
 
 
 # Deleted, or present under its name but weakened (failurePolicy Ignore: a CEL error lets anything through):
-# either way the decision annotations are not guarded as shipped (agent_operator.admission).
+# either way the decision annotations are not guarded as shipped (agent_operator.decide.admission).
 WEAKENINGS = {
     "binding-deleted": ("delete", "validatingadmissionpolicybinding", "agentrun-approvals"),
     "failure-policy-ignore": (

@@ -15,7 +15,7 @@ import kubernetes
 import psycopg
 from conftest import OperatorHandle, bind, create_run, pods, run_status, wait_for, wait_phase
 
-from agent_operator import imagepin
+from agent_operator.decide import imagepin
 from agentrun_core import store
 from tests.integration.test_steer_flow import FLAKY, VENV_BIN, as_user, spec
 

@@ -18,7 +18,7 @@ import psycopg
 import pytest
 import yaml
 
-from agent_operator import metrics
+from agent_operator.observe import metrics
 from tests.integration.prometheus_harness import (
     RULES,
     Prometheus,

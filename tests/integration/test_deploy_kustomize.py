@@ -146,7 +146,8 @@ def test_operator_worker_pod_passes_restricted(
     restricted_namespace: str, admin_kubeconfig: pathlib.Path
 ) -> None:
     """The Pod the operator creates for each attempt is admitted by ``restricted`` enforcement as built."""
-    from agent_operator import model, pods, settings
+    from agent_operator import settings
+    from agent_operator.decide import model, pods
 
     run = model.RunRef(namespace=restricted_namespace, name="psa", uid="00000000-0000-0000-0000-000000000001")
     spec = model.RunSpec.from_body({"graph": "agentrun_examples.support_ticket:graph"})

@@ -9,8 +9,8 @@ import kubernetes
 import pytest
 from conftest import wait_for
 
-from agent_operator import model
-from agentrun_core import protocol
+from agent_operator.decide import model
+from agentrun_core.api import protocol
 from agentrun_core.kube import errors as kube_errors
 from agentrun_core.kube import runs
 from agentrun_dev import finalizers

@@ -17,7 +17,8 @@ import psycopg
 import pytest
 from collector_rows import add_finished, add_live
 
-from agent_operator import metric_families, tenants
+from agent_operator.act import tenants
+from agent_operator.observe import metric_families
 from agentrun_core import store
 from agentrun_core.store import metrics_sql
 

@@ -12,7 +12,7 @@ import prometheus_client
 import psycopg
 import pytest
 
-from agent_operator import metrics
+from agent_operator.observe import metrics
 from agentrun_core.store import metrics_sql
 
 

@@ -100,6 +100,6 @@ def test_an_operator_that_may_not_migrate_refuses_a_schema_not_migrated_for_it(e
     assert "AGENTRUN_MIGRATE is false" in done.stderr and "run `agentrun migrate`" in done.stderr
     assert not has_table(empty_dsn, "agentrun_schema_version")  # it did not migrate either
     assert migrate("--dsn", empty_dsn).returncode == 0
-    from agent_operator import main as operator_main
+    from agent_operator.serve import main as operator_main
 
     assert operator_main.schema_problem(empty_dsn) == ""

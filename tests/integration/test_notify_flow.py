@@ -25,7 +25,7 @@ import psycopg
 import pytest
 from conftest import OperatorHandle, condition, create_run, events, kubectl, run_status, wait_for, wait_phase
 
-from agent_operator import notify
+from agent_operator.decide import notify
 from agentrun_core import store
 from agentrun_core.store import notifications
 from agentrun_dev.webhook_receiver import Receiver

@@ -18,10 +18,11 @@ import psycopg
 import pytest
 from conftest import OperatorHandle, create_run, get_run, pods, wait_for
 
-from agent_operator import actions, model, runner
 from agent_operator import kube as op_kube
-from agent_operator import memory as memory_
 from agent_operator import settings as settings_
+from agent_operator.decide import actions, model
+from agent_operator.observe import memory as memory_
+from agent_operator.serve import runner
 
 RUNS = 10  # more than the event loop's default thread pool (min(32, cpus + 4)) on the CI machines
 LOCK_SECONDS = 25

@@ -18,7 +18,7 @@ from pathlib import Path
 import kubernetes
 from conftest import OperatorHandle, condition, create_run, kubectl, run_status, wait_for, wait_phase
 
-from agent_operator import phases
+from agent_operator.decide import phases
 from agentrun_dev import input_policy
 
 STEPS = "tests.integration.test_operator_graphs:steps"

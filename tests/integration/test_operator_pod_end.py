@@ -18,11 +18,12 @@ from typing import Any
 import kubernetes
 from conftest import wait_for
 
-from agent_operator import actions, cleanup, model, reconcile, runner
 from agent_operator import kube as op_kube
-from agent_operator import memory as memory_
 from agent_operator import settings as settings_
-from agentrun_core import protocol
+from agent_operator.decide import actions, cleanup, model, reconcile
+from agent_operator.observe import memory as memory_
+from agent_operator.serve import runner
+from agentrun_core.api import protocol
 from tests.unit import rowmaker
 
 RUN = "gone"
@@ -45,7 +46,8 @@ def _worker_pod(*, held: bool = False) -> dict[str, Any]:
         "metadata": {
             "name": protocol.pod_name(RUN, 1),
             "labels": {protocol.LABEL_RUN: RUN, protocol.LABEL_ATTEMPT: "1", protocol.LABEL_RUN_UID: UID},
-            # As the operator makes them (agent_operator.pods.manifest); the older test below goes without.
+            # As the operator makes them (agent_operator.decide.pods.manifest); the older test below goes
+            # without.
             "finalizers": [protocol.POD_FINALIZER] if held else [],
         },
         "spec": {

@@ -30,7 +30,8 @@ from conftest import OperatorHandle, create_run, pods, wait_for, wait_phase
 from langgraph.checkpoint.postgres import PostgresSaver
 
 from agent_worker import graphs
-from agentrun_core import protocol, store
+from agentrun_core import store
+from agentrun_core.api import protocol
 from agentrun_dev import http_provider
 from tests.graphs import real_agents
 

@@ -9,7 +9,7 @@ import time
 
 import psycopg
 
-from agent_operator import retention
+from agent_operator.act import retention
 from agentrun_core import store
 from agentrun_core.store import metrics_sql
 

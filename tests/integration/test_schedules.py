@@ -31,7 +31,7 @@ from conftest import (
     wait_phase,
 )
 
-from agentrun_core import schedules
+from agentrun_core.api import schedules
 
 GROUP, VERSION, PLURAL = "agentrun.dev", "v1alpha1", "agentrunschedules"
 UTC = datetime.UTC

@@ -22,7 +22,7 @@ from conftest import wait_for
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.graph import END, START, StateGraph
 
-from agent_operator import lockwatch, tenants
+from agent_operator.act import lockwatch, tenants
 from agentrun_core import keys, store
 
 pytestmark = pytest.mark.postgres

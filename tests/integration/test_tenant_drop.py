@@ -17,7 +17,9 @@ import kubernetes
 import psycopg
 import pytest
 
-from agent_operator import kube, pods, settings, tenants
+from agent_operator import kube, settings
+from agent_operator.act import tenants
+from agent_operator.decide import pods
 from agentrun_core import store
 
 

@@ -19,7 +19,7 @@ import pytest
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.graph import END, START, StateGraph
 
-from agent_operator import tenants
+from agent_operator.act import tenants
 from agentrun_core import store
 from agentrun_core.store import connect
 from tests.chaos import worker_harness

@@ -21,7 +21,8 @@ from langgraph.types import Send, interrupt
 
 from agent_worker import drive, runner, steps
 from agent_worker import settings as settings_mod
-from agentrun_core import errors, protocol, results, store
+from agentrun_core import errors, results, store
+from agentrun_core.api import protocol
 from tests.chaos import worker_harness
 
 pytestmark = pytest.mark.postgres

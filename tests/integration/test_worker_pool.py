@@ -10,7 +10,8 @@ import psycopg
 import pytest
 
 from agent_worker import runner, settings
-from agentrun_core import protocol, store
+from agentrun_core import store
+from agentrun_core.api import protocol
 from agentrun_core.store import connect
 
 pytestmark = pytest.mark.postgres

@@ -5,7 +5,8 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from agent_operator import actions, model, settings
+from agent_operator import settings
+from agent_operator.decide import actions, model
 from agentrun_core import store
 from tests.unit import rowmaker
 

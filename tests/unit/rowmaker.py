@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentrun_core import protocol, store
+from agentrun_core import store
+from agentrun_core.api import protocol
 
 
 def run(status: str = "admitted", **fields: Any) -> store.Run:

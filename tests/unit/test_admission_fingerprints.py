@@ -11,7 +11,8 @@ from typing import Any
 
 import yaml
 
-from agent_operator import admission, kube
+from agent_operator import kube
+from agent_operator.decide import admission
 
 ADMISSION_DIR = Path(__file__).resolve().parents[2] / "deploy" / "admission"
 PLURAL = {
@@ -261,7 +262,7 @@ def test_validating_policies_require_every_stamp() -> None:
 def test_the_mode_found_is_exported() -> None:
     """Where the operator's status lives for the cluster as a whole: its metrics (per run, the condition
     ApprovalPolicyMissing). Exactly one mode series is 1."""
-    from agent_operator import metrics
+    from agent_operator.observe import metrics
 
     def value(mode: str) -> float | None:
         return metrics.REGISTRY.get_sample_value("agentrun_operator_admission_mode", {"mode": mode})

@@ -6,8 +6,10 @@ import random
 
 import pytest
 
-from agent_operator import model, notifier, settings
-from agent_operator import retry as operator_retry
+from agent_operator import settings
+from agent_operator.act import notifier
+from agent_operator.decide import model
+from agent_operator.decide import retry as operator_retry
 from agent_worker import retry as worker_retry
 from agentrun_core import backoff
 from agentrun_dev.podruntime import restarts

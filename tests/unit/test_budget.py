@@ -133,7 +133,7 @@ def test_the_trace_shows_each_steps_model_usage_and_the_runs_total() -> None:
 def test_model_usage_metrics_are_counters_per_namespace_and_kind() -> None:
     import prometheus_client
 
-    from agent_operator import metrics
+    from agent_operator.observe import metrics
     from agentrun_core.store import metrics_sql
 
     snap = metrics_sql.Snapshot(runs=[("ns-a", "running", 1)], model_usage=[("ns-a", 6, 600, 300, 6_300)])

@@ -1,4 +1,4 @@
-"""The CRD and the operator's spec model come from one field table (agent_operator.spec_schema).
+"""The CRD and the operator's spec model come from one field table (agentrun_core.api.spec_schema).
 
 The checked-in CRD must be crdgen's rendering of it, and ``RunSpec.from_body`` must read every field the way
 the API server admits it: its defaults, enums, bounds and required fields are the table's.
@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-from agent_operator import crdgen, model, notify, spec_schema
-from agentrun_core import protocol
+from agent_operator.decide import model, notify
+from agentrun_core.api import crdgen, protocol, spec_schema
 from agentrun_core.store import rows
 
 GRAPH = "pkg.mod:graph"
@@ -79,7 +79,7 @@ def checked() -> list[tuple[str, dict[str, Any]]]:
 
 
 def test_checked_in_crd_is_the_rendering() -> None:
-    assert crdgen.PATH.read_text() == crdgen.render(), "run: python -m agent_operator.crdgen > crds/..."
+    assert crdgen.PATH.read_text() == crdgen.render(), "run: python -m agentrun_core.api.crdgen > crds/..."
     assert crdgen.main(["--check"]) == 0
 
 

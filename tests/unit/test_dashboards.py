@@ -10,7 +10,7 @@ import prometheus_client
 import pytest
 import yaml
 
-from agent_operator import metrics
+from agent_operator.observe import metrics
 from agentrun import promql
 from agentrun_core.store import metrics_sql
 from agentrun_dev import prometheusrule

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from agent_operator import actions, approvals, edits, endings, forks, model, reconcile
+from agent_operator.decide import actions, approvals, edits, endings, forks, model, reconcile
 from agent_worker import forking
 from agentrun import cluster, fork_cli, respond_cli
 from agentrun_core.store import rows

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from agent_operator import actions, edits, model, reconcile
+from agent_operator.decide import actions, edits, model, reconcile
 from agentrun import batch_cli, cluster, render, trace
 from agentrun_core import hitl
 from tests.unit import rowmaker

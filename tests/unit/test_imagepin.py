@@ -1,4 +1,5 @@
-"""Runs keep their code (agent_operator.imagepin): the pin by digest, the no-digest case, retries re-pin, and
+"""Runs keep their code (agent_operator.decide.imagepin): the pin by digest, the no-digest case, retries
+re-pin, and
 the reconciler starting later attempts with the pinned image whatever the spec says now."""
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from agent_operator import actions, imagepin, model, reconcile
+from agent_operator.decide import actions, imagepin, model, reconcile
 from tests.unit.reconcile_world import world
 
 DIGEST = "sha256:" + "ab" * 32

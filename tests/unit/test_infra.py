@@ -6,7 +6,8 @@ import psycopg
 import psycopg_pool
 
 from agent_worker import infra
-from agentrun_core import errors, protocol
+from agentrun_core import errors
+from agentrun_core.api import protocol
 
 
 def _raised_from(outer: BaseException, inner: BaseException) -> BaseException:
@@ -45,7 +46,8 @@ def test_lost_keeps_the_cause_and_exits_14() -> None:
 
 
 def test_the_operator_attributes_exit_14_as_infra_not_failed() -> None:
-    from agent_operator import metrics, model, pods
+    from agent_operator.decide import model, pods
+    from agent_operator.observe import metrics
 
     lost = model.PodInfo("r-1", 1, phase="Failed", terminated_reason="Error", exit_code=protocol.EXIT_INFRA)
     reason, message = pods.end_reason(lost)

@@ -1,9 +1,9 @@
 """The checked-in admission policy is the generator's output for the operator's own bounds (one source
-for the documented numbers: ``agent_operator.phases``)."""
+for the documented numbers: ``agent_operator.decide.phases``)."""
 
 from __future__ import annotations
 
-from agent_operator import phases
+from agent_operator.decide import phases
 from agentrun_dev import input_policy
 
 

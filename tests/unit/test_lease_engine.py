@@ -1,5 +1,5 @@
 """The one Lease engine (``agentrun_core.lease`` + ``lease_cas``) against an in-memory Lease store, as the
-worker holds a run's Lease and as the operator holds leadership (``agent_operator.leader``).
+worker holds a run's Lease and as the operator holds leadership (``agent_operator.serve.leader``).
 
 The store stands in for ``agentrun_core.kube``'s Lease calls (monkeypatched there, so these tests also show
 that the operator's leader election goes through the core client, not an adapter of its own) and applies
@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from agent_operator import leader, settings
+from agent_operator import settings
+from agent_operator.serve import leader
 from agentrun_core import kube, lease
 
 

@@ -2,7 +2,8 @@
 
 The same scenarios run for each sender through the shared machine (``agentrun_core.ledger``) and outcome
 table (``agentrun_core.outcomes``): the worker's spec as ``agent_worker.ledger_shell`` builds it, the
-notification's as ``agent_operator.notify_outcome`` builds it (and its ``decide`` / ``reserved`` adapters,
+notification's as ``agent_operator.decide.notify_outcome`` builds it (and its ``decide`` / ``reserved``
+adapters,
 which the notifier calls). Where the senders differ (a run-level retry exists only for effects), both sides
 are pinned.
 """
@@ -15,7 +16,7 @@ import urllib.error
 
 import pytest
 
-from agent_operator import notify_outcome
+from agent_operator.decide import notify_outcome
 from agent_worker import retry
 from agentrun_core import ledger, outcomes
 from agentrun_core.ledger import EventKind as E

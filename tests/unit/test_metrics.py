@@ -5,7 +5,7 @@ from __future__ import annotations
 import prometheus_client
 import pytest
 
-from agent_operator import metric_families, metrics
+from agent_operator.observe import metric_families, metrics
 from agentrun_core.store import metrics_sql
 
 

@@ -1,4 +1,5 @@
-"""agent_operator.notify (pure) and the notifier's HTTP classification against real loopback servers."""
+"""agent_operator.decide.notify (pure) and the notifier's HTTP classification against real loopback
+servers."""
 
 from __future__ import annotations
 
@@ -11,16 +12,9 @@ from typing import Any
 
 import pytest
 
-from agent_operator import (
-    model,
-    notifier,
-    notify,
-    notify_http,
-    notify_outcome,
-    outbound,
-    run_status,
-    settings,
-)
+from agent_operator import settings
+from agent_operator.act import notifier, notify_http, outbound
+from agent_operator.decide import model, notify, notify_outcome, run_status
 from agentrun_core import store
 from agentrun_dev.webhook_receiver import Receiver
 from tests.unit import rowmaker

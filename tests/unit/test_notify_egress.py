@@ -1,4 +1,5 @@
-"""The operator's outbound guard for notification URLs (``agent_operator.outbound``) and the notifier's POST
+"""The operator's outbound guard for notification URLs (``agent_operator.act.outbound``) and the notifier's
+POST
 through it, against real loopback servers: what is refused never reaches a socket."""
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from agent_operator import notify_http, notify_outcome, outbound, settings
+from agent_operator import settings
+from agent_operator.act import notify_http, outbound
+from agent_operator.decide import notify_outcome
 from agentrun_dev.webhook_receiver import Receiver
 
 LOOPBACK = outbound.Policy.from_settings(settings.NotifySettings(allowed_networks=("127.0.0.1/32",)))

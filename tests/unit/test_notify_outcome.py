@@ -1,4 +1,5 @@
-"""What a notification call's answer proves (``agent_operator.notify_outcome``, pure), and what follows.
+"""What a notification call's answer proves (``agent_operator.decide.notify_outcome``, pure), and what
+follows.
 
 RFC 9110 §9.2.2: a non-idempotent request (our POST) is not retried automatically unless the client can tell
 the request was never applied, or the receiver dedupes it. So only answers that say the request was not
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent_operator import notify_outcome as rules
+from agent_operator.decide import notify_outcome as rules
 
 
 @pytest.mark.parametrize(

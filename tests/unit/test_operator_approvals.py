@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 
-from agent_operator import actions, model, reconcile
+from agent_operator.decide import actions, model, reconcile
 from tests.unit import rowmaker
 from tests.unit.reconcile_world import NOW, pod, world
 
@@ -45,7 +45,8 @@ def annotated(
 
 
 def test_a_run_waiting_for_approval_needs_no_pod_and_no_fresh_read_of_it() -> None:
-    """The parked attempt's Pod is deleted after the retention (agent_operator.cleanup); the run goes on
+    """The parked attempt's Pod is deleted after the retention (agent_operator.decide.cleanup); the run goes
+    on
     waiting without reading the API server at each look. Once decided, the round that starts the next
     attempt reads fresh first, as for any vanished Pod."""
     waiting = reconcile.decide(world(db="parked", status={"attempts": 1}, approvals=(PENDING,)))

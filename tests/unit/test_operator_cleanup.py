@@ -3,7 +3,7 @@ and when a deleted Pod's finalizer (``protocol.POD_FINALIZER``) is released."""
 
 from __future__ import annotations
 
-from agent_operator import actions, cleanup, model
+from agent_operator.decide import actions, cleanup, model
 from agentrun_core import store
 from tests.unit import rowmaker
 from tests.unit.reconcile_world import pod, world

@@ -7,7 +7,8 @@ import datetime
 
 import pytest
 
-from agent_operator import actions, reconcile, settings
+from agent_operator import settings
+from agent_operator.decide import actions, reconcile
 from agentrun_core import deadline_math
 from tests.unit import rowmaker
 from tests.unit.reconcile_world import NOW, effective, pod, world

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from agent_operator import model, pods, settings
-from agentrun_core import protocol
+from agent_operator import settings
+from agent_operator.decide import model, pods
+from agentrun_core.api import protocol
 
 RUN = model.RunRef(namespace="ns", name="r", uid="uid-1")
 

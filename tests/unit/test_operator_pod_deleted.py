@@ -12,9 +12,9 @@ from typing import Any
 
 import kopf
 
-from agent_operator import handlers
-from agent_operator import memory as memory_
-from agentrun_core import protocol
+from agent_operator.observe import memory as memory_
+from agent_operator.serve import handlers
+from agentrun_core.api import protocol
 
 
 def _final_body(uid: str) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 
-from agent_operator import actions, reconcile, run_status
+from agent_operator.decide import actions, reconcile, run_status
 from tests.unit import rowmaker
 from tests.unit.reconcile_world import NOW, effective, kinds, pod, tuned, world
 

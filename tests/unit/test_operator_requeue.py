@@ -9,7 +9,8 @@ from __future__ import annotations
 import dataclasses
 import datetime
 
-from agent_operator import actions, cleanup, model, reconcile, settings
+from agent_operator import settings
+from agent_operator.decide import actions, cleanup, model, reconcile
 from agentrun_core import store
 from tests.unit import rowmaker
 from tests.unit.reconcile_world import NOW, pod, world

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from agent_operator import actions, model, phases, reconcile, steering
+from agent_operator.decide import actions, model, phases, reconcile, steering
 from agentrun import cluster, steer_cli
 from agentrun_core import store
 from tests.unit import reconcile_world, rowmaker

@@ -1,11 +1,12 @@
-"""The tenant DSN and Secret the operator writes per namespace (agent_operator.tenants): pure parts."""
+"""The tenant DSN and Secret the operator writes per namespace (agent_operator.act.tenants): pure parts."""
 
 from __future__ import annotations
 
 import psycopg.conninfo
 import pytest
 
-from agent_operator import pods, tenants
+from agent_operator.act import tenants
+from agent_operator.decide import pods
 
 
 def test_worker_dsn_keeps_where_and_replaces_who() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime
 
-from agent_operator import model, phases, retry
+from agent_operator.decide import model, phases, retry
 
 T0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 T1 = T0 + datetime.timedelta(minutes=5)

@@ -1,10 +1,11 @@
-"""The worker<->operator contract (agentrun_core.protocol): what the operator sets, the worker reads."""
+"""The worker<->operator contract (agentrun_core.api.protocol): what the operator sets, the worker reads."""
 
 from __future__ import annotations
 
-from agent_operator import model, pods, reconcile, settings
+from agent_operator import settings
+from agent_operator.decide import model, pods, reconcile
 from agent_worker import settings as worker_settings
-from agentrun_core import protocol
+from agentrun_core.api import protocol
 from tests.unit.reconcile_world import pod, world
 
 RUN = model.RunRef(namespace="ns", name="r", uid="uid-1")

@@ -1,4 +1,5 @@
-"""The read API's pure parts: who a proxied request is (agent_operator.readapi.FrontProxy), which paths it
+"""The read API's pure parts: who a proxied request is (agent_operator.serve.readapi.FrontProxy), which paths
+it
 answers, and its settings. The whole chain through the real API server: tests/integration/test_read_api.py."""
 
 from __future__ import annotations
@@ -8,7 +9,8 @@ import json
 
 import pytest
 
-from agent_operator import readapi, settings
+from agent_operator import settings
+from agent_operator.serve import readapi
 
 CONFIG = {
     "requestheader-client-ca-file": "-----BEGIN CERTIFICATE-----\n...",

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from agent_operator import actions, reconcile, retention, walk
+from agent_operator.act import retention
+from agent_operator.decide import actions, reconcile, walk
 from tests.unit.reconcile_world import NOW, pod, world
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 
-from agent_operator import actions, reconcile
+from agent_operator.decide import actions, reconcile
 from tests.unit import rowmaker
 from tests.unit.reconcile_world import NOW, effective, pod, tuned, world
 
@@ -116,7 +116,7 @@ def test_a_lease_that_lapsed_in_an_api_server_outage_is_a_control_plane_loss() -
 
 
 def test_lapsed_in_outage_needs_the_lease_to_stop_changing_around_the_outage() -> None:
-    from agent_operator.memory import lapsed_in as _lapsed_in
+    from agent_operator.observe.memory import lapsed_in as _lapsed_in
     from agentrun_core import lease_math as lm
 
     observer = lm.LeaseObserver()

@@ -1,4 +1,5 @@
-"""The AgentRunSchedule CRD is generated (agent_operator.schedule_crd); its template is an AgentRun spec."""
+"""The AgentRunSchedule CRD is generated (agentrun_core.api.schedule_crd); its template is an AgentRun
+spec."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import re
 
 import yaml
 
-from agent_operator import schedule_crd, spec_schema
-from agentrun_core import cron, schedules
+from agentrun_core import cron
+from agentrun_core.api import schedule_crd, schedules, spec_schema
 
 
 def test_the_checked_in_crd_is_the_rendering() -> None:

@@ -1,4 +1,4 @@
-"""agent_operator.schedule_plan.decide: every case of a schedule's reconcile, without I/O."""
+"""agent_operator.decide.schedule_plan.decide: every case of a schedule's reconcile, without I/O."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import datetime
 
 import pytest
 
-from agent_operator import schedule_plan as plan
-from agentrun_core import schedules
+from agent_operator.decide import schedule_plan as plan
+from agentrun_core.api import schedules
 
 UTC = datetime.UTC
 

@@ -1,12 +1,13 @@
-"""agent_operator.scheduler's reading of objects (pure parts): the schedule's view, the runs it owns, and the
-AgentRun a tick creates (agentrun_core.schedules.run_body)."""
+"""agent_operator.act.scheduler's reading of objects (pure parts): the schedule's view, the runs it owns, and
+the
+AgentRun a tick creates (agentrun_core.api.schedules.run_body)."""
 
 from __future__ import annotations
 
 import datetime
 
-from agent_operator import scheduler
-from agentrun_core import schedules
+from agent_operator.act import scheduler
+from agentrun_core.api import schedules
 
 UTC = datetime.UTC
 SCHEDULE = {

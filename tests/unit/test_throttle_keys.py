@@ -6,8 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent_operator import model, pods, reconcile, runner, settings, throttle
-from agentrun_core import protocol
+from agent_operator import settings
+from agent_operator.decide import model, pods, reconcile
+from agent_operator.observe import throttle
+from agent_operator.serve import runner
+from agentrun_core.api import protocol
 from tests.unit.reconcile_world import pod, world
 
 A1 = ("graph-a", 1)  # key graph-a, at most 1 run with a worker Pod

@@ -3,7 +3,9 @@ the queued run's status, and the runner's re-decision when the last slot went to
 
 from __future__ import annotations
 
-from agent_operator import actions, reconcile, settings, throttle
+from agent_operator import settings
+from agent_operator.decide import actions, reconcile
+from agent_operator.observe import throttle
 from tests.unit.reconcile_world import pod, world
 
 NOW_RETRY = {"retry": {"backoffSeconds": 0}}  # the next attempt is due at once

@@ -4,7 +4,8 @@ runner's handling of a refused admission)."""
 
 from __future__ import annotations
 
-from agent_operator import actions, phases, reconcile, runner
+from agent_operator.decide import actions, phases, reconcile
+from agent_operator.serve import runner
 from tests.unit.reconcile_world import world
 
 
