@@ -47,7 +47,8 @@ def template(provider_url: str) -> dict[str, Any]:
 
 
 def as_user(kubeconfig: Path) -> kubernetes.client.CustomObjectsApi:
-    return kubernetes.client.CustomObjectsApi(kubernetes.config.new_client_from_config(str(kubeconfig)))
+    api = kubernetes.config.new_client_from_config(str(kubeconfig))  # type: ignore[no-untyped-call]
+    return kubernetes.client.CustomObjectsApi(api)
 
 
 @pytest.fixture
@@ -154,7 +155,7 @@ def test_nobody_but_the_operator_writes_a_runs_schedule_author(
     carol.create_namespaced_custom_object(GROUP, VERSION, ns, "agentrunschedules", sched)
 
     def author() -> str:
-        got = as_user(people["carol"]).get_namespaced_custom_object(
+        got: dict[str, Any] = as_user(people["carol"]).get_namespaced_custom_object(
             GROUP, VERSION, ns, "agentrunschedules", "hourly"
         )
         return str(got["metadata"].get("annotations", {}).get(AUTHOR))
