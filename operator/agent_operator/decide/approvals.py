@@ -120,8 +120,9 @@ def from_annotations(world: model.World, plan: actions.Plan, finished: bool) -> 
 
 POLICY_MISSING = (
     "the agentrun admission policies (deploy/admission: ValidatingAdmissionPolicies agentrun-approvals, "
-    "agentrun-decision-payload, agentrun-steering, agentrun-fork, the MutatingAdmissionPolicies that stamp "
-    "who did it, and their bindings) are not installed as shipped, so anyone who can patch this run could "
+    "agentrun-decision-payload, agentrun-steering, agentrun-fork, agentrun-schedule-author, the "
+    "MutatingAdmissionPolicies that stamp who did it, and their bindings) are not installed as shipped, so "
+    "anyone who can patch this run could "
     "have written it; install deploy/admission (Kubernetes 1.36+) or deploy/admission-vap-only (1.34, 1.35) "
     "whole and steer again"
 )
