@@ -22,6 +22,10 @@ KIND = "AgentRunSchedule"
 LABEL_SCHEDULE = "agentrun.dev/schedule"  # on every run of a schedule: the schedule's name
 ANN_SCHEDULED_AT = "agentrun.dev/scheduled-at"  # the tick a run is for (RFC 3339, UTC); absent on manual runs
 ANN_TRIGGERED_BY = "agentrun.dev/triggered-by"  # "manual" on runs of `agentrun schedule trigger`
+# Who wrote the schedule's spec.runTemplate (the API server stamps it: deploy/admission/
+# schedule-author-policy.yaml); the runs of its ticks carry it, as only the operator may write it on a run,
+# and their author may not approve them where their creator may not.
+ANN_AUTHOR = "agentrun.dev/schedule-author"
 # An AgentRun name is at most 50 characters; "-" and 8 digits of minutes (until the year 2160) or
 # "-manual-" and 4 characters leave 38 for the schedule's name (the CRD's CEL rule).
 MAX_NAME = 38
@@ -54,6 +58,12 @@ def run_body(schedule: Mapping[str, Any], name: str, tick: datetime.datetime | N
     tmeta = template.get("metadata") or {}
     labels = {**(tmeta.get("labels") or {}), LABEL_SCHEDULE: meta["name"]}
     annotations = dict(tmeta.get("annotations") or {})
+    # The author is the schedule's stamp, never the template's text; a manual run's creator is whoever
+    # triggers it, and only the operator may carry an author onto a run (a tick's).
+    annotations.pop(ANN_AUTHOR, None)
+    author = (meta.get("annotations") or {}).get(ANN_AUTHOR)
+    if tick is not None and author:
+        annotations[ANN_AUTHOR] = str(author)
     if tick is not None:
         annotations[ANN_SCHEDULED_AT] = rfc3339(tick)
     else:

@@ -13,7 +13,7 @@ import operator
 import os
 from typing import Annotated, Any, TypedDict
 
-from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
@@ -41,10 +41,25 @@ class FakeUsageModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
+        return self._answer(messages, asynchronous=False)
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        # A native async provider (not LangChain's default: _generate in a thread pool), as ainvoke of a
+        # real async client runs: in the node's event loop.
+        return self._answer(messages, asynchronous=True)
+
+    def _answer(self, messages: list[BaseMessage], asynchronous: bool) -> ChatResult:
         text = f"answer to {messages[-1].content}"
         path = os.environ.get(LOG_ENV)
         if path:  # the provider bills the call: on disk before the answer leaves
-            line = json.dumps({"prompt": str(messages[-1].content), "pid": os.getpid()}) + "\n"
+            bill = {"prompt": str(messages[-1].content), "pid": os.getpid(), "async": asynchronous}
+            line = json.dumps(bill) + "\n"
             fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             try:
                 os.write(fd, line.encode())
@@ -78,16 +93,27 @@ def think(state: State) -> State:
     return {"done": n + 1, "answers": answers}
 
 
+async def athink(state: State) -> State:
+    """``think`` with ``await model.ainvoke``: the graph is driven with astream (agent_worker.drive)."""
+    model = FakeUsageModel()
+    n = state.get("done", 0)
+    answers = []
+    for i in range(state.get("calls", 1)):
+        answers.append(str((await model.ainvoke(f"step {n} call {i}")).content))
+    return {"done": n + 1, "answers": answers}
+
+
 def _more(state: State) -> str:
     return "think" if state.get("done", 0) < state.get("steps", 1) else END
 
 
-def _build() -> StateGraph[State]:
+def _build(node: Any = think) -> StateGraph[State]:
     g: StateGraph[State] = StateGraph(State)
-    g.add_node("think", think)
+    g.add_node("think", node)
     g.add_edge(START, "think")
     g.add_conditional_edges("think", _more, ["think", END])
     return g
 
 
 graph = _build()
+async_graph = _build(athink)  # tests.graphs.budget_graphs:async_graph

@@ -228,7 +228,8 @@ def test_anything_between_the_two_installs_is_refused() -> None:
     key = ("mutatingadmissionpolicies", "agentrun-stamp-retried-by")
     one_more[key] = full[key]
     installed, problems = admission.mode(_look(one_more))
-    assert installed is None and len(problems) == 7, problems  # the other seven stamping objects absent
+    # the other stamping objects absent
+    assert installed is None and len(problems) == len(admission.MUTATING_OBJECTS) - 1, problems
 
     edited = copy.deepcopy(full)
     edited[key]["spec"]["mutations"][0]["applyConfiguration"]["expression"] = "Object{}"
@@ -257,6 +258,9 @@ def test_validating_policies_require_every_stamp() -> None:
     joined = " ".join(admission.cel_text(v["expression"]) for v in approvals)
     assert "variables.ann[?'agentrun.dev/created-by'].orValue('') == variables.user" in joined
     assert "variables.ann[?'agentrun.dev/decided-by'].orValue('') == variables.user" in joined
+    author = shipped[("validatingadmissionpolicies", "agentrun-schedule-author")]["spec"]["validations"]
+    joined = " ".join(admission.cel_text(v["expression"]) for v in author)
+    assert "variables.templateWritten ? variables.author == variables.user" in joined
 
 
 def test_the_mode_found_is_exported() -> None:

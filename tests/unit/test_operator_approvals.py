@@ -6,6 +6,7 @@ import dataclasses
 import datetime
 
 from agent_operator.decide import actions, model, reconcile
+from agentrun_core.api import schedules
 from tests.unit import rowmaker
 from tests.unit.reconcile_world import NOW, pod, world
 
@@ -284,3 +285,25 @@ def test_the_namespace_names_who_decides() -> None:
     ann = {model.ANN_DECIDED_GROUPS: "managers"}
     ok = annotated(PENDING.approval_id, namespace_approver_groups=("managers",), extra_annotations=ann)
     assert decides(reconcile.decide(ok))
+
+
+def test_the_author_of_a_schedule_may_not_approve_its_ticks_run() -> None:
+    """The operator created the run (created-by); the schedule's author, carried on the run, is refused as
+    its creator would be — unless self-approval is allowed and the namespace does not require four eyes."""
+    tick = {model.ANN_CREATED_BY: "system:serviceaccount:agentrun-system:agentrun-operator"}
+    tick[schedules.ANN_AUTHOR] = "carol"
+    plan = reconcile.decide(annotated(PENDING.approval_id, by="carol", extra_annotations=tick))
+    assert decides(plan) == [] and [e.reason for e in plan.events] == ["SelfApprovalRefused"]
+    assert "carol wrote the AgentRunSchedule" in plan.events[0].message
+    assert "allowSelfApproval is false" in plan.events[0].message
+    assert decides(reconcile.decide(annotated(PENDING.approval_id, by="manager", extra_annotations=tick)))
+    selfish = {"approval": {"allowSelfApproval": True}}
+    allowed = annotated(PENDING.approval_id, by="carol", extra_annotations=tick, spec=selfish)
+    assert decides(reconcile.decide(allowed))
+    four_eyes = annotated(
+        PENDING.approval_id, by="carol", extra_annotations=tick, spec=selfish, namespace_four_eyes=True
+    )
+    plan = reconcile.decide(four_eyes)
+    assert decides(plan) == [] and "requires four eyes" in plan.events[0].message
+    rejected = annotated(PENDING.approval_id, key=model.ANN_REJECT, by="carol", extra_annotations=tick)
+    assert decides(reconcile.decide(rejected))  # the author can always stop the run

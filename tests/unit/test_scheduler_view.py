@@ -4,6 +4,7 @@ AgentRun a tick creates (agentrun_core.api.schedules.run_body)."""
 
 from __future__ import annotations
 
+import copy
 import datetime
 
 from agent_operator.act import scheduler
@@ -86,3 +87,20 @@ def test_the_run_of_a_tick() -> None:
     assert manual["metadata"]["annotations"][schedules.ANN_TRIGGERED_BY] == "manual"
     assert schedules.ANN_SCHEDULED_AT not in manual["metadata"]["annotations"]
     assert manual["metadata"]["name"].startswith("nightly-manual-") and len(manual["metadata"]["name"]) == 19
+
+
+def test_a_ticks_run_carries_the_schedules_stamped_author_and_a_manual_run_none() -> None:
+    """The author is the schedule's stamp (written by the API server), never the template's text; only the
+    operator's tick carries it (the API server lets nobody else write it on a run)."""
+    tick = datetime.datetime(2026, 1, 3, tzinfo=UTC)
+    stamped = copy.deepcopy(SCHEDULE)
+    stamped["metadata"]["annotations"] = {schedules.ANN_AUTHOR: "carol"}  # type: ignore[index]
+    stamped["spec"]["runTemplate"]["metadata"]["annotations"] = {schedules.ANN_AUTHOR: "forged"}  # type: ignore[index]
+    body = schedules.run_body(stamped, schedules.tick_run_name("nightly", tick), tick)
+    assert body["metadata"]["annotations"][schedules.ANN_AUTHOR] == "carol"
+    manual = schedules.run_body(stamped, schedules.manual_run_name("nightly"), None)
+    assert schedules.ANN_AUTHOR not in manual["metadata"]["annotations"]
+    unstamped = copy.deepcopy(SCHEDULE)
+    unstamped["spec"]["runTemplate"]["metadata"]["annotations"] = {schedules.ANN_AUTHOR: "forged"}  # type: ignore[index]
+    body = schedules.run_body(unstamped, schedules.tick_run_name("nightly", tick), tick)
+    assert schedules.ANN_AUTHOR not in body["metadata"]["annotations"]

@@ -132,6 +132,8 @@ class Scheduler:
     def _create(self, body: Mapping[str, Any], run: str, tick: datetime.datetime) -> None:
         namespace = str((body.get("metadata") or {}).get("namespace"))
         try:
+            # With the schedule's author (names.ANN_AUTHOR), which the API server takes on a run only from
+            # a holder of the RBAC verb `tick` on agentrunschedules: this operator.
             created = names.run_body(body, run, tick)
             if self.creator():
                 meta = created.setdefault("metadata", {})

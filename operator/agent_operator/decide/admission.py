@@ -31,7 +31,7 @@ from typing import Any
 # exactly one of them whole (``mode``):
 #   "mutating"         deploy/admission: the ValidatingAdmissionPolicies below, and MutatingAdmissionPolicies
 #                      (v1, served from Kubernetes 1.36) that stamp created-by / decided-by / resolved-by /
-#                      retried-by from request.userInfo;
+#                      retried-by (and a schedule's schedule-author) from request.userInfo;
 #   "validating-only"  deploy/admission-vap-only (Kubernetes 1.34 and 1.35): the same validating objects and
 #                      no mutating ones. Nothing stamps; the validating policies refuse any creation,
 #                      decision, resolve or retry whose stamp is not the requester's own request.userInfo
@@ -45,6 +45,8 @@ VALIDATING_OBJECTS = {
     ("validatingadmissionpolicybindings", "agentrun-steering"): "4fdc5adc5102df7e",
     ("validatingadmissionpolicies", "agentrun-fork"): "3832efe684262687",
     ("validatingadmissionpolicybindings", "agentrun-fork"): "595235bd7d932162",
+    ("validatingadmissionpolicies", "agentrun-schedule-author"): "b307d510908653d8",
+    ("validatingadmissionpolicybindings", "agentrun-schedule-author"): "c38df0c88d25c3af",
 }
 MUTATING_OBJECTS = {
     ("mutatingadmissionpolicies", "agentrun-stamp-created-by"): "0afa56ba06462f5d",
@@ -55,6 +57,8 @@ MUTATING_OBJECTS = {
     ("mutatingadmissionpolicybindings", "agentrun-stamp-resolved-by"): "91c61f344a0c0bdd",
     ("mutatingadmissionpolicies", "agentrun-stamp-retried-by"): "37515d70f901afa5",
     ("mutatingadmissionpolicybindings", "agentrun-stamp-retried-by"): "7a7609e1c00cf04d",
+    ("mutatingadmissionpolicies", "agentrun-stamp-schedule-author"): "b89edcc492755b71",
+    ("mutatingadmissionpolicybindings", "agentrun-stamp-schedule-author"): "83a9fdbc4b6c5440",
 }
 # Every object either install may hold: all of them are looked at, whichever mode the cluster is in.
 STEERING_OBJECTS = {**VALIDATING_OBJECTS, **MUTATING_OBJECTS}

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 
 from agent_operator.decide import actions, edits, model
 from agentrun_core import hitl, store
+from agentrun_core.api import schedules
 
 OPERATOR_IDENTITY = "agentrun-operator"
 
@@ -40,6 +41,22 @@ class Request:
     edits: Mapping[str, str] = dataclasses.field(default_factory=dict)  # field -> text (with an approval)
     response: str | None = None  # the human's text for the graph (with a rejection)
     decisions: str | None = None  # per-action decisions of a middleware batch (JSON, agentrun_core.hitl)
+    # Who wrote the AgentRunSchedule whose tick created the run (the operator is its creator then): they
+    # may not approve it where its creator may not. "" for runs not of a tick.
+    schedule_author: str = ""
+
+    def self_approval(self) -> str | None:
+        """Why an approval by ``decided_by`` would be their own run's (None: it would not)."""
+        if self.decision != "approved":
+            return None
+        if self.created_by and self.created_by == self.decided_by:
+            return f"{self.decided_by} created this run"
+        if self.schedule_author and self.schedule_author == self.decided_by:
+            return (
+                f"{self.decided_by} wrote the AgentRunSchedule whose tick created this run "
+                f"({schedules.ANN_AUTHOR})"
+            )
+        return None
 
 
 def parse(annotations: dict[str, str] | None) -> tuple[Request | None, str | None]:
@@ -68,6 +85,7 @@ def parse(annotations: dict[str, str] | None) -> tuple[Request | None, str | Non
             edits=edits.from_annotations(ann)[0],
             response=edits.from_annotations(ann)[1],
             decisions=ann.get(edits.ANN_DECISIONS),
+            schedule_author=ann.get(schedules.ANN_AUTHOR, "").strip(),
         ),
         None,
     )
@@ -102,8 +120,9 @@ def from_annotations(world: model.World, plan: actions.Plan, finished: bool) -> 
 
 POLICY_MISSING = (
     "the agentrun admission policies (deploy/admission: ValidatingAdmissionPolicies agentrun-approvals, "
-    "agentrun-decision-payload, agentrun-steering, agentrun-fork, the MutatingAdmissionPolicies that stamp "
-    "who did it, and their bindings) are not installed as shipped, so anyone who can patch this run could "
+    "agentrun-decision-payload, agentrun-steering, agentrun-fork, agentrun-schedule-author, the "
+    "MutatingAdmissionPolicies that stamp who did it, and their bindings) are not installed as shipped, so "
+    "anyone who can patch this run could "
     "have written it; install deploy/admission (Kubernetes 1.36+) or deploy/admission-vap-only (1.34, 1.35) "
     "whole and steer again"
 )
@@ -163,28 +182,16 @@ def _check(world: model.World, plan: actions.Plan, request: Request, finished: b
             f"{model.ANN_APPROVER_GROUPS})",
         )
         return None
-    if (
-        request.decision == "approved"
-        and world.namespace_four_eyes
-        and request.created_by
-        and request.created_by == request.decided_by
-    ):
+    own = request.self_approval()
+    if own and world.namespace_four_eyes:
         plan.warn(
             "SelfApprovalRefused",
-            f"{request.decided_by} created this run and namespace {world.run.namespace} requires four eyes "
+            f"{own} and namespace {world.run.namespace} requires four eyes "
             f"(label {model.LABEL_FOUR_EYES}), whatever spec.approval.allowSelfApproval says",
         )
         return None
-    if (
-        request.decision == "approved"
-        and not policy.allow_self_approval
-        and request.created_by
-        and request.created_by == request.decided_by
-    ):
-        plan.warn(
-            "SelfApprovalRefused",
-            f"{request.decided_by} created this run and spec.approval.allowSelfApproval is false",
-        )
+    if own and not policy.allow_self_approval:
+        plan.warn("SelfApprovalRefused", f"{own} and spec.approval.allowSelfApproval is false")
         return None
     refused = edits.problem(request.decision, request.edits, request.response, approval.prompt)
     decisions = None
