@@ -17,11 +17,12 @@ from collections.abc import Callable
 from typing import Any
 
 from agentrun import batch_cli, cluster, respond_cli
+from agentrun_core.api import keys
 
 MULTI_COMMAND = True
 
-ANN = {"approve": "agentrun.dev/approve", "reject": "agentrun.dev/reject"}
-ANN_COMMENT = "agentrun.dev/comment"
+ANN = {"approve": keys.APPROVE, "reject": keys.REJECT}
+ANN_COMMENT = keys.COMMENT
 
 
 def patch_for(decision: str, approval_id: str, comment: str | None) -> dict[str, str | None]:

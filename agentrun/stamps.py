@@ -15,13 +15,15 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-CREATED_BY = "agentrun.dev/created-by"
-DECIDED_BY = "agentrun.dev/decided-by"
-DECIDED_BY_GROUPS = "agentrun.dev/decided-by-groups"
-RESOLVED_BY = "agentrun.dev/resolved-by"
-RETRIED_BY = "agentrun.dev/retried-by"
-DECISIONS = ("agentrun.dev/approve", "agentrun.dev/reject")
-RESOLVE = "agentrun.dev/resolve"
+from agentrun_core.api import keys
+
+CREATED_BY = keys.CREATED_BY
+DECIDED_BY = keys.DECIDED_BY
+DECIDED_BY_GROUPS = keys.DECIDED_BY_GROUPS
+RESOLVED_BY = keys.RESOLVED_BY
+RETRIED_BY = keys.RETRIED_BY
+DECISIONS = keys.DECISION_VERBS
+RESOLVE = keys.RESOLVE
 
 
 @dataclasses.dataclass(frozen=True)
