@@ -7,7 +7,10 @@ people and may name an annotation) and fails on
   - a string literal that is exactly a phase name;
   - an integer literal equal to a limit, written as a limit: the value of a name that says LIMIT or MAX,
     an operand of a comparison, or a ``max_*=`` argument;
-outside the modules that define them. Each test below that feeds the scan a planted stray shows it can fail.
+outside the modules that define them. The admission policies are held to the same: their templates
+(agentrun_core/api/policies, rendered by ``agentrun_core.api.policygen``) and every hand-written yaml of
+deploy/admission, deploy/admission-vap-only and deploy/components name no annotation, limit or phase but by
+a placeholder. Each test below that feeds a scan a planted stray shows it can fail.
 """
 
 from __future__ import annotations
@@ -57,12 +60,22 @@ ANNOTATIONS = (
 )
 PHASES = set(api_status.PHASES)
 LIMITS = {v for k, v in vars(limits).items() if k.isupper() and isinstance(v, int)}
-# An annotation name inside a longer text: not followed by more of a name (decided-by vs decided-by-groups).
+# An annotation name inside a longer text: not followed by more of a name (decided-by vs decided-by-groups;
+# a full stop ends a sentence, not a name).
 _ANNOTATION = re.compile(
     "|".join(
-        re.escape(n) + (r"(?![A-Za-z0-9_.-])" if not n.endswith("/") else "") for n in sorted(ANNOTATIONS)
+        re.escape(n) + ("" if n.endswith("/") else r"(?![A-Za-z0-9_-])(?!\.[A-Za-z0-9])")
+        for n in sorted(ANNOTATIONS, key=len, reverse=True)
     )
 )
+# The policies' yaml: the templates, and the admission yaml nothing generates (the generated files hold the
+# values by design: policygen's and agentrun_dev.input_policy's output, each checked for staleness).
+TEMPLATES = ROOT / "agentrun_core" / "api" / "policies"
+GENERATED_YAML = {
+    ROOT / "deploy" / "admission" / "input-limits-policy.yaml",
+    *(ROOT / "deploy" / p.relative_to(TEMPLATES) for p in TEMPLATES.rglob("*.yaml")),
+}
+PLACEHOLDER = re.compile(r"\{\{[^}]*\}\}")
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
@@ -114,6 +127,24 @@ def strays(source: str, path: str) -> Iterator[tuple[int, object]]:
                 yield node.lineno, item
 
 
+def yaml_strays(text: str) -> list[tuple[int, object]]:
+    """(line, value) of each annotation name, phase (a whole word) or limit (a whole number) in a policy's
+    yaml text that is not a ``{{module.NAME}}`` placeholder."""
+    out: list[tuple[int, object]] = []
+    for n, line in enumerate(text.splitlines(), 1):
+        line = PLACEHOLDER.sub("", line)
+        out += [(n, m.group(0)) for m in _ANNOTATION.finditer(line)]
+        out += [(n, w) for w in re.findall(r"\b[A-Z][A-Za-z]+\b", line) if w in PHASES]
+        out += [(n, int(d)) for d in re.findall(r"(?<![\w.])\d+(?![\w.])", line) if int(d) in LIMITS]
+    return out
+
+
+def _policy_yaml() -> Iterator[Path]:
+    yield from sorted(TEMPLATES.rglob("*.yaml"))
+    for where in ("deploy/admission", "deploy/admission-vap-only", "deploy/components/admission-vap-only"):
+        yield from (p for p in sorted((ROOT / where).glob("*.yaml")) if p not in GENERATED_YAML)
+
+
 def _sources() -> Iterator[tuple[str, str]]:
     for package in PACKAGES:
         for file in sorted((ROOT / package).rglob("*.py")):
@@ -160,3 +191,20 @@ def test_a_planted_limit_is_found_where_it_is_a_limit() -> None:
     planted = "EDIT_LIMIT = 16384\nok = len(v) <= 4096\nf(max_length=8192)\nchunk = read(65536)\nh = d[:16]\n"
     assert list(strays(planted, "agentrun/planted.py")) == [(1, 16384), (2, 4096), (3, 8192)]
     assert list(strays("f(max_length=16)\nMAX_EDITS = 16\n", "agentrun/planted.py")) == [(2, 16)]
+
+
+def test_no_stray_vocabulary_in_the_admission_policies() -> None:
+    paths = list(_policy_yaml())
+    assert len(paths) >= 10 and any(TEMPLATES in p.parents for p in paths)  # the scan reads the policies
+    found = [f"{p.relative_to(ROOT)}:{n}: {v!r}" for p in paths for n, v in yaml_strays(p.read_text())]
+    assert not found, "write {{keys.NAME}}, {{limits.NAME}} or {{status.NAME}} instead:\n" + "\n".join(found)
+
+
+def test_a_planted_policy_stray_is_found() -> None:
+    planted = (
+        "# only {{status.FAILED}} runs; agentrun.dev/reject.\n"
+        "expression: \"size(variables.ann['{{keys.RESPONSE}}']) <= 4096\"\n"
+        "expression: \"oldObject.?status.?phase.orValue('') in ['Failed']\"\n"
+        'expression: "size(variables.editKeys) <= {{limits.EDIT_MAX_FIELDS}} && k.substring(18)"\n'
+    )
+    assert yaml_strays(planted) == [(1, "agentrun.dev/reject"), (2, 4096), (3, "Failed")]
