@@ -254,7 +254,16 @@ def demo() -> int:
         kenv,
     )
     ds.run(
-        ["kubectl", "wait", "--for=condition=Succeeded", f"ar/{RUN}", "-n", NAMESPACE, "--timeout=180s"], kenv
+        [
+            "kubectl",
+            "wait",
+            f"--for=condition={api_status.SUCCEEDED}",
+            f"ar/{RUN}",
+            "-n",
+            NAMESPACE,
+            "--timeout=180s",
+        ],
+        kenv,
     )
     watcher.status()
     timings["run"] = time.monotonic() - mark
