@@ -5,7 +5,7 @@ BIN := .venv/bin
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 PYTEST_ARGS ?=
 
-.PHONY: help demo test lint up down bootstrap image e2e bench bench-quick crd chart
+.PHONY: help demo test lint up down bootstrap image e2e bench bench-quick crd policies chart
 
 help:
 	@echo "make demo   set everything up and run the support-ticket demo (eviction, resume, approval, one email)"
@@ -16,7 +16,8 @@ help:
 	@echo "make image  build the agentrun image from the Dockerfile (debootstrap base, buildah; docs/dev/real-node.md)"
 	@echo "make e2e    a real node (kubelet, containerd, runc), the image, deploy/ applied, the support-ticket run"
 	@echo "make bench  the benchmark suite P1-P5, full mode (README: Performance); bench-quick: CI's mode"
-	@echo "make crd    regenerate crds/ (agentruns, agentrunschedules) from agent_operator/"
+	@echo "make crd    regenerate crds/ (agentruns, agentrunschedules) from agentrun_core/api/"
+	@echo "make policies  regenerate deploy/admission's policies from agentrun_core/api/ (then make chart)"
 	@echo "make chart  regenerate deploy/helm/agentrun and deploy/install.yaml from deploy/ (kustomize)"
 
 bootstrap:
@@ -32,6 +33,13 @@ demo: up
 crd: bootstrap
 	$(BIN)/python -m agentrun_core.api.crdgen > crds/agentrun.dev_agentruns.yaml
 	$(BIN)/python -m agentrun_core.api.schedule_crd > crds/agentrun.dev_agentrunschedules.yaml
+
+# The admission policies are generated too: their templates (agentrun_core/api/policies) name every annotation,
+# limit and phase by the API package's value (agentrun_core.api.meta, limits, status); input-limits-policy.yaml
+# is rendered from the input bounds by agentrun_dev.input_policy.
+policies: bootstrap
+	$(BIN)/python -m agentrun_core.api.policygen
+	$(BIN)/python -m agentrun_dev.input_policy
 
 # The Helm chart's templates and deploy/install.yaml are generated from deploy/ (never edited).
 chart: bootstrap

@@ -17,11 +17,12 @@ from collections.abc import Callable
 from typing import Any
 
 from agentrun import batch_cli, cluster, respond_cli
+from agentrun_core.api import meta
 
 MULTI_COMMAND = True
 
-ANN = {"approve": "agentrun.dev/approve", "reject": "agentrun.dev/reject"}
-ANN_COMMENT = "agentrun.dev/comment"
+ANN = {"approve": meta.APPROVE, "reject": meta.REJECT}
+ANN_COMMENT = meta.COMMENT
 
 
 def patch_for(decision: str, approval_id: str, comment: str | None) -> dict[str, str | None]:

@@ -35,6 +35,7 @@ from typing import Any
 from agentrun import approve_cli, cluster, steer_cli, trace, trace_cli, watching
 from agentrun_core import kube, store
 from agentrun_core.api import protocol
+from agentrun_core.api import status as api_status
 from agentrun_core.store import connect, rows
 
 Error = cluster.CliError
@@ -86,7 +87,7 @@ class Run:
             name=str(meta.get("name")),
             namespace=str(meta.get("namespace")),
             uid=str(meta.get("uid")),
-            phase=str(status.get("phase") or "Pending"),
+            phase=str(status.get("phase") or api_status.PENDING),
             message=str(status.get("message") or ""),
             attempts=int(status.get("attempts") or 0),
             current_step=status.get("currentStep"),
@@ -214,7 +215,7 @@ class Client:
     # --- humans ----------------------------------------------------------------------------------------
 
     def pending_approvals(self, *, all_namespaces: bool = False) -> builtins.list[Pending]:
-        found = self.list(phases=["WaitingApproval"], all_namespaces=all_namespaces)
+        found = self.list(phases=[api_status.WAITING_APPROVAL], all_namespaces=all_namespaces)
         return [Pending(r, r.pending_approval) for r in found if r.pending_approval is not None]
 
     def approve(self, name: str, *, approval_id: str | None = None, comment: str | None = None) -> str:

@@ -27,12 +27,14 @@ from typing import Any
 
 from agentrun import cluster, stamps
 from agentrun_core import kube
+from agentrun_core.api import limits
+from agentrun_core.api import status as api_status
 
 NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,48}[a-z0-9])?$")  # AgentRun names: at most 50 (the CRD's rule)
 PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*([.][A-Za-z_][A-Za-z0-9_]*){0,7}$")
 CHECKPOINT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,63}$")
 STEP = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,127}$")
-VALUE_LIMIT = 16384
+VALUE_LIMIT = limits.FORK_VALUE_MAX_CHARS  # the CRD's maxLength of spec.forkOf.set / setJson values
 # Spec fields a fork does not inherit: steering of the source is not the fork's history.
 NOT_INHERITED = ("retryGeneration", "cancel", "suspend", "forkOf")
 
@@ -113,7 +115,7 @@ def verdict(obj: dict[str, Any]) -> tuple[bool, str] | None:
     if status.get("forkOf"):
         return True, str(status.get("message") or "admitted")
     for cond in status.get("conditions") or ():
-        if cond.get("type") == "Failed" and cond.get("status") == "True":
+        if cond.get("type") == api_status.FAILED and cond.get("status") == "True":
             return False, str(cond.get("message") or status.get("message") or "refused")
     return None
 

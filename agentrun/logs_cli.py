@@ -22,6 +22,7 @@ from typing import Any
 from agentrun import cluster
 from agentrun_core import kube
 from agentrun_core.api import protocol
+from agentrun_core.api import status as api_status
 
 CONTAINER = "worker"
 
@@ -71,7 +72,7 @@ def choose(found: dict[int, str], attempt: int | None, name: str) -> str:
 
 
 # Phases in which the operator starts no further attempt by itself: a follow across attempts ends there.
-_NO_NEXT_ATTEMPT = protocol.FINAL_PHASES | {"Suspended", "WaitingApproval"}
+_NO_NEXT_ATTEMPT = protocol.FINAL_PHASES | {api_status.SUSPENDED, api_status.WAITING_APPROVAL}
 
 
 def next_attempt(found: dict[int, str], after: int, phase: str) -> tuple[int, str] | bool:
@@ -140,7 +141,9 @@ def run(argv: list[str]) -> int:
 
 
 def _after(api: kube.ApiClient, namespace: str, name: str, uid: str, attempt: int) -> tuple[int, str] | bool:
-    phase = str((cluster.get_run(api, namespace, name).get("status") or {}).get("phase") or "Pending")
+    phase = str(
+        (cluster.get_run(api, namespace, name).get("status") or {}).get("phase") or api_status.PENDING
+    )
     step = next_attempt(_pods(api, namespace, name, uid), attempt, phase)
     if step is False:
         print(f"agentrun: {name} is {phase}: no further attempt starts by itself", file=sys.stderr)

@@ -26,13 +26,18 @@ from typing import Any
 import yaml
 
 from agentrun import cluster
+from agentrun_core.api import limits, meta
 
 MULTI_COMMAND = True
 
-EDIT_PREFIX = "edit.agentrun.dev/"
-ANN_RESPONSE = "agentrun.dev/response"
+EDIT_PREFIX = meta.EDIT_PREFIX
+ANN_RESPONSE = meta.RESPONSE
 FIELD = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$")  # an annotation name's part
-EDIT_LIMIT, MAX_EDITS, RESPONSE_LIMIT = 16384, 16, 4096
+EDIT_LIMIT, MAX_EDITS, RESPONSE_LIMIT = (
+    limits.EDIT_MAX_CHARS,
+    limits.EDIT_MAX_FIELDS,
+    limits.RESPONSE_MAX_CHARS,
+)
 
 
 def parse_edits(pairs: list[str], edits_file: str | None) -> dict[str, str]:

@@ -15,13 +15,15 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-CREATED_BY = "agentrun.dev/created-by"
-DECIDED_BY = "agentrun.dev/decided-by"
-DECIDED_BY_GROUPS = "agentrun.dev/decided-by-groups"
-RESOLVED_BY = "agentrun.dev/resolved-by"
-RETRIED_BY = "agentrun.dev/retried-by"
-DECISIONS = ("agentrun.dev/approve", "agentrun.dev/reject")
-RESOLVE = "agentrun.dev/resolve"
+from agentrun_core.api import meta
+
+CREATED_BY = meta.CREATED_BY
+DECIDED_BY = meta.DECIDED_BY
+DECIDED_BY_GROUPS = meta.DECIDED_BY_GROUPS
+RESOLVED_BY = meta.RESOLVED_BY
+RETRIED_BY = meta.RETRIED_BY
+DECISIONS = meta.DECISION_VERBS
+RESOLVE = meta.RESOLVE
 
 
 @dataclasses.dataclass(frozen=True)

@@ -23,15 +23,17 @@ import time
 from typing import Any
 
 from agentrun import cluster
+from agentrun_core.api import limits, meta
+from agentrun_core.api import status as api_status
 
 MULTI_COMMAND = True
 
-ANN_RESOLVE = "agentrun.dev/resolve"
-ANN_RESOLVE_RESULT = "agentrun.dev/resolve-result"
-RESULT_LIMIT = 8192
+ANN_RESOLVE = meta.RESOLVE
+ANN_RESOLVE_RESULT = meta.RESOLVE_RESULT
+RESULT_LIMIT = limits.RESOLVE_RESULT_MAX_BYTES
 _KEY = re.compile(r"^[a-z0-9][a-z0-9-]{0,127}$")
 EXIT_FAILED, EXIT_CANCELLED, EXIT_TIMEOUT, EXIT_UNKNOWN = 1, 3, 4, 5
-RETRYABLE_PHASES = ("Failed", "Cancelled")
+RETRYABLE_PHASES = api_status.RETRYABLE_PHASES
 
 
 def _parser(verb: str, help_: str) -> argparse.ArgumentParser:
@@ -49,13 +51,13 @@ def finished(obj: dict[str, Any]) -> dict[str, Any] | None:
     generation = int((obj.get("metadata") or {}).get("generation") or 0)
     for cond in (obj.get("status") or {}).get("conditions") or ():
         current = int(cond.get("observedGeneration") or 0) >= generation
-        if cond.get("type") == "Finished" and cond.get("status") == "True" and current:
+        if cond.get("type") == api_status.FINISHED_CONDITION and cond.get("status") == "True" and current:
             return dict(cond)
     return None
 
 
 def wait_exit_code(reason: str) -> int:
-    return {"Succeeded": 0, "Cancelled": EXIT_CANCELLED}.get(reason, EXIT_FAILED)
+    return {api_status.SUCCEEDED: 0, api_status.CANCELLED: EXIT_CANCELLED}.get(reason, EXIT_FAILED)
 
 
 def wait(argv: list[str]) -> int:
@@ -88,13 +90,13 @@ def wait(argv: list[str]) -> int:
                 ),
                 None,
             )
-            why = f" ({failed_reason})" if reason == "Failed" and failed_reason else ""
+            why = f" ({failed_reason})" if reason == api_status.FAILED and failed_reason else ""
             message = cond.get("message") or status.get("message") or ""
-            out = sys.stdout if reason == "Succeeded" else sys.stderr
+            out = sys.stdout if reason == api_status.SUCCEEDED else sys.stderr
             print(f"agentrun/{args.name} {reason}{why}: {message}".rstrip(": "), file=out)
             return wait_exit_code(reason)
         if deadline is not None and time.monotonic() >= deadline:
-            phase = (obj.get("status") or {}).get("phase") or "Pending"
+            phase = (obj.get("status") or {}).get("phase") or api_status.PENDING
             print(
                 f"agentrun/{args.name}: timed out after {args.timeout:g}s; still {phase}: "
                 f"{(obj.get('status') or {}).get('message') or ''}".rstrip(": "),
@@ -107,7 +109,7 @@ def wait(argv: list[str]) -> int:
 def retry_patch(obj: dict[str, Any]) -> dict[str, Any]:
     """The spec patch that retries a stopped run: the next retry generation (and cancel off). Pure."""
     spec, status = obj.get("spec") or {}, obj.get("status") or {}
-    phase = status.get("phase") or "Pending"
+    phase = status.get("phase") or api_status.PENDING
     name = (obj.get("metadata") or {}).get("name")
     if phase not in RETRYABLE_PHASES:
         raise cluster.CliError(
@@ -263,8 +265,8 @@ def _set_suspend(verb: str, argv: list[str], suspend: bool) -> int:
     api, default_ns = cluster.connect(args.kubeconfig, args.context)
     namespace = args.namespace or default_ns
     obj = cluster.get_run(api, namespace, args.name)
-    phase = (obj.get("status") or {}).get("phase") or "Pending"
-    if phase in ("Succeeded", "Failed", "Cancelled"):
+    phase = (obj.get("status") or {}).get("phase") or api_status.PENDING
+    if phase in api_status.FINAL_PHASES:
         raise cluster.CliError(f"AgentRun {args.name} is {phase}: there is nothing to {verb}")
     if bool((obj.get("spec") or {}).get("suspend")) == suspend:
         state = "suspended" if suspend else "not suspended"

@@ -16,6 +16,7 @@ from typing import Any
 from agentrun import cluster
 from agentrun_core import kube
 from agentrun_core.api import protocol
+from agentrun_core.api import status as api_status
 
 
 def phases(text: str | None) -> frozenset[str] | None:
@@ -32,7 +33,7 @@ def phases(text: str | None) -> frozenset[str] | None:
 
 
 def phase_of(obj: dict[str, Any]) -> str:
-    return str((obj.get("status") or {}).get("phase") or "Pending")
+    return str((obj.get("status") or {}).get("phase") or api_status.PENDING)
 
 
 def keep(items: Sequence[dict[str, Any]], wanted: frozenset[str] | None) -> list[dict[str, Any]]:

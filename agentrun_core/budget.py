@@ -21,12 +21,14 @@ import decimal
 from collections.abc import Mapping
 from typing import Any
 
+from agentrun_core.api import status as api_status
+
 MICRO = 1_000_000
 TOKEN_FIELDS = ("inputTokens", "outputTokens", "totalTokens")
 FIELDS = (*TOKEN_FIELDS, "cost")
 PROMPT_KIND = "budget"
 PROMPT_ACTION = "raise_budget"
-REASON = "BudgetExceeded"
+REASON = api_status.BUDGET_EXCEEDED
 
 
 class BudgetError(ValueError):

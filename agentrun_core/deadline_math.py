@@ -31,8 +31,10 @@ import dataclasses
 import datetime
 from collections.abc import Sequence
 
-DEADLINE_EXCEEDED = "DeadlineExceeded"
-PROGRESS_DEADLINE_EXCEEDED = "ProgressDeadlineExceeded"
+from agentrun_core.api import status as api_status
+
+DEADLINE_EXCEEDED = api_status.DEADLINE_EXCEEDED
+PROGRESS_DEADLINE_EXCEEDED = api_status.PROGRESS_DEADLINE_EXCEEDED
 REASONS = frozenset({DEADLINE_EXCEEDED, PROGRESS_DEADLINE_EXCEEDED})
 
 

@@ -25,10 +25,14 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agentrun_core.api import limits, meta
+
 DECISION_TYPES = ("approve", "edit", "reject", "respond")
 GOES_AHEAD = ("approve", "edit")  # the tool runs
-MESSAGE_LIMIT = 4096  # characters of a reject / respond message (as agentrun.dev/response)
-DECISIONS_LIMIT = 65536  # characters of the agentrun.dev/decisions annotation (the admission policy's too)
+MESSAGE_LIMIT = (
+    limits.RESPONSE_MAX_CHARS
+)  # characters of a reject / respond message (as agentrun.dev/response)
+DECISIONS_LIMIT = limits.DECISIONS_MAX_CHARS  # characters of the agentrun.dev/decisions annotation
 EXPIRED_MESSAGE = "Nobody decided before the approval's deadline; the tool was not executed."
 
 
@@ -116,7 +120,7 @@ def decide(
         raise DecisionRefused("an expiry carries no per-action decisions")
     if response is not None:
         raise DecisionRefused(
-            "agentrun.dev/response and per-action decisions cannot go together: give each rejected action "
+            f"{meta.RESPONSE} and per-action decisions cannot go together: give each rejected action "
             "its own message in its decision"
         )
     if isinstance(decisions, str):
@@ -142,7 +146,7 @@ def decide(
     if decision == "rejected" and ahead:
         raise DecisionRefused(
             f"{', '.join(ahead)} would run: decisions that let a tool run go with an approval "
-            "(agentrun.dev/approve, kubectl agentrun approve), never with a rejection"
+            f"({meta.APPROVE}, kubectl agentrun approve), never with a rejection"
         )
     return out
 

@@ -27,6 +27,8 @@ from typing import Any, cast
 
 import kubernetes
 
+from agentrun_core.api import meta
+from agentrun_core.api import status as api_status
 from agentrun_dev import demo_support as ds
 from agentrun_dev import manifests
 
@@ -116,7 +118,7 @@ class Watcher:
     def until(self, what: str, predicate: Any, timeout: float) -> dict[str, Any]:
         def check() -> dict[str, Any] | None:
             status = self.status()
-            if status.get("phase") == "Failed":
+            if status.get("phase") == api_status.FAILED:
                 raise ds.DemoError(f"the run failed: {status.get('error') or status.get('message')}")
             return status if predicate(status) else None
 
@@ -199,7 +201,9 @@ def demo() -> int:
     ds.step("4. evict the worker in the middle of the run")
     status = watcher.until(
         "the worker to be inside `retrieve` (last completed step: analyze)",
-        lambda s: s.get("phase") == "Running" and s.get("currentStep") == "analyze" and s.get("workerPod"),
+        lambda s: (
+            s.get("phase") == api_status.RUNNING and s.get("currentStep") == "analyze" and s.get("workerPod")
+        ),
         timeout=120,
     )
     pod = status["workerPod"]
@@ -225,7 +229,9 @@ def demo() -> int:
     )
 
     ds.step("5. a manager approves the draft")
-    status = watcher.until("WaitingApproval", lambda s: s.get("phase") == "WaitingApproval", 120)
+    status = watcher.until(
+        api_status.WAITING_APPROVAL, lambda s: s.get("phase") == api_status.WAITING_APPROVAL, 120
+    )
     pending = status.get("pendingApproval") or {}
     prompt = pending.get("prompt") or {}
     ds.say(f"pending approval {pending.get('id')} (deadline {pending.get('deadline')}); the draft:")
@@ -243,12 +249,21 @@ def demo() -> int:
             RUN,
             "-n",
             NAMESPACE,
-            f"agentrun.dev/approve={pending['id']}",
+            f"{meta.APPROVE}={pending['id']}",
         ],
         kenv,
     )
     ds.run(
-        ["kubectl", "wait", "--for=condition=Succeeded", f"ar/{RUN}", "-n", NAMESPACE, "--timeout=180s"], kenv
+        [
+            "kubectl",
+            "wait",
+            f"--for=condition={api_status.SUCCEEDED}",
+            f"ar/{RUN}",
+            "-n",
+            NAMESPACE,
+            "--timeout=180s",
+        ],
+        kenv,
     )
     watcher.status()
     timings["run"] = time.monotonic() - mark

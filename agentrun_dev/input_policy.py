@@ -1,8 +1,8 @@
 """The admission bound on ``spec.input``: writes ``deploy/admission/input-limits-policy.yaml``.
 
 Rule: the API server refuses (at CREATE) an AgentRun whose ``spec.input`` is nested deeper than
-``phases.MAX_INPUT_DEPTH`` levels (the input object itself is level 1) or larger than
-``phases.MAX_INPUT_BYTES`` as JSON (counted as the operator counts it, ``phases.input_problem``). The
+``limits.INPUT_MAX_DEPTH`` levels (the input object itself is level 1) or larger than
+``limits.INPUT_MAX_BYTES`` as JSON (counted as the operator counts it, ``phases.input_problem``). The
 operator keeps its own check (a cluster without the policy, an object created before it); the policy makes
 the refusal happen at ``kubectl apply``, before any watcher decodes the object.
 
@@ -23,7 +23,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from agent_operator.decide.phases import MAX_INPUT_BYTES, MAX_INPUT_DEPTH, NUL_IN_INPUT
+from agent_operator.decide.phases import NUL_IN_INPUT
+from agentrun_core.api import limits
 
 PATH = Path(__file__).resolve().parents[1] / "deploy" / "admission" / "input-limits-policy.yaml"
 NAME = "agentrun-input-limits"
@@ -33,9 +34,10 @@ CHILDREN = (
     "size(variables.l{prev}) > {breadth} ? [] : "
     "variables.l{prev}.map(x, type(x) == map ? x.map(k, x[k]) : (type(x) == list ? x : [])).flatten()"
 )
-# Values one level may hold before the walk stops there (refused): flattening many small maps and lists is
-# superlinear in CEL, and a 20,000-item list of objects kept the API server busy past its request timeout.
-MAX_LEVEL_VALUES = 4096
+# The bounds are the API's (agentrun_core.api.limits), under the names this module has always used.
+MAX_INPUT_DEPTH = limits.INPUT_MAX_DEPTH
+MAX_INPUT_BYTES = limits.INPUT_MAX_BYTES
+MAX_LEVEL_VALUES = limits.INPUT_MAX_LEVEL_VALUES  # why: see limits.INPUT_MAX_LEVEL_VALUES
 # The JSON size of the values of one level, without their children (which the next level counts); as
 # phases.input_problem counts it.
 SIZE = (

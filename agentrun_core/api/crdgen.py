@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from agentrun_core.api import openapi, spec_schema
+from agentrun_core.api import meta, openapi, spec_schema, status
 
 PATH = pathlib.Path(__file__).resolve().parents[2] / "crds" / "agentrun.dev_agentruns.yaml"
 HEADER = """\
@@ -31,9 +31,7 @@ HEADER = """\
 STATUS: dict[str, Any] = openapi.obj(
     {
         "observedGeneration": openapi.integer(fmt="int64"),
-        "phase": openapi.string(
-            enum=["Pending", "Running", "WaitingApproval", "Succeeded", "Failed", "Cancelled", "Suspended"]
-        ),
+        "phase": openapi.string(enum=list(status.PHASES)),
         "message": openapi.string(),
         "conditions": openapi.array(
             openapi.obj(
@@ -231,7 +229,7 @@ PRINTER_COLUMNS = [
     {
         "name": "Approval",
         "type": "string",
-        "description": "id of the pending approval (annotate agentrun.dev/approve=<id>)",
+        "description": f"id of the pending approval (annotate {meta.APPROVE}=<id>)",
         "jsonPath": ".status.pendingApproval.id",
     },
     {"name": "Graph", "type": "string", "priority": 1, "jsonPath": ".spec.graph"},

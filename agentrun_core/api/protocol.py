@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 
+from agentrun_core.api import status
+
 # ---------------------------------------------------------------------------------------------------------
 # Statuses: the values of the ledger's status columns (agentrun_core/store/sql migrations) and the run
 # durabilities. Written by the worker and the store, read by the operator, the CLI and the metrics.
@@ -27,9 +29,11 @@ APPROVAL_STATUSES = (APPROVAL_PENDING, *DECISIONS)
 # agentrun_runs.durability = spec.durability of the AgentRun (LangGraph checkpoint durability)
 DURABILITIES = ("sync", "async", "exit")
 
-# AgentRun status.phase (the resource's vocabulary; the operator writes it, the CLI filters and prints it)
-PHASES = ("Pending", "Running", "WaitingApproval", "Succeeded", "Failed", "Cancelled", "Suspended")
-FINAL_PHASES = frozenset({"Succeeded", "Failed", "Cancelled"})
+# AgentRun status.phase: the resource's vocabulary, with its conditions and reasons, is in
+# agentrun_core.api.status (the operator writes it, the CLI filters and prints it); here for protocol's
+# readers.
+FINAL_PHASES = status.FINAL_PHASES
+PHASES = status.PHASES
 
 # --- Exit codes ---------------------------------------------------------------------------------------------
 # The worker ends each attempt with one of these; the operator reads the Pod's exit code to tell why the

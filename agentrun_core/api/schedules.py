@@ -16,6 +16,8 @@ import string
 from collections.abc import Mapping
 from typing import Any
 
+from agentrun_core.api import meta, status
+
 GROUP, VERSION, PLURAL = "agentrun.dev", "v1alpha1", "agentrunschedules"
 API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "AgentRunSchedule"
@@ -25,11 +27,11 @@ ANN_TRIGGERED_BY = "agentrun.dev/triggered-by"  # "manual" on runs of `agentrun 
 # Who wrote the schedule's spec.runTemplate (the API server stamps it: deploy/admission/
 # schedule-author-policy.yaml); the runs of its ticks carry it, as only the operator may write it on a run,
 # and their author may not approve them where their creator may not.
-ANN_AUTHOR = "agentrun.dev/schedule-author"
+ANN_AUTHOR = meta.SCHEDULE_AUTHOR
 # An AgentRun name is at most 50 characters; "-" and 8 digits of minutes (until the year 2160) or
 # "-manual-" and 4 characters leave 38 for the schedule's name (the CRD's CEL rule).
 MAX_NAME = 38
-FINISHED = ("Succeeded", "Failed", "Cancelled")
+FINISHED = status.FINISHED
 
 
 def tick_run_name(schedule: str, tick: datetime.datetime) -> str:

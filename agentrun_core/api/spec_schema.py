@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from agentrun_core.api import openapi, protocol, spec_approval, spec_budget
+from agentrun_core.api import limits, openapi, protocol, spec_approval, spec_budget
 
 ON_TIMEOUT = spec_approval.ON_TIMEOUT
 NOTIFY_FORMATS = spec_approval.NOTIFY_FORMATS
@@ -249,7 +249,7 @@ SPEC: openapi.Schema = openapi.obj(
                             ),
                         )
                     ],
-                    additional=openapi.string(max_length=16384),
+                    additional=openapi.string(max_length=limits.FORK_VALUE_MAX_CHARS),
                 ),
                 "approve": openapi.boolean(
                     "The requester approves what the fork carries past a gate: the source's decided "
@@ -272,7 +272,7 @@ SPEC: openapi.Schema = openapi.obj(
                             ),
                         )
                     ],
-                    additional=openapi.string(max_length=16384),
+                    additional=openapi.string(max_length=limits.FORK_VALUE_MAX_CHARS),
                 ),
             },
             (

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from agentrun_core.api import status as api_status
 from agentrun_dev.podruntime import (
     control,
     envresolve,
@@ -197,7 +198,11 @@ class PodSync:
         return True
 
     def _emergency_status(self, e: Exception) -> None:
-        body = {"phase": "Failed", "reason": "PodRuntimeError", "message": f"local pod runtime: {e!r}"[:1000]}
+        body = {
+            "phase": api_status.POD_FAILED,
+            "reason": "PodRuntimeError",
+            "message": f"local pod runtime: {e!r}"[:1000],
+        }
         try:
             self.ctx.kube.patch_pod_status(self.ns, self.name, self.uid, body)
         except Exception:

@@ -12,11 +12,12 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agentrun_core.api import status as api_status
 from agentrun_dev.podruntime import model
 
 Obj = Mapping[str, Any]
 
-TERMINAL = frozenset({"Succeeded", "Failed"})
+TERMINAL = api_status.POD_TERMINAL
 OWNED_CONDITIONS = ("PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready", "PodScheduled")
 
 
@@ -33,9 +34,9 @@ def init_failed_for_good(policy: str, inits: Sequence[model.Container]) -> bool:
 def phase(policy: str, inits: Sequence[model.Container], mains: Sequence[model.Container]) -> str:
     """kubelet's getPhase for one pod (no sidecars)."""
     if init_failed_for_good(policy, inits):
-        return "Failed"
+        return api_status.POD_FAILED
     if not init_done(inits):
-        return "Pending"
+        return api_status.POD_PENDING
     running = waiting = stopped = succeeded = 0
     for c in mains:
         if isinstance(c.state, model.Running):
@@ -48,24 +49,24 @@ def phase(policy: str, inits: Sequence[model.Container], mains: Sequence[model.C
         else:
             waiting += 1
     if waiting:
-        return "Pending"
+        return api_status.POD_PENDING
     if running:
-        return "Running"
+        return api_status.POD_RUNNING
     if stopped:
         if policy == "Always":
-            return "Running"
+            return api_status.POD_RUNNING
         if stopped == succeeded:
-            return "Succeeded"
+            return api_status.POD_SUCCEEDED
         if policy == "Never":
-            return "Failed"
-        return "Running"  # OnFailure: the failed ones restart
-    return "Pending"
+            return api_status.POD_FAILED
+        return api_status.POD_RUNNING  # OnFailure: the failed ones restart
+    return api_status.POD_PENDING
 
 
 def final_phase(mains: Sequence[model.Container]) -> str:
     """Phase of a pod whose containers were all stopped for deletion (kubelet ≥1.27 makes it terminal)."""
     ok = all(isinstance(c.state, model.Terminated) and c.state.exit_code == 0 for c in mains)
-    return "Succeeded" if ok and mains else "Failed"
+    return api_status.POD_SUCCEEDED if ok and mains else api_status.POD_FAILED
 
 
 def _cond(

@@ -24,9 +24,10 @@ from typing import Any
 
 from agent_operator.decide import schedule_plan
 from agentrun_core import faults, kube
+from agentrun_core.api import meta
 from agentrun_core.api import schedules as names
 
-CREATED_BY = "agentrun.dev/created-by"
+CREATED_BY = meta.CREATED_BY
 
 logger = logging.getLogger(__name__)
 TIMEOUT = 10.0

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from agent_operator.decide import actions, edits, model
 from agentrun_core import hitl, store
 from agentrun_core.api import schedules
+from agentrun_core.api import status as api_status
 
 OPERATOR_IDENTITY = "agentrun-operator"
 
@@ -67,11 +68,11 @@ def parse(annotations: dict[str, str] | None) -> tuple[Request | None, str | Non
     if not approve and not reject:
         return None, None
     if approve and reject:
-        return None, "both agentrun.dev/approve and agentrun.dev/reject are set; set exactly one"
+        return None, f"both {model.ANN_APPROVE} and {model.ANN_REJECT} are set; set exactly one"
     decided_by = ann.get(model.ANN_DECIDED_BY, "").strip()
     if not decided_by:
         return None, (
-            "the decision carries no agentrun.dev/decided-by stamp (is the agentrun MutatingAdmissionPolicy "
+            f"the decision carries no {model.ANN_DECIDED_BY} stamp (is the agentrun MutatingAdmissionPolicy "
             "installed?); nothing applied"
         )
     return (
@@ -255,7 +256,7 @@ def deadline(world: model.World, plan: actions.Plan, escalated: bool) -> bool:
     if policy == "escalate":
         if not escalated:
             plan.warn(
-                "ApprovalEscalated",
+                api_status.APPROVAL_ESCALATED,
                 f"approval {pending.approval_id} is past its deadline ({pending.deadline.isoformat()}); "
                 "still waiting for a decision",
             )

@@ -14,6 +14,7 @@ from typing import Any
 
 from agent_operator.decide import actions, imagepin, model, phases, pods, retry, run_status, steering, walk
 from agentrun_core.api import protocol
+from agentrun_core.api import status as api_status
 
 
 def attempt(w: walk.Walk, current: int, pod: model.PodInfo | None) -> None:
@@ -87,8 +88,8 @@ def _watch(w: walk.Walk, current: int, pod: model.PodInfo) -> None:
     elif _unrunnable(w, pod):
         return
     else:
-        running = pod.phase == "Running" or db.status == "running"
-        st.phase = "Running" if running or st.phase == "Running" else "Pending"
+        running = pod.phase == api_status.POD_RUNNING or db.status == "running"
+        st.phase = api_status.RUNNING if running or st.phase == api_status.RUNNING else api_status.PENDING
         st.reason = "AttemptRunning" if running else "AttemptStarting"
         st.message = f"attempt {current} ({pod.name})" + (
             f" at step {db.current_step}" if db.current_step else ""
@@ -107,10 +108,10 @@ def _ended(w: walk.Walk, current: int, pod: model.PodInfo | None) -> dict[str, A
     if db.status == "parked":
         pending = world.pending_approval
         if pending is not None:
-            st.phase, st.reason = "WaitingApproval", "ApprovalPending"
+            st.phase, st.reason = api_status.WAITING_APPROVAL, api_status.APPROVAL_PENDING
             st.message = (
                 f"waiting for approval {pending.approval_id}: kubectl annotate ar "
-                f"{world.run.name} agentrun.dev/approve={pending.approval_id}"
+                f"{world.run.name} {model.ANN_APPROVE}={pending.approval_id}"
             )
             st.next_attempt_at = None
             w.show()
@@ -119,7 +120,7 @@ def _ended(w: walk.Walk, current: int, pod: model.PodInfo | None) -> dict[str, A
         start(w, current + 1, "deadline" if _last_expired(world) else "approval")
         return None
     if pod is not None and pod.exit_code == protocol.EXIT_USAGE:
-        st.phase, st.reason = "Failed", phases.INVALID_SPEC
+        st.phase, st.reason = api_status.FAILED, phases.INVALID_SPEC
         st.message = f"the worker refused its configuration (exit code 2): {pod.message or 'see its log'}"
         plan.warn(phases.INVALID_SPEC, st.message)
         st.completion_time = phases.iso(world.now)
@@ -147,7 +148,7 @@ def _next(w: walk.Walk, current: int, pod: model.PodInfo | None, recorded: dict[
         start(w, current + 1, str(recorded["reason"]))
         return
     if recorded.get("exhausted"):
-        st.phase, st.reason = "Failed", phases.ATTEMPTS_EXHAUSTED
+        st.phase, st.reason = api_status.FAILED, phases.ATTEMPTS_EXHAUSTED
         st.message = (
             f"{st.restarts} attempts lost (last: {recorded.get('reason')}: "
             f"{recorded.get('message')}); spec.retry.maxAttempts={world.spec.retry.max_attempts}"
@@ -160,7 +161,7 @@ def _next(w: walk.Walk, current: int, pod: model.PodInfo | None, recorded: dict[
         return
     due = phases.parse_time(st.next_attempt_at)
     if due is not None and due > world.now:
-        st.phase = "Running" if st.phase != "Pending" else st.phase
+        st.phase = api_status.RUNNING if st.phase != api_status.PENDING else st.phase
         if recorded.get("reason") == pods.INCOMPATIBLE:
             st.reason = "WorkerIncompatible"
             st.message = f"{recorded.get('message')}; attempt {current + 1} at {st.next_attempt_at}"
@@ -273,8 +274,8 @@ def start(w: walk.Walk, attempt: int, reason: str, lost: bool = False) -> None:
         # key's): wait
         # in its queue, in order.
         plan.queued = True
-        if st.phase not in {"Running"}:
-            st.phase = "Pending"
+        if st.phase not in {api_status.RUNNING}:
+            st.phase = api_status.PENDING
         st.reason = "Queued"
         wait = world.start_wait or "the namespace is at its limit of live worker Pods"
         st.message = f"attempt {attempt} queued: {wait} ({reason})"
@@ -291,8 +292,8 @@ def start(w: walk.Walk, attempt: int, reason: str, lost: bool = False) -> None:
     st.next_attempt_at = None
     if st.start_time is None:
         st.start_time = phases.iso(world.now)
-    if st.phase not in {"Running"}:
-        st.phase = "Pending" if attempt == 1 else "Running"
+    if st.phase not in {api_status.RUNNING}:
+        st.phase = api_status.PENDING if attempt == 1 else api_status.RUNNING
     st.reason, st.message = "AttemptStarting", f"attempt {attempt} starting ({reason})"
     w.show(new_pod=pod)
     # Soon: the new Pod should show in the watch within a moment (``pod_created_ago`` here would be the

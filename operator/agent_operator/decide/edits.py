@@ -22,13 +22,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentrun_core import hitl
+from agentrun_core.api import limits, meta
 
-EDIT_PREFIX = "edit.agentrun.dev/"
-ANN_RESPONSE = "agentrun.dev/response"
-ANN_DECISIONS = "agentrun.dev/decisions"
-EDIT_LIMIT = 16384  # characters of one edited field (the admission policy enforces the same)
-MAX_EDITS = 16
-RESPONSE_LIMIT = 4096
+EDIT_PREFIX = meta.EDIT_PREFIX
+ANN_RESPONSE = meta.RESPONSE
+ANN_DECISIONS = meta.DECISIONS
+# The admission policy (deploy/admission/edits-policy.yaml) enforces the same numbers, rendered from these.
+EDIT_LIMIT = limits.EDIT_MAX_CHARS
+MAX_EDITS = limits.EDIT_MAX_FIELDS
+RESPONSE_LIMIT = limits.RESPONSE_MAX_CHARS
 
 
 def from_annotations(annotations: Mapping[str, str]) -> tuple[dict[str, str], str | None]:
@@ -58,9 +60,9 @@ def action(prompt: Any) -> str | None:
 def problem(decision: str, edits: Mapping[str, str], response: str | None, prompt: Any) -> str | None:
     """Why this payload cannot go with this decision on this approval; None when it can."""
     if edits and decision != "approved":
-        return "edits (edit.agentrun.dev/*) go with an approval only (agentrun.dev/approve)"
+        return f"edits ({EDIT_PREFIX}*) go with an approval only ({meta.APPROVE})"
     if response is not None and decision != "rejected":
-        return f"{ANN_RESPONSE} goes with agentrun.dev/reject only (kubectl agentrun respond)"
+        return f"{ANN_RESPONSE} goes with {meta.REJECT} only (kubectl agentrun respond)"
     if response is not None and not (0 < len(response) <= RESPONSE_LIMIT):
         return f"{ANN_RESPONSE} must be 1 to {RESPONSE_LIMIT} characters"
     if not edits:
@@ -89,7 +91,7 @@ def batch_decisions(
         return None, None
     if edits:
         return None, (
-            "edit.agentrun.dev/* annotations do not apply to a HumanInTheLoopMiddleware batch: edit an "
+            f"{EDIT_PREFIX}* annotations do not apply to a HumanInTheLoopMiddleware batch: edit an "
             "action in its decision (kubectl agentrun approve NAME --id ID --set N.FIELD=TEXT)"
         )
     try:

@@ -10,27 +10,36 @@ from __future__ import annotations
 
 from agent_operator.decide import actions, forks, model, phases, run_status, walk
 from agentrun_core import budget, deadline_math, store
+from agentrun_core.api import status as api_status
 
 
 def db_outcome(db: store.Run) -> tuple[str, str, str] | None:
     """(phase, reason, message) of the outcome Postgres records, or None while the run is not final."""
     if db.status == "succeeded":
-        return "Succeeded", "Succeeded", "the graph finished"
+        return api_status.SUCCEEDED, api_status.SUCCEEDED, "the graph finished"
     if db.status == "failed":
         if db.status_reason in deadline_math.REASONS:  # agent_operator.decide.deadlines: store.expire_run
-            return "Failed", db.status_reason, db.error or db.status_reason
+            return api_status.FAILED, db.status_reason, db.error or db.status_reason
         if db.status_reason == forks.FORK_EDIT_REFUSED:  # the fork's worker: an edit that does not fit
-            return "Failed", forks.FORK_EDIT_REFUSED, db.error or "a fork edit does not fit the state"
+            return (
+                api_status.FAILED,
+                forks.FORK_EDIT_REFUSED,
+                db.error or "a fork edit does not fit the state",
+            )
         if db.status_reason == budget.REASON:  # spec.budget reached and the raise rejected (or expired)
-            return "Failed", budget.REASON, db.error or "the budget was reached and not raised"
+            return api_status.FAILED, budget.REASON, db.error or "the budget was reached and not raised"
         if phases.is_invalid_spec(db.status_reason, db.error):
-            return "Failed", phases.INVALID_SPEC, db.error or db.status_reason or "the spec cannot run"
-        return "Failed", phases.GRAPH_FAILED, db.error or db.status_reason or "the graph failed"
+            return (
+                api_status.FAILED,
+                phases.INVALID_SPEC,
+                db.error or db.status_reason or "the spec cannot run",
+            )
+        return api_status.FAILED, phases.GRAPH_FAILED, db.error or db.status_reason or "the graph failed"
     if db.status == "cancelled":
-        return "Cancelled", "Cancelled", db.status_reason or "cancelled"
+        return api_status.CANCELLED, api_status.CANCELLED, db.status_reason or "cancelled"
     if db.status == "needs_human":
         return (
-            "Failed",
+            api_status.FAILED,
             phases.NEEDS_HUMAN,
             (
                 db.error
@@ -118,7 +127,11 @@ def stop(w: walk.Walk, pod: model.PodInfo | None) -> None:
         return
     if spec.cancel:
         plan.actions.append(actions.CancelRun("cancelled (spec.cancel)"))
-        st.phase, st.reason, st.message = "Cancelled", "Cancelled", "cancelled (spec.cancel)"
+        st.phase, st.reason, st.message = (
+            api_status.CANCELLED,
+            api_status.CANCELLED,
+            "cancelled (spec.cancel)",
+        )
         run_status.note_pending_effects(world, st)
         st.completion_time = phases.iso(world.now)
         w.show()
@@ -126,7 +139,11 @@ def stop(w: walk.Walk, pod: model.PodInfo | None) -> None:
         return
     if pod is not None and (st.last_end is None or st.last_end.get("attempt") != pod.attempt):
         st.last_end = {"attempt": pod.attempt, "reason": "suspended", "message": "stopped by spec.suspend"}
-    st.phase, st.reason, st.message = "Suspended", "Suspended", "suspended (spec.suspend); no worker runs"
+    st.phase, st.reason, st.message = (
+        api_status.SUSPENDED,
+        api_status.SUSPENDED,
+        "suspended (spec.suspend); no worker runs",
+    )
     st.next_attempt_at = None
     w.show()
     plan.idle(w.settings.idle_poll_seconds)  # resumed by a spec change: a watch event

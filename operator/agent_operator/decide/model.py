@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentrun_core import deadline_math, store
-from agentrun_core.api import protocol
+from agentrun_core.api import meta, protocol
+from agentrun_core.api import status as api_status
 from agentrun_core.api.run_spec import ApprovalPolicy as ApprovalPolicy
 from agentrun_core.api.run_spec import Concurrency as Concurrency
 from agentrun_core.api.run_spec import ForkRequest as ForkRequest
@@ -21,31 +22,30 @@ from agentrun_core.api.run_spec import ForkSource as ForkSource
 from agentrun_core.api.run_spec import RetryPolicy as RetryPolicy
 from agentrun_core.api.run_spec import RunSpec as RunSpec
 
-FINALIZER = "agentrun.dev/finalizer"
-ANN_APPROVE = "agentrun.dev/approve"
-ANN_REJECT = "agentrun.dev/reject"
-ANN_COMMENT = "agentrun.dev/comment"
-ANN_DECIDED_BY = "agentrun.dev/decided-by"
-ANN_CREATED_BY = "agentrun.dev/created-by"
-# The decider's groups as the API server saw them (comma-joined), stamped with decided-by: the operator
-# checks spec.approval.approvers.groups against them.
-ANN_DECIDED_GROUPS = "agentrun.dev/decided-by-groups"
-DECISION_ANNOTATIONS = (ANN_APPROVE, ANN_REJECT, ANN_COMMENT, ANN_DECIDED_BY, ANN_DECIDED_GROUPS)
+# The steering contract's names (agentrun_core.api.annotations), under the names this package reads them by.
+FINALIZER = meta.FINALIZER
+ANN_APPROVE = meta.APPROVE
+ANN_REJECT = meta.REJECT
+ANN_COMMENT = meta.COMMENT
+ANN_DECIDED_BY = meta.DECIDED_BY
+ANN_CREATED_BY = meta.CREATED_BY
+ANN_DECIDED_GROUPS = meta.DECIDED_BY_GROUPS
+DECISION_ANNOTATIONS = meta.DECISION_ANNOTATIONS
 
 # Container waiting reasons that mean "this Pod will not start by itself" (kubelet's names).
 _WAITING = "CreateContainerConfigError CreateContainerError ErrImagePull ImagePullBackOff InvalidImageName"
 BLOCKED_WAITING_REASONS = frozenset((*_WAITING.split(), "ErrImageNeverPull", "RunContainerError"))
 
 # Steering (agent_operator.decide.steering): resolve an effect of unknown outcome; who retried / resolved
-# (stamped by
-# the MutatingAdmissionPolicy in deploy/admission/steer-mutating-policy.yaml from request.userInfo).
-LABEL_FOUR_EYES = "agentrun.dev/require-four-eyes"  # on the Namespace: "true" requires four eyes
-ANN_APPROVER_GROUPS = "agentrun.dev/approver-groups"  # on the Namespace: "group-a,group-b"
-ANN_RESOLVE = "agentrun.dev/resolve"  # "<effect key>=sent" | "<effect key>=not-sent"
-ANN_RESOLVE_RESULT = "agentrun.dev/resolve-result"  # JSON: the tool's return value for =sent
-ANN_RESOLVED_BY = "agentrun.dev/resolved-by"
-ANN_RETRIED_BY = "agentrun.dev/retried-by"
-RESOLVE_ANNOTATIONS = (ANN_RESOLVE, ANN_RESOLVE_RESULT, ANN_RESOLVED_BY)
+# (stamped by the MutatingAdmissionPolicy in deploy/admission/steer-mutating-policy.yaml from
+# request.userInfo).
+LABEL_FOUR_EYES = meta.LABEL_FOUR_EYES
+ANN_APPROVER_GROUPS = meta.APPROVER_GROUPS
+ANN_RESOLVE = meta.RESOLVE
+ANN_RESOLVE_RESULT = meta.RESOLVE_RESULT
+ANN_RESOLVED_BY = meta.RESOLVED_BY
+ANN_RETRIED_BY = meta.RETRIED_BY
+RESOLVE_ANNOTATIONS = meta.RESOLVE_ANNOTATIONS
 
 # The final agentrun_runs.status values (defined in agentrun_core.api.protocol).
 DB_FINAL = frozenset(protocol.FINAL_RUN_STATUSES)
@@ -85,7 +85,7 @@ class PodInfo:
 
     name: str
     attempt: int
-    phase: str = "Pending"  # Pending | Running | Succeeded | Failed | Unknown
+    phase: str = api_status.POD_PENDING  # Pending | Running | Succeeded | Failed | Unknown (core/v1)
     deleting: bool = False
     reason: str | None = None  # status.reason (Evicted, Preempting, ...)
     terminated_reason: str | None = None  # container state terminated reason (OOMKilled, Error, ...)
@@ -104,7 +104,7 @@ class PodInfo:
 
     @property
     def terminated(self) -> bool:
-        return self.phase in {"Succeeded", "Failed"}
+        return self.phase in api_status.POD_TERMINAL
 
     @property
     def alive(self) -> bool:
@@ -158,7 +158,7 @@ class PodInfo:
         return cls(
             name=str(meta.get("name") or ""),
             attempt=attempt,
-            phase=str(status.get("phase") or "Pending"),
+            phase=str(status.get("phase") or api_status.POD_PENDING),
             deleting=bool(meta.get("deletionTimestamp")),
             reason=status.get("reason"),
             terminated_reason=terminated_reason,

@@ -6,22 +6,24 @@ import datetime
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agentrun_core.api import protocol
+from agentrun_core.api import limits
+from agentrun_core.api import status as api_status
 
-FINAL_PHASES = protocol.FINAL_PHASES
-PHASES = protocol.PHASES
+# The status vocabulary is the API's (agentrun_core.api.status); these names are how the operator reads it.
+FINAL_PHASES = api_status.FINAL_PHASES
+PHASES = api_status.PHASES
 
 # Condition types always present (True/False), in this order; extra ones appear only while True.
 # Finished is True for every final phase (reason = the outcome): `kubectl wait --for=condition=Finished`.
-CORE_CONDITIONS = ("Admitted", "Running", "WaitingApproval", "Succeeded", "Failed", "Finished")
-EXTRA_CONDITIONS = ("Cancelled", "Suspended", "ApprovalEscalated", "ReadOnly", "LedgerMissing")
+CORE_CONDITIONS = api_status.CORE_CONDITIONS
+EXTRA_CONDITIONS = api_status.EXTRA_CONDITIONS
 
 # Failure reasons (condition Failed, reason).
-INVALID_SPEC = "InvalidSpec"
-UNSTORABLE = "Unstorable"  # Postgres refuses to store the spec (U+0000): never admitted, never retried
-ATTEMPTS_EXHAUSTED = "AttemptsExhausted"
-GRAPH_FAILED = "GraphFailed"
-NEEDS_HUMAN = "NeedsHuman"
+INVALID_SPEC = api_status.INVALID_SPEC
+UNSTORABLE = api_status.UNSTORABLE
+ATTEMPTS_EXHAUSTED = api_status.ATTEMPTS_EXHAUSTED
+GRAPH_FAILED = api_status.GRAPH_FAILED
+NEEDS_HUMAN = api_status.NEEDS_HUMAN
 
 # Error texts/status reasons of the worker that mean "the spec cannot run" rather than "the graph failed".
 _INVALID_SPEC_MARKERS = (
@@ -40,8 +42,8 @@ _INVALID_SPEC_MARKERS = (
 # Bounds of spec.input, checked before admission (docs/operator.md): the API server accepts objects nested
 # ~10,000 deep and ~1.4 MiB large, which the operator must survive but never runs; msgpack (checkpoints)
 # refuses integers beyond 64 bits, so those are refused here rather than failing inside the graph.
-MAX_INPUT_DEPTH = 64
-MAX_INPUT_BYTES = 256 * 1024
+MAX_INPUT_DEPTH = limits.INPUT_MAX_DEPTH
+MAX_INPUT_BYTES = limits.INPUT_MAX_BYTES
 _INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
 
 
@@ -110,37 +112,53 @@ def desired_conditions(
     read_only: bool,
 ) -> dict[str, tuple[bool, str, str]]:
     """The condition set for a phase. ``reason``/``message`` describe the phase's own condition."""
-    running = phase == "Running"
-    waiting = phase == "WaitingApproval"
+    running = phase == api_status.RUNNING
+    waiting = phase == api_status.WAITING_APPROVAL
     desired: dict[str, tuple[bool, str, str]] = {
-        "Admitted": (
+        api_status.ADMITTED: (
             admitted,
-            "Admitted" if admitted else "NotAdmitted",
+            api_status.ADMITTED if admitted else api_status.NOT_ADMITTED,
             "admission row written" if admitted else "waiting for admission",
         ),
-        "Running": (running, reason if running else phase, message if running else f"phase {phase}"),
-        "WaitingApproval": (waiting, reason if waiting else "NoPendingApproval", message if waiting else ""),
-        "Succeeded": (
-            phase == "Succeeded",
-            reason if phase == "Succeeded" else phase,
-            message if phase == "Succeeded" else "",
+        api_status.RUNNING: (running, reason if running else phase, message if running else f"phase {phase}"),
+        api_status.WAITING_APPROVAL: (
+            waiting,
+            reason if waiting else api_status.NO_PENDING_APPROVAL,
+            message if waiting else "",
         ),
-        "Failed": (
-            phase == "Failed",
-            reason if phase == "Failed" else phase,
-            message if phase == "Failed" else "",
+        api_status.SUCCEEDED: (
+            phase == api_status.SUCCEEDED,
+            reason if phase == api_status.SUCCEEDED else phase,
+            message if phase == api_status.SUCCEEDED else "",
+        ),
+        api_status.FAILED: (
+            phase == api_status.FAILED,
+            reason if phase == api_status.FAILED else phase,
+            message if phase == api_status.FAILED else "",
         ),
     }
     final = phase in FINAL_PHASES
-    desired["Finished"] = (final, phase if final else "NotFinished", message if final else f"phase {phase}")
-    if phase == "Cancelled":
-        desired["Cancelled"] = (True, reason, message)
-    if phase == "Suspended":
-        desired["Suspended"] = (True, reason, message)
+    desired[api_status.FINISHED_CONDITION] = (
+        final,
+        phase if final else api_status.NOT_FINISHED,
+        message if final else f"phase {phase}",
+    )
+    if phase == api_status.CANCELLED:
+        desired[api_status.CANCELLED] = (True, reason, message)
+    if phase == api_status.SUSPENDED:
+        desired[api_status.SUSPENDED] = (True, reason, message)
     if escalated and waiting:
-        desired["ApprovalEscalated"] = (True, "DeadlinePassed", "the pending approval is past its deadline")
+        desired[api_status.APPROVAL_ESCALATED] = (
+            True,
+            api_status.DEADLINE_PASSED,
+            "the pending approval is past its deadline",
+        )
     if read_only:
-        desired["ReadOnly"] = (True, "ApprovalExpired", "effects are refused: an approval expired (readOnly)")
+        desired[api_status.READ_ONLY] = (
+            True,
+            api_status.APPROVAL_EXPIRED,
+            "effects are refused: an approval expired (readOnly)",
+        )
     return desired
 
 

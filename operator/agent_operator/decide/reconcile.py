@@ -39,6 +39,7 @@ from agent_operator.decide import (
     steering,
     walk,
 )
+from agentrun_core.api import status as api_status
 
 DEFAULTS = settings_.ReconcileSettings()
 
@@ -116,7 +117,7 @@ def _walk(w: walk.Walk) -> None:
     if run.deleting or spec.cancel or spec.suspend:
         endings.stop(w, pod)
         return
-    if st.phase == "Suspended" and world.admission_ok is not True:
+    if st.phase == api_status.SUSPENDED and world.admission_ok is not True:
         _resume_refused(w)
         return
 
@@ -153,10 +154,10 @@ def _admit(w: walk.Walk) -> None:
     if problem is None and fork is not None and fork.problem is not None:
         # A fork whose source, checkpoint, step or edits do not exist: refused before anything is copied.
         problem, reason = f"fork refused: {fork.problem}", forks.FORK_REFUSED
-    if problem is not None or st.phase == "Failed":
-        if st.phase != "Failed":
+    if problem is not None or st.phase == api_status.FAILED:
+        if st.phase != api_status.FAILED:
             plan.warn(reason, problem or "")
-        st.phase, st.reason = "Failed", (reason if problem else st.reason or reason)
+        st.phase, st.reason = api_status.FAILED, (reason if problem else st.reason or reason)
         st.message = problem or st.message
         st.completion_time = st.completion_time or phases.iso(world.now)
         w.show()
@@ -174,8 +175,12 @@ def _admit(w: walk.Walk) -> None:
         return
     else:
         plan.actions.append(actions.Admit())
-        plan.info("Admitted", f"admission row written for graph {spec.graph}")
-    st.phase, st.reason, st.message = "Pending", "Admitted", "admitted; starting the first attempt"
+        plan.info(api_status.ADMITTED, f"admission row written for graph {spec.graph}")
+    st.phase, st.reason, st.message = (
+        api_status.PENDING,
+        api_status.ADMITTED,
+        "admitted; starting the first attempt",
+    )
     w.show(admitted_now=True)
     plan.soon(0)
 
@@ -192,7 +197,7 @@ def _ledger_missing(w: walk.Walk) -> None:
         return
     status, new = run_status.ledger_missing(world)
     if new:
-        plan.warn("LedgerMissing", run_status.LEDGER_MISSING)
+        plan.warn(api_status.LEDGER_MISSING, run_status.LEDGER_MISSING)
     plan.status = status
     plan.idle(w.settings.idle_poll_seconds)
 
@@ -241,11 +246,11 @@ def _reopened(w: walk.Walk, current: int) -> None:
         return
     st.reopened = db.reopened
     reason, message = steering.reopen_reason(world)
-    st.phase, st.reason, st.message = "Running", "Reopened", message
+    st.phase, st.reason, st.message = api_status.RUNNING, api_status.REOPENED, message
     st.completion_time = st.next_attempt_at = None
     st.restarts = 0
     st.last_end = {"attempt": current, "reason": reason, "message": message, "at": phases.iso(world.now)}
-    w.plan.info("Reopened", message)
+    w.plan.info(api_status.REOPENED, message)
 
 
 def _resume_refused(w: walk.Walk) -> None:

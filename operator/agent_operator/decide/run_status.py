@@ -14,6 +14,7 @@ from typing import Any
 from agent_operator.decide import actions, approvals, edits, forks, model, phases, pods, steering, walk
 from agentrun_core import hitl, results
 from agentrun_core.api import protocol
+from agentrun_core.api import status as api_status
 
 
 def build(
@@ -138,11 +139,14 @@ def ledger_missing(world: model.World) -> tuple[dict[str, Any], bool]:
     """The status of an admitted run whose rows are gone (``reconcile._ledger_missing``): as it was, with
     the condition LedgerMissing True; and whether that condition is new (its Event is posted once)."""
     old = [dict(c) for c in world.status.get("conditions") or ()]
-    had = any(c.get("type") == "LedgerMissing" and c.get("status") == "True" for c in old)
+    had = any(c.get("type") == api_status.LEDGER_MISSING and c.get("status") == "True" for c in old)
     missing = phases.conditions(
-        old, {"LedgerMissing": (True, "LedgerMissing", LEDGER_MISSING)}, world.run.generation, world.now
+        old,
+        {api_status.LEDGER_MISSING: (True, api_status.LEDGER_MISSING, LEDGER_MISSING)},
+        world.run.generation,
+        world.now,
     )
-    kept = [c for c in old if c.get("type") != "LedgerMissing"]
+    kept = [c for c in old if c.get("type") != api_status.LEDGER_MISSING]
     return {**world.status, "conditions": kept + missing}, not had
 
 
@@ -200,9 +204,9 @@ def transition_events(old: Mapping[str, Any], new: Mapping[str, Any] | None) -> 
     reason = phase
     for cond in new.get("conditions") or ():
         if cond.get("type") == phase and cond.get("status") == "True" and cond.get("reason"):
-            reason = str(cond["reason"]) if phase == "Failed" else phase
+            reason = str(cond["reason"]) if phase == api_status.FAILED else phase
     message = f"{old.get('phase') or 'New'} -> {phase}: {new.get('message') or ''}".strip()
-    return [actions.Event("Warning" if phase == "Failed" else "Normal", reason, message)]
+    return [actions.Event("Warning" if phase == api_status.FAILED else "Normal", reason, message)]
 
 
 def note_pending_effects(world: model.World, st: walk.State) -> None:
@@ -212,7 +216,7 @@ def note_pending_effects(world: model.World, st: walk.State) -> None:
     # count is today's (a human may have resolved some) and the note is never repeated.
     st.message = _PENDING_NOTE.sub("", st.message or "")
     pending_effects = int(world.effects.get("pending") or 0)
-    if pending_effects and st.phase != "Succeeded":
+    if pending_effects and st.phase != api_status.SUCCEEDED:
         # Surfaced, never guessed: the next attempt (after `agentrun retry`) reconciles them, or a human
         # resolves them (`agentrun resolve NAME KEY --sent|--not-sent`); `agentrun ledger NAME` lists them.
         st.message = (

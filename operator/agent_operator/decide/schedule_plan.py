@@ -25,6 +25,7 @@ from collections.abc import Sequence
 
 from agentrun_core import cron
 from agentrun_core.api import schedules as names
+from agentrun_core.api import status as api_status
 
 MAX_SLEEP_SECONDS = 3600.0  # look again at least hourly (a clock step, a lost watch event)
 POLICIES = ("Allow", "Forbid", "Replace")
@@ -89,8 +90,8 @@ def _history(view: View, runs: Sequence[OwnedRun]) -> tuple[str, ...]:
     def newest_first(rs: list[OwnedRun]) -> list[OwnedRun]:
         return sorted(rs, key=lambda r: (r.finished or r.created, r.name), reverse=True)
 
-    succeeded = newest_first([r for r in runs if r.phase == "Succeeded"])
-    failed = newest_first([r for r in runs if r.phase in ("Failed", "Cancelled")])
+    succeeded = newest_first([r for r in runs if r.phase == api_status.SUCCEEDED])
+    failed = newest_first([r for r in runs if r.phase in (api_status.FAILED, api_status.CANCELLED)])
     gone = succeeded[view.successful_limit :] + failed[view.failed_limit :]
     return tuple(sorted(r.name for r in gone))
 
@@ -104,7 +105,7 @@ def _seconds(later: datetime.datetime | None, now: datetime.datetime) -> float:
 
 def decide(view: View, now: datetime.datetime, runs: Sequence[OwnedRun]) -> Decision:
     active = tuple(sorted(r.name for r in runs if r.active))
-    successes = [r.finished for r in runs if r.phase == "Succeeded" and r.finished is not None]
+    successes = [r.finished for r in runs if r.phase == api_status.SUCCEEDED and r.finished is not None]
     last_ok = max([*successes, *([view.last_successful] if view.last_successful else [])], default=None)
     base = Decision(active=active, delete=_history(view, runs), last_successful=last_ok)
     try:

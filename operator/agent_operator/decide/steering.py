@@ -26,10 +26,11 @@ from typing import Any
 
 from agent_operator.decide import actions, approvals, model
 from agentrun_core import store
+from agentrun_core.api import limits
 
 # agentrun_interventions.kind -> the start reason of the attempt that follows the reopening
 REOPEN_REASONS = {"retry": "retry", "resolve_sent": "resolved", "resolve_not_sent": "resolved"}
-RESULT_LIMIT = 8192  # bytes of agentrun.dev/resolve-result (the admission policy enforces the same)
+RESULT_LIMIT = limits.RESOLVE_RESULT_MAX_BYTES  # of agentrun.dev/resolve-result (the admission policy's too)
 
 
 @dataclasses.dataclass(frozen=True)

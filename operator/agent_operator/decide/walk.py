@@ -13,6 +13,7 @@ from typing import Any
 
 from agent_operator import settings as settings_
 from agent_operator.decide import actions, model, phases
+from agentrun_core.api import status as api_status
 
 
 @dataclasses.dataclass
@@ -39,7 +40,7 @@ class State:
 def initial(status: Mapping[str, Any]) -> State:
     pending = status.get("pendingApproval") or {}
     return State(
-        phase=str(status.get("phase") or "Pending"),
+        phase=str(status.get("phase") or api_status.PENDING),
         reason=str(_condition(status, status.get("phase") or "") or "Created"),
         message=str(status.get("message") or ""),
         attempts=int(status.get("attempts") or 0),
@@ -59,7 +60,15 @@ def initial(status: Mapping[str, Any]) -> State:
 
 # Phases only a run with an admission row ever shows (Pending and Failed are also shown before admission:
 # waiting for a fork's source, a spec refused).
-_ADMITTED_PHASES = frozenset({"Running", "WaitingApproval", "Succeeded", "Cancelled", "Suspended"})
+_ADMITTED_PHASES = frozenset(
+    {
+        api_status.RUNNING,
+        api_status.WAITING_APPROVAL,
+        api_status.SUCCEEDED,
+        api_status.CANCELLED,
+        api_status.SUSPENDED,
+    }
+)
 
 
 def shows_admission(status: Mapping[str, Any]) -> bool:
@@ -69,7 +78,8 @@ def shows_admission(status: Mapping[str, Any]) -> bool:
     if int(status.get("attempts") or 0) > 0 or status.get("phase") in _ADMITTED_PHASES:
         return True
     return any(
-        c.get("type") == "Admitted" and c.get("status") == "True" for c in status.get("conditions") or ()
+        c.get("type") == api_status.ADMITTED and c.get("status") == "True"
+        for c in status.get("conditions") or ()
     )
 
 
@@ -110,7 +120,7 @@ class Walk:
     def fail(self, reason: str, message: str) -> None:
         """The run fails now, with ``reason`` (the Failed condition's) and ``message``."""
         st = self.st
-        st.phase, st.reason, st.message = "Failed", reason, message
+        st.phase, st.reason, st.message = api_status.FAILED, reason, message
         st.completion_time = phases.iso(self.world.now)
         st.next_attempt_at = None
         self.plan.warn(reason, message)

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 
 from prometheus_client import core
 
+from agentrun_core.api import status as api_status
 from agentrun_core.store import metrics_sql
 
 # Heartbeat ages should sit near the renew interval (seconds) when healthy.
@@ -21,13 +22,13 @@ HEARTBEAT_AGE_BUCKETS = (1, 5, 10, 15, 30, 60, 120, 300, 900, 3600)
 # AgentRun phase for each agentrun_runs.status (docs/design.md). needs_human has no phase of its own in the
 # CRD (the run is Failed or waiting); it is shown apart because it is what an operator must act on.
 PHASE_BY_STATUS = {
-    "admitted": "Pending",
-    "running": "Running",
-    "parked": "WaitingApproval",
-    "needs_human": "NeedsHuman",
-    "succeeded": "Succeeded",
-    "failed": "Failed",
-    "cancelled": "Cancelled",
+    "admitted": api_status.PENDING,
+    "running": api_status.RUNNING,
+    "parked": api_status.WAITING_APPROVAL,
+    "needs_human": api_status.NEEDS_HUMAN,
+    "succeeded": api_status.SUCCEEDED,
+    "failed": api_status.FAILED,
+    "cancelled": api_status.CANCELLED,
 }
 EFFECT_STATUSES = ("pending", "sent", "confirmed", "failed")
 DECISIONS = ("approved", "rejected", "expired")

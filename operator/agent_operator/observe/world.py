@@ -22,6 +22,7 @@ from agent_operator.observe import memory as memory_
 from agent_operator.observe import metrics, throttle
 from agentrun_core import budget, lease_math, store
 from agentrun_core.api import protocol
+from agentrun_core.api import status as api_status
 from agentrun_core.store import connect
 
 logger = logging.getLogger(__name__)
@@ -140,7 +141,7 @@ class Observer:
         unclaimed = (
             alive
             and pod is not None
-            and pod.phase == "Running"
+            and pod.phase == api_status.POD_RUNNING
             and holder != pod.name
             and (db is None or db.holder != pod.name)
         )
@@ -291,4 +292,4 @@ def _steering_requested(
     wanted = spec.retry_generation
     if wanted > db.retry_generation and int(status.get("observedRetryGeneration") or 0) < wanted:
         return True
-    return not spec.suspend and status.get("phase") == "Suspended"
+    return not spec.suspend and status.get("phase") == api_status.SUSPENDED

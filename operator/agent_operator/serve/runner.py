@@ -25,6 +25,7 @@ from agent_operator.observe import memory as memory_
 from agent_operator.observe import metrics, throttle
 from agent_operator.observe import world as observe
 from agentrun_core import lease_math, store
+from agentrun_core.api import status as api_status
 
 logger = logging.getLogger(__name__)
 COMPONENT = "agentrun-operator"
@@ -177,7 +178,10 @@ class Runner:
         if memory.waiting_running is None or lost_at is None:
             return
         for pod in world.pods.values():
-            if pod.name == memory.waiting_running and pod.phase in {"Running", "Succeeded", "Failed"}:
+            if pod.name == memory.waiting_running and pod.phase in {
+                api_status.POD_RUNNING,
+                *api_status.POD_TERMINAL,
+            }:
                 metrics.resume_latency(time.monotonic() - lost_at, memory.lost_reason)
                 memory.waiting_running = memory.lost_at = None
 
@@ -251,7 +255,7 @@ def _failed_unstorable(world: model.World, plan: actions.Plan, message: str) -> 
     with a Warning, nothing else of it done. The next reconcile finds the run Failed and never admitted, and
     keeps it so (reconcile._admit) without trying again."""
     st = walk.initial(world.status)
-    st.phase, st.reason, st.message = "Failed", execute.UNSTORABLE, message
+    st.phase, st.reason, st.message = api_status.FAILED, execute.UNSTORABLE, message
     st.completion_time = phases.iso(world.now)
     st.next_attempt_at = None
     plan.actions = []
