@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from agentrun import cluster
+from agentrun import batch_cli, cluster, deciding
 
 MULTI_COMMAND = True
 
@@ -87,8 +87,6 @@ def edit_annotations(edits: dict[str, str]) -> dict[str, str | None]:
 
 
 def respond(argv: list[str]) -> int:
-    from agentrun import approve_cli, batch_cli  # (approve_cli imports this module for its edits)
-
     p = argparse.ArgumentParser(prog="agentrun respond", description="answer the pending approval with text")
     p.add_argument("name", help="the AgentRun's name")
     p.add_argument("--id", dest="approval_id", required=True, help="the approval id (status.pendingApproval)")
@@ -105,10 +103,10 @@ def respond(argv: list[str]) -> int:
     resource = cluster.get_run(api, ns, args.name)
     where = f"{ns}/{args.name}"
     status = dict(resource.get("status") or {})
-    approval_id = approve_cli.choose(status, where, args.approval_id, False)
+    approval_id = deciding.choose(status, where, args.approval_id, False)
     # A tool-call batch: every action is rejected with the message; refused here if one does not allow it.
     batch_cli.decisions(status, "rejected", response=args.message)
-    patch = approve_cli.patch_for("reject", approval_id, args.comment)
+    patch = deciding.patch_for("reject", approval_id, args.comment)
     patch[ANN_RESPONSE] = args.message
     cluster.annotate(api, ns, args.name, patch)
     print(f"agentrun/{args.name} responded to approval {approval_id}: {json.dumps(args.message)}")
