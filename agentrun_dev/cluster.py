@@ -366,10 +366,9 @@ def outage(
 
 
 def down(s: settings_mod.Settings | None = None, purge: bool = False, out: TextIO = sys.stderr) -> None:
+    """Stop the cluster's processes. A real node is built on top of the cluster and goes first
+    (``agentrun_dev.node.lifecycle.down``, which `agentrun dev down` calls before this)."""
     s = s or settings_mod.from_env()
-    if (s.state_dir / "node").exists():
-        # The real node first (its namespaces, mounts, cgroups, processes), while the API server still runs.
-        importlib.import_module("agentrun_dev.node.lifecycle").down(s, out)
     with state.locked(s):
         second_apiserver.stop_all(s, out)  # `agentrun dev apiserver up`'s, before the etcd they share
         _stop(s, {p.name for p in parts(s)}, out)
