@@ -11,6 +11,7 @@ the admission policies decide whether that user may decide, and stamp who did.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 
@@ -88,15 +89,8 @@ def run(decision: str, argv: list[str]) -> int:
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in deciding.ANN:
-        print(
-            "usage: agentrun approve|reject NAME [-n NS] [--id ID] [--comment TEXT] [--yes] "
-            "[--decisions JSON|@FILE]",
-            file=sys.stderr,
-        )
-        return 2
-    try:
-        return run(argv[0], argv[1:])
-    except cluster.CliError as exc:
-        print(f"agentrun: {exc}", file=sys.stderr)
-        return 1
+    return cluster.dispatch(
+        argv,
+        {verb: functools.partial(run, verb) for verb in deciding.ANN},
+        "agentrun approve|reject NAME [-n NS] [--id ID] [--comment TEXT] [--yes] [--decisions JSON|@FILE]",
+    )

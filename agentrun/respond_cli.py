@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -114,11 +113,5 @@ def respond(argv: list[str]) -> int:
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] != "respond":
-        print("usage: agentrun respond NAME --id ID --message TEXT [-n NS]", file=sys.stderr)
-        return 2
-    try:
-        return respond(argv[1:])
-    except cluster.CliError as exc:
-        print(f"agentrun: {exc}", file=sys.stderr)
-        return 1
+    usage = "agentrun respond NAME --id ID --message TEXT [-n NS]"
+    return cluster.dispatch(argv, {"respond": respond}, usage)
