@@ -83,6 +83,14 @@ def _ready(s: settings_mod.Settings, version: str) -> bool:
     return procs.http_ok(f"https://127.0.0.1:{port(s, version)}/readyz", ctx)
 
 
+def _apply(s: settings_mod.Settings, version: str, kustomization: Path) -> None:
+    """Apply a kustomization as the dev cluster does (server-side, as field manager agentrun-dev)."""
+    _kubectl(
+        s, version, "apply", "--server-side", "--force-conflicts", "--field-manager=agentrun-dev", "-k",
+        str(kustomization),
+    )  # fmt: skip
+
+
 def _kubectl(s: settings_mod.Settings, version: str, *args: str) -> str:
     exe = shutil.which(
         "kubectl", path=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
@@ -130,31 +138,13 @@ def up(s: settings_mod.Settings, version: str = VERSION, out: TextIO = sys.stder
         for_server(s.kubeconfig, s, version).replace(kubeconfig(s, version))
         t0 = time.monotonic()
         crds = manifests.path("crds")
-        _kubectl(
-            s,
-            version,
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "--field-manager=agentrun-dev",
-            "-k",
-            str(crds),
-        )
+        _apply(s, version, crds)
         deadline = time.monotonic() + 60
         while not cluster.established(_kubectl(s, version, "get", "-k", str(crds), "-o", "json")):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the CRDs are not Established on {name} within 60s")
             time.sleep(0.2)
-        _kubectl(
-            s,
-            version,
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "--field-manager=agentrun-dev",
-            "-k",
-            str(manifests.path(*ADMISSION)),
-        )
+        _apply(s, version, manifests.path(*ADMISSION))
         print(f"{name}: applied crds/ and {'/'.join(ADMISSION)} in {time.monotonic() - t0:.1f}s", file=out)
     return kubeconfig(s, version)
 
