@@ -33,19 +33,7 @@ from bench import db, graphs, p5_storage, stats
 
 def _park(dsn: str, n: int) -> str:
     """A ``delta_<n>`` run through the worker path, parked after its ``n`` turns: its id."""
-    run_id = str(uuid.uuid4())
-    tenant = db.tenant(dsn)
-    with db.pool(dsn, size=1) as p:
-        store.admit_run(
-            p,
-            run_id=run_id,
-            namespace=tenant.namespace,
-            name=run_id[:8],
-            graph=f"bench.graphs:delta_{n}",
-            input={},
-            spec_hash="bench",
-            durability="sync",
-        )
+    run_id, tenant = db.admit(dsn, f"bench.graphs:delta_{n}")
     code = _attempt(tenant.dsn, run_id)
     if code != protocol.EXIT_PARKED:
         raise RuntimeError(f"delta_{n}: the first attempt exited {code}, not parked")

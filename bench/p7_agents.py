@@ -24,7 +24,6 @@ from langgraph.checkpoint.postgres import PostgresSaver
 
 from agent_worker import runner
 from agent_worker import settings as settings_mod
-from agentrun_core import store
 from bench import agents, db, graphs, stats
 
 ATTEMPTS_PER_REP = 5
@@ -37,19 +36,7 @@ def _split(t0: float, t1: float, turns: int) -> dict[str, float]:
 
 
 def worker_attempt(dsn: str, turns: int) -> dict[str, float]:
-    run_id = str(uuid.uuid4())
-    tenant = db.tenant(dsn)
-    with db.pool(dsn, size=1) as p:
-        store.admit_run(
-            p,
-            run_id=run_id,
-            namespace=tenant.namespace,
-            name=run_id[:8],
-            graph=f"bench.agents:agent_{turns}",
-            input=INPUT,
-            spec_hash="bench",
-            durability="sync",
-        )
+    run_id, tenant = db.admit(dsn, f"bench.agents:agent_{turns}", input=INPUT)
     config = settings_mod.WorkerSettings(
         run_id=run_id, dsn=tenant.dsn, pod_name=f"bench-{run_id[:8]}", lease_mode="none"
     )
