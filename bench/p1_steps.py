@@ -39,8 +39,6 @@ from typing import Any, Literal
 
 from langgraph.checkpoint.postgres import PostgresSaver
 
-from agent_worker import runner
-from agent_worker import settings as settings_mod
 from agentrun_core.store import connect
 from bench import db, graphs, stats
 
@@ -78,14 +76,8 @@ def worker_attempt(
     if uncounted_admission:
         db.Counter.reset()
         db.RoundTrips.reset()
-    config = settings_mod.WorkerSettings(
-        run_id=run_id, dsn=tenant.dsn, pod_name=f"bench-{run_id[:8]}", lease_mode="none"
-    )
     LAST_RUN_ID[:] = [run_id]
-    graphs.MARKS.clear()
-    t0 = time.perf_counter()
-    code = runner.run(config)
-    t1 = time.perf_counter()
+    code, t0, t1 = graphs.timed_attempt(tenant.dsn, run_id)
     if code != 0:
         raise RuntimeError(f"worker attempt of {graph} ({durability}) exited {code}")
     return _split(t0, t1, _steps(graph))
