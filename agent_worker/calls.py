@@ -10,9 +10,10 @@ import itertools
 import json
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
-from agent_worker import context
+from agent_worker import context, retry
 from agentrun_core import keys, store
 
 
@@ -23,6 +24,32 @@ class Outcome:
     result: Any
     provider_ref: str | None = None
     confirmed: bool = False
+
+
+class ToolSpec(Protocol):
+    """What the ledger's shell (``agent_worker.ledger_shell``) reads of a tool; ``effects.Tool`` is one. Here,
+    below both, so the shell that performs a call never imports the API that declares the tool."""
+
+    @property
+    def fn(self) -> Callable[..., Any]: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def action(self) -> str: ...
+    @property
+    def dedupes_by_key(self) -> bool: ...
+    @property
+    def lookup(self) -> Callable[[str, dict[str, Any]], Any] | None: ...
+    @property
+    def retry_policy(self) -> retry.RetryPolicy: ...
+    @property
+    def timeout(self) -> float | None: ...
+    @property
+    def on_divergence(self) -> str: ...
+    @property
+    def max_in_flight_wait(self) -> float: ...
+    @property
+    def permanent(self) -> tuple[type[BaseException], ...]: ...
 
 
 class Call(str):

@@ -13,13 +13,10 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agent_worker import calls, context, identity, retry
 from agentrun_core import errors, faults, ledger, store
-
-if TYPE_CHECKING:
-    from agent_worker import effects
 
 logger = logging.getLogger("agent_worker.effects")  # the effect API's logger, as before the split
 
@@ -31,7 +28,7 @@ class Execution:
 
     def __init__(
         self,
-        tool_: effects.Tool[Any, Any],
+        tool_: calls.ToolSpec,
         ctx: context.RunContext,
         *,
         key: str,

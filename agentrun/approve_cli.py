@@ -11,67 +11,13 @@ the admission policies decide whether that user may decide, and stamp who did.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
-from collections.abc import Callable
-from typing import Any
 
-from agentrun import batch_cli, cluster, respond_cli
-from agentrun_core.api import meta
+from agentrun import batch_cli, cluster, deciding, respond_cli
 
 MULTI_COMMAND = True
-
-ANN = {"approve": meta.APPROVE, "reject": meta.REJECT}
-ANN_COMMENT = meta.COMMENT
-
-
-def patch_for(decision: str, approval_id: str, comment: str | None) -> dict[str, str | None]:
-    """The merge patch: set this decision, remove the opposite one (the API server refuses both at once)."""
-    other = "reject" if decision == "approve" else "approve"
-    patch: dict[str, str | None] = {ANN[decision]: approval_id, ANN[other]: None}
-    if comment is not None:
-        patch[ANN_COMMENT] = comment
-    return patch
-
-
-def choose(
-    status: dict[str, Any],
-    where: str,
-    wanted: str | None,
-    interactive: bool,
-    ask: Callable[[str], str] | None = None,
-    decision: str = "approve",
-) -> str:
-    """The approval id to annotate, or ``CliError`` (pure apart from ``ask``, the interactive prompt)."""
-    pending = status.get("pendingApproval") or {}
-    pending_id = str(pending.get("id") or "")
-    if not pending_id:
-        raise cluster.CliError(
-            f"AgentRun {where} has no pending approval (phase {status.get('phase') or 'unknown'})"
-        )
-    if wanted:
-        if wanted != pending_id:
-            raise cluster.CliError(
-                f"{wanted} is not the pending approval of AgentRun {where} (pending: {pending_id}); "
-                "nothing annotated"
-            )
-        return wanted
-    if interactive and ask is not None:
-        # A middleware batch reads as its tool calls; any other prompt as its JSON.
-        prompt = batch_cli.describe(pending) or json.dumps(pending.get("prompt"), indent=2, default=str)
-        deadline = f"\ndeadline: {pending['deadline']}" if pending.get("deadline") else ""
-        shown = f"AgentRun {where} asks (approval {pending_id}):\n{prompt}{deadline}\n"
-        answer = ask(shown + f"{decision} {pending_id}? [y/N] ")
-        if answer.strip().lower() not in {"y", "yes"}:
-            raise cluster.CliError("nothing decided")
-        return pending_id
-    asked = len(status.get("approvals") or ()) + 1
-    if asked > 1:
-        raise cluster.CliError(
-            f"AgentRun {where} has asked {asked} approvals: say which one you decide with --id "
-            f"(pending now: {pending_id}; see `agentrun get` / `kubectl get ar -o yaml`)"
-        )
-    return pending_id
 
 
 def run(decision: str, argv: list[str]) -> int:
@@ -106,7 +52,7 @@ def run(decision: str, argv: list[str]) -> int:
     namespace = args.namespace or default_ns
     resource = cluster.get_run(api, namespace, args.name)
     interactive = not args.yes and sys.stdin.isatty() and sys.stdout.isatty()
-    approval_id = choose(
+    approval_id = deciding.choose(
         dict(resource.get("status") or {}),
         f"{namespace}/{args.name}",
         args.approval_id,
@@ -114,7 +60,7 @@ def run(decision: str, argv: list[str]) -> int:
         ask=input,
         decision=decision,
     )
-    patch = patch_for(decision, approval_id, args.comment)
+    patch = deciding.patch_for(decision, approval_id, args.comment)
     status = dict(resource.get("status") or {})
     batch = batch_cli.decisions(
         status,
@@ -143,15 +89,8 @@ def run(decision: str, argv: list[str]) -> int:
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in ANN:
-        print(
-            "usage: agentrun approve|reject NAME [-n NS] [--id ID] [--comment TEXT] [--yes] "
-            "[--decisions JSON|@FILE]",
-            file=sys.stderr,
-        )
-        return 2
-    try:
-        return run(argv[0], argv[1:])
-    except cluster.CliError as exc:
-        print(f"agentrun: {exc}", file=sys.stderr)
-        return 1
+    return cluster.dispatch(
+        argv,
+        {verb: functools.partial(run, verb) for verb in deciding.ANN},
+        "agentrun approve|reject NAME [-n NS] [--id ID] [--comment TEXT] [--yes] [--decisions JSON|@FILE]",
+    )

@@ -6,7 +6,7 @@
 model is told why), ``--respond N=TEXT`` answers for action N's tool (it does not run), or ``--decisions
 JSON|@FILE`` gives the whole list in the middleware's own shape. ``reject NAME --id ID`` rejects every action
 (``--decisions`` with only reject / respond). The checked list rides on the decision, in the same request, as
-``agentrun.dev/decisions``: every rule of deciding holds for it (see ``agentrun.approve_cli``), and the
+``agentrun.dev/decisions``: every rule of deciding holds for it (see ``agentrun.deciding``), and the
 operator checks it again against the prompt Postgres recorded. Pure but for reading ``@FILE``.
 """
 

@@ -16,7 +16,7 @@
 Rule: this is the CLI's engine without the terminal. Every call is an ordinary API request with the caller's
 kubeconfig identity, so RBAC and the admission policies decide exactly as for ``kubectl agentrun``: an
 approval through the client is annotated, stamped and judged like one through the CLI (the same patch,
-``agentrun.approve_cli.patch_for``). Failures are the CLI's errors (``client.Error`` is ``CliError``, with the
+``agentrun.deciding.patch_for``). Failures are the CLI's errors (``client.Error`` is ``CliError``, with the
 message the CLI prints). Results are typed snapshots (``Run``, ``Approval``) over the resource as the API
 server returned it (``Run.resource``). ``trace`` and ``effects`` read through the API server's read API as the
 caller, as ``agentrun trace`` does; with a DSN (``AGENTRUN_DSN`` or ``dsn=``, the cluster admin's) they read
@@ -32,7 +32,7 @@ import time
 from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
-from agentrun import approve_cli, cluster, steer_cli, trace, trace_cli, watching
+from agentrun import cluster, deciding, steer_cli, trace, trace_cli, watching
 from agentrun_core import kube, store
 from agentrun_core.api import protocol
 from agentrun_core.api import status as api_status
@@ -229,8 +229,8 @@ class Client:
     def _decide(self, decision: str, name: str, wanted: str | None, comment: str | None) -> str:
         resource = cluster.get_run(self.api, self.namespace, name)
         status = dict(resource.get("status") or {})
-        approval_id = approve_cli.choose(status, f"{self.namespace}/{name}", wanted, interactive=False)
-        patch = approve_cli.patch_for(decision, approval_id, comment)
+        approval_id = deciding.choose(status, f"{self.namespace}/{name}", wanted, interactive=False)
+        patch = deciding.patch_for(decision, approval_id, comment)
         cluster.annotate(self.api, self.namespace, name, patch)
         return approval_id
 

@@ -8,7 +8,8 @@ Rule: no HTTP here. Requests go through ``agentrun_core.kube``; this module only
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+import sys
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from agentrun import stamps
@@ -30,6 +31,21 @@ class CliError(Exception):
 
 # Answers that say "ask again later" rather than "no": the request may succeed unchanged.
 _TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+
+
+def dispatch(
+    argv: list[str], verbs: Mapping[str, Callable[[list[str]], int]], usage: str, *, failed: int = 1
+) -> int:
+    """A command module's ``main``: run the verb ``argv[0]`` names with the rest; a missing or unknown verb
+    prints ``usage`` (exit 2), a ``CliError`` its message (exit ``failed``)."""
+    if not argv or argv[0] not in verbs:
+        print(f"usage: {usage}", file=sys.stderr)
+        return 2
+    try:
+        return verbs[argv[0]](argv[1:])
+    except CliError as exc:
+        print(f"agentrun: {exc}", file=sys.stderr)
+        return failed
 
 
 def transient(exc: CliError) -> bool:

@@ -19,13 +19,12 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from agentrun import cluster
+from agentrun import batch_cli, cluster, deciding
 from agentrun_core.api import limits, meta
 
 MULTI_COMMAND = True
@@ -92,8 +91,6 @@ def edit_annotations(edits: dict[str, str]) -> dict[str, str | None]:
 
 
 def respond(argv: list[str]) -> int:
-    from agentrun import approve_cli, batch_cli  # (approve_cli imports this module for its edits)
-
     p = argparse.ArgumentParser(prog="agentrun respond", description="answer the pending approval with text")
     p.add_argument("name", help="the AgentRun's name")
     p.add_argument("--id", dest="approval_id", required=True, help="the approval id (status.pendingApproval)")
@@ -110,10 +107,10 @@ def respond(argv: list[str]) -> int:
     resource = cluster.get_run(api, ns, args.name)
     where = f"{ns}/{args.name}"
     status = dict(resource.get("status") or {})
-    approval_id = approve_cli.choose(status, where, args.approval_id, False)
+    approval_id = deciding.choose(status, where, args.approval_id, False)
     # A tool-call batch: every action is rejected with the message; refused here if one does not allow it.
     batch_cli.decisions(status, "rejected", response=args.message)
-    patch = approve_cli.patch_for("reject", approval_id, args.comment)
+    patch = deciding.patch_for("reject", approval_id, args.comment)
     patch[ANN_RESPONSE] = args.message
     cluster.annotate(api, ns, args.name, patch)
     print(f"agentrun/{args.name} responded to approval {approval_id}: {json.dumps(args.message)}")
@@ -121,11 +118,5 @@ def respond(argv: list[str]) -> int:
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] != "respond":
-        print("usage: agentrun respond NAME --id ID --message TEXT [-n NS]", file=sys.stderr)
-        return 2
-    try:
-        return respond(argv[1:])
-    except cluster.CliError as exc:
-        print(f"agentrun: {exc}", file=sys.stderr)
-        return 1
+    usage = "agentrun respond NAME --id ID --message TEXT [-n NS]"
+    return cluster.dispatch(argv, {"respond": respond}, usage)

@@ -102,11 +102,4 @@ def main(argv: list[str]) -> int:
     if argv[:1] in (["-h"], ["--help"]):
         print(HELP)
         return 0
-    if not argv or argv[0] not in VERBS:
-        print(f"usage: agentrun schedule {'|'.join(VERBS)} [NAME] [-n NS]", file=sys.stderr)
-        return 2
-    try:
-        return VERBS[argv[0]](argv[1:])
-    except cluster.CliError as exc:
-        print(f"agentrun: {exc}", file=sys.stderr)
-        return 1
+    return cluster.dispatch(argv, VERBS, f"agentrun schedule {'|'.join(VERBS)} [NAME] [-n NS]")

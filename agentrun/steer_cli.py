@@ -301,11 +301,5 @@ VERBS = {
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in VERBS:
-        print(f"usage: agentrun {'|'.join(VERBS)} NAME [...]", file=sys.stderr)
-        return 2
-    try:
-        return VERBS[argv[0]](argv[1:])
-    except cluster.CliError as exc:
-        print(f"agentrun: {exc}", file=sys.stderr)
-        return EXIT_UNKNOWN if argv[0] == "wait" else 1
+    failed = EXIT_UNKNOWN if argv[:1] == ["wait"] else 1  # wait's exit codes say how the run ended
+    return cluster.dispatch(argv, VERBS, f"agentrun {'|'.join(VERBS)} NAME [...]", failed=failed)

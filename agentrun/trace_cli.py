@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import os
 import sys
 from typing import Any
@@ -182,15 +183,9 @@ COMMANDS = tuple(HELP)
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in COMMANDS:
-        print(
-            "usage: agentrun get|trace|ledger NAME [-n NS] [-o FORMAT] | "
-            "agentrun list [-n NS|-A] [-l SELECTOR] [--phase P,...] [-w] [-o FORMAT]",
-            file=sys.stderr,
-        )
-        return 2
-    try:
-        return run(argv[0], argv[1:])
-    except cluster.CliError as exc:
-        print(f"agentrun: {exc}", file=sys.stderr)
-        return 1
+    return cluster.dispatch(
+        argv,
+        {command: functools.partial(run, command) for command in COMMANDS},
+        "agentrun get|trace|ledger NAME [-n NS] [-o FORMAT] | "
+        "agentrun list [-n NS|-A] [-l SELECTOR] [--phase P,...] [-w] [-o FORMAT]",
+    )

@@ -105,6 +105,10 @@ def _cmd_real_node(s: settings_mod.Settings, args: argparse.Namespace) -> int:
 
 
 def _cmd_down(s: settings_mod.Settings, args: argparse.Namespace) -> int:
+    if (s.state_dir / "node").exists():
+        # The real node first (its namespaces, mounts, cgroups, processes), while the API server still runs.
+        _real_node().down(s)
+    second_apiserver.down(s)  # `agentrun dev apiserver up`'s, before the etcd they share
     cluster.down(s, purge=args.purge)
     return 0
 

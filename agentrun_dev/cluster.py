@@ -31,7 +31,6 @@ from agentrun_dev import (
     pki,
     postgres,
     procs,
-    second_apiserver,
     state,
 )
 from agentrun_dev import settings as settings_mod
@@ -366,12 +365,11 @@ def outage(
 
 
 def down(s: settings_mod.Settings | None = None, purge: bool = False, out: TextIO = sys.stderr) -> None:
+    """Stop the cluster's processes. What is built on the cluster goes first, while its API server and etcd
+    still run: the real node (``agentrun_dev.node.lifecycle.down``) and the second API servers, which share
+    its etcd (``second_apiserver.down``); `agentrun dev down` calls them before this."""
     s = s or settings_mod.from_env()
-    if (s.state_dir / "node").exists():
-        # The real node first (its namespaces, mounts, cgroups, processes), while the API server still runs.
-        importlib.import_module("agentrun_dev.node.lifecycle").down(s, out)
     with state.locked(s):
-        second_apiserver.stop_all(s, out)  # `agentrun dev apiserver up`'s, before the etcd they share
         _stop(s, {p.name for p in parts(s)}, out)
         if postgres.stop(postgres.durable(s)):  # the benchmark's, left running by a killed benchmark
             print("stopped the durable postgres", file=out)

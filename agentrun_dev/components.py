@@ -117,18 +117,27 @@ def apiserver(binary: Path, s: settings_mod.Settings, p: Ports, certs: pki.PKI) 
     ]
 
 
-def controller_manager(
-    binary: Path, s: settings_mod.Settings, p: Ports, certs: pki.PKI, kubeconfig: Path
-) -> list[str]:
+def _loopback_component(binary: Path, kubeconfig: Path, port: int, cert_dir: Path) -> list[str]:
+    """The flags kube-controller-manager and kube-scheduler share: the API server and the authentication /
+    authorization of their own endpoint through one kubeconfig, served on loopback, no leader election (one
+    of each)."""
     return [
         str(binary),
         f"--kubeconfig={kubeconfig}",
         f"--authentication-kubeconfig={kubeconfig}",
         f"--authorization-kubeconfig={kubeconfig}",
         "--bind-address=127.0.0.1",
-        f"--secure-port={p.controller_manager}",
-        f"--cert-dir={s.state_dir / 'controller-manager'}",
+        f"--secure-port={port}",
+        f"--cert-dir={cert_dir}",
         "--leader-elect=false",
+    ]
+
+
+def controller_manager(
+    binary: Path, s: settings_mod.Settings, p: Ports, certs: pki.PKI, kubeconfig: Path
+) -> list[str]:
+    return [
+        *_loopback_component(binary, kubeconfig, p.controller_manager, s.state_dir / "controller-manager"),
         "--use-service-account-credentials=true",
         f"--service-account-private-key-file={certs.sa_key}",
         f"--root-ca-file={certs.ca.cert}",
@@ -140,6 +149,11 @@ def controller_manager(
         "--node-monitor-grace-period=20s",
         "--v=1",
     ]
+
+
+def scheduler(binary: Path, kubeconfig: Path, port: int, cert_dir: Path) -> list[str]:
+    """kube-scheduler, for the real node (``agentrun_dev.node.lifecycle``)."""
+    return [*_loopback_component(binary, kubeconfig, port, cert_dir), "--v=1"]
 
 
 def python() -> str:

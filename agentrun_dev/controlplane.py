@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import json
 import os
 import shutil
@@ -20,11 +19,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
-from agentrun_dev import gomod
+from agentrun_dev import gomod, state
 from agentrun_dev import settings as settings_mod
 
 HEARTBEAT_S = 15.0
@@ -108,16 +106,8 @@ def locate(s: settings_mod.Settings) -> Binaries | None:
     return Binaries(found["etcd"], found["kube-apiserver"], found["kube-controller-manager"])
 
 
-@contextlib.contextmanager
-def _build_lock(s: settings_mod.Settings) -> Iterator[None]:
-    root = s.cache_dir / "controlplane"
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".build.lock", "a+") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+def _build_lock(s: settings_mod.Settings) -> contextlib.AbstractContextManager[None]:
+    return state.flocked(s.cache_dir / "controlplane" / ".build.lock")
 
 
 class _Progress:

@@ -10,17 +10,14 @@ go.mod has no ``replace`` lines, so no wrapper module is needed) into a temporar
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
-from agentrun_dev import controlplane
+from agentrun_dev import controlplane, state
 from agentrun_dev import settings as settings_mod
 
 VERSION = "v4.3.2"
@@ -42,24 +39,13 @@ def locate(s: settings_mod.Settings, version: str = VERSION) -> Path | None:
     return p if p.is_file() and os.access(p, os.X_OK) else None
 
 
-@contextlib.contextmanager
-def _lock(root: Path) -> Iterator[None]:
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".build.lock", "a+") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def ensure(s: settings_mod.Settings, out: TextIO = sys.stderr, version: str = VERSION) -> Path:
     """The helm binary, built when missing. Raises controlplane.BuildError (with a fix hint) on failure."""
     found = locate(s, version)
     if found is not None:
         return found
     target = path(s, version)
-    with _lock(target.parent.parent):
+    with state.flocked(target.parent.parent / ".build.lock"):
         found = locate(s, version)  # another process may have built it while we waited
         if found is not None:
             return found

@@ -22,7 +22,7 @@ from typing import TextIO
 
 import yaml
 
-from agentrun_dev import components, controlplane, gomod, manifests, pki, procs, state
+from agentrun_dev import cluster, components, controlplane, gomod, manifests, pki, procs, state
 from agentrun_dev import settings as settings_mod
 
 VERSION = os.environ.get("AGENTRUN_DEV_SECOND_K8S_VERSION") or "v1.34.4"
@@ -53,8 +53,8 @@ def for_server(path: Path, s: settings_mod.Settings, version: str = VERSION) -> 
     """A copy of kubeconfig ``path`` (any identity of the dev cluster) that talks to the second API server;
     written beside it as ``<name>-<minor>.kubeconfig``, mode 0600."""
     doc = yaml.safe_load(path.read_text())
-    for cluster in doc.get("clusters") or ():
-        cluster["cluster"]["server"] = f"https://127.0.0.1:{port(s, version)}"
+    for entry in doc.get("clusters") or ():
+        entry["cluster"]["server"] = f"https://127.0.0.1:{port(s, version)}"
     out = path.with_name(f"{path.stem}-{minor(version)}.kubeconfig")
     fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:
@@ -83,6 +83,14 @@ def _ready(s: settings_mod.Settings, version: str) -> bool:
     return procs.http_ok(f"https://127.0.0.1:{port(s, version)}/readyz", ctx)
 
 
+def _apply(s: settings_mod.Settings, version: str, kustomization: Path) -> None:
+    """Apply a kustomization as the dev cluster does (server-side, as field manager agentrun-dev)."""
+    _kubectl(
+        s, version, "apply", "--server-side", "--force-conflicts", "--field-manager=agentrun-dev", "-k",
+        str(kustomization),
+    )  # fmt: skip
+
+
 def _kubectl(s: settings_mod.Settings, version: str, *args: str) -> str:
     exe = shutil.which(
         "kubectl", path=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
@@ -102,8 +110,6 @@ def _kubectl(s: settings_mod.Settings, version: str, *args: str) -> str:
 def up(s: settings_mod.Settings, version: str = VERSION, out: TextIO = sys.stderr) -> Path:
     """Start the second API server (building it if needed) beside the running dev cluster, apply the CRDs
     and the VAP-only admission install to it; idempotent. Returns its admin kubeconfig."""
-    from agentrun_dev import cluster
-
     binary = controlplane.ensure_apiserver(s, version, out)  # before the lock: a cold build takes long
     cluster.up(s, out)  # its etcd (and PKI); a no-op when the dev cluster is up
     name, marker = part_name(version), f"--etcd-prefix=/registry-{minor(version)}"
@@ -130,31 +136,13 @@ def up(s: settings_mod.Settings, version: str = VERSION, out: TextIO = sys.stder
         for_server(s.kubeconfig, s, version).replace(kubeconfig(s, version))
         t0 = time.monotonic()
         crds = manifests.path("crds")
-        _kubectl(
-            s,
-            version,
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "--field-manager=agentrun-dev",
-            "-k",
-            str(crds),
-        )
+        _apply(s, version, crds)
         deadline = time.monotonic() + 60
         while not cluster.established(_kubectl(s, version, "get", "-k", str(crds), "-o", "json")):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the CRDs are not Established on {name} within 60s")
             time.sleep(0.2)
-        _kubectl(
-            s,
-            version,
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "--field-manager=agentrun-dev",
-            "-k",
-            str(manifests.path(*ADMISSION)),
-        )
+        _apply(s, version, manifests.path(*ADMISSION))
         print(f"{name}: applied crds/ and {'/'.join(ADMISSION)} in {time.monotonic() - t0:.1f}s", file=out)
     return kubeconfig(s, version)
 

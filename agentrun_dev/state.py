@@ -21,15 +21,22 @@ from agentrun_dev import settings as settings_mod
 
 
 @contextlib.contextmanager
-def locked(s: settings_mod.Settings) -> Iterator[None]:
-    """Hold the state directory's exclusive lock (blocking) for the duration."""
-    s.state_dir.mkdir(parents=True, exist_ok=True)
-    with open(s.lock_file, "a+") as fh:
+def flocked(lock_file: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``lock_file`` (blocking) for the duration; its directory is made. Other
+    processes (several pytest sessions, a second `agentrun dev up`) wait on the same file."""
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_file, "a+") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def locked(s: settings_mod.Settings) -> contextlib.AbstractContextManager[None]:
+    """Hold the state directory's exclusive lock (blocking) for the duration."""
+    s.state_dir.mkdir(parents=True, exist_ok=True)
+    return flocked(s.lock_file)
 
 
 def _free_port() -> int:

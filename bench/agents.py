@@ -17,25 +17,21 @@ The model marks its start in ``bench.graphs.MARKS``: from the first model call t
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
 from typing import Any
 
 from langchain.agents import create_agent
 from langchain.tools import ToolRuntime
-from langchain_core.callbacks import CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
 
-from agent_worker import effects
+from agent_worker import effects, scripted
 from bench import graphs
 
 CALLS_PER_TURN = 2
 PROVIDER_KEYS: list[str] = []  # what the no-op provider was handed (kept only to look like a provider)
 
 
-class TurnsModel(BaseChatModel):
+class TurnsModel(scripted.ScriptedChatModel):
     """Turn k < turns asks for ``CALLS_PER_TURN`` ``notify`` calls (ids ``call_<k>_<j>``), then answers:
     a function of the messages alone, so a replay asks for the same calls."""
 
@@ -45,16 +41,7 @@ class TurnsModel(BaseChatModel):
     def _llm_type(self) -> str:
         return "bench-turns"
 
-    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Any:
-        return self  # the script knows its one tool
-
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
+    def reply(self, messages: list[BaseMessage]) -> AIMessage:
         graphs._mark("model")
         turn = sum(isinstance(m, AIMessage) for m in messages)
         if turn < self.turns:
@@ -62,10 +49,8 @@ class TurnsModel(BaseChatModel):
                 {"name": "notify", "args": {"to": f"u{turn}-{j}"}, "id": f"call_{turn}_{j}"}
                 for j in range(CALLS_PER_TURN)
             ]
-            message = AIMessage(content="", tool_calls=calls)
-        else:
-            message = AIMessage(content="all notified")
-        return ChatResult(generations=[ChatGeneration(message=message)])
+            return AIMessage(content="", tool_calls=calls)
+        return AIMessage(content="all notified")
 
 
 @effects.tool(name="bench_notify", dedupes_by_key=True)

@@ -13,6 +13,7 @@ import dataclasses
 import os
 import secrets
 import threading
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -204,6 +205,27 @@ def tenant(dsn: str) -> Tenant:
         made = Tenant(namespace, role, connect.with_credentials(dsn, user=role, password=password))
         _TENANTS[dsn] = made
     return made
+
+
+def admit(dsn: str, graph: str, *, input: Any = None, durability: str = "sync") -> tuple[str, Tenant]:
+    """Admit a new run of ``graph`` in the bench namespace of ``dsn`` (an admin DSN), as the operator does:
+    its id and the tenant a worker of it connects as."""
+    from agentrun_core import store
+
+    run_id = str(uuid.uuid4())
+    made = tenant(dsn)
+    with pool(dsn, size=1) as p:
+        store.admit_run(
+            p,
+            run_id=run_id,
+            namespace=made.namespace,
+            name=run_id[:8],
+            graph=graph,
+            input={} if input is None else input,
+            spec_hash="bench",
+            durability=durability,
+        )
+    return run_id, made
 
 
 def kube_api(kubeconfig: str) -> Any:

@@ -30,9 +30,10 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.types import interrupt
 
-from agent_worker import effects
+from agent_worker import effects, runner
+from agent_worker import settings as settings_mod
 
-MARKS: list[float] = []  # perf_counter at each node's start and end, in order
+MARKS: list[float] = []  # perf_counter at each node's start and end, in order (timed_attempt clears it)
 EFFECT_MARKS: list[float] = []  # burst_<n>: perf_counter before the first effect and after each
 # While a benchmark counts round trips (bench/p1_steps.py), the count at each mark, beside MARKS.
 TRIP_MARKS: list[int] = []
@@ -197,3 +198,16 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(name)
     build(name)  # validate now: a bad name is an AttributeError, as for any missing attribute
     return lambda: build(name)
+
+
+def timed_attempt(dsn: str, run_id: str) -> tuple[int, float, float]:
+    """One attempt of the worker at run ``run_id`` in this process, as the operator's Pod would run it
+    (``dsn``: its tenant's; no Lease): its exit code and ``perf_counter`` before and after, ``MARKS`` cleared
+    first so they hold this attempt's steps only."""
+    config = settings_mod.WorkerSettings(
+        run_id=run_id, dsn=dsn, pod_name=f"bench-{uuid.uuid4().hex[:8]}", lease_mode="none"
+    )
+    MARKS.clear()
+    t0 = time.perf_counter()
+    code = runner.run(config)
+    return code, t0, time.perf_counter()

@@ -37,12 +37,8 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal
 
-import psycopg_pool
 from langgraph.checkpoint.postgres import PostgresSaver
 
-from agent_worker import runner
-from agent_worker import settings as settings_mod
-from agentrun_core import store
 from agentrun_core.store import connect
 from bench import db, graphs, stats
 
@@ -76,30 +72,12 @@ def worker_attempt(
     """One attempt through the worker path, the worker connected as its namespace's role (``db.tenant``),
     as the operator runs it; ``uncounted_admission``: the bench's own admission statement is taken off the
     statement / round-trip counters (what the operator does is not the worker's cost)."""
-    run_id = str(uuid.uuid4())
-    tenant = db.tenant(dsn)
-    with psycopg_pool.ConnectionPool(dsn, min_size=1, max_size=1, kwargs={"autocommit": True}) as p:
-        store.admit_run(
-            p,
-            run_id=run_id,
-            namespace=tenant.namespace,
-            name=run_id[:8],
-            graph=f"bench.graphs:{graph}",
-            input={},
-            spec_hash="bench",
-            durability=durability,
-        )
+    run_id, tenant = db.admit(dsn, f"bench.graphs:{graph}", durability=durability)
     if uncounted_admission:
         db.Counter.reset()
         db.RoundTrips.reset()
-    config = settings_mod.WorkerSettings(
-        run_id=run_id, dsn=tenant.dsn, pod_name=f"bench-{run_id[:8]}", lease_mode="none"
-    )
     LAST_RUN_ID[:] = [run_id]
-    graphs.MARKS.clear()
-    t0 = time.perf_counter()
-    code = runner.run(config)
-    t1 = time.perf_counter()
+    code, t0, t1 = graphs.timed_attempt(tenant.dsn, run_id)
     if code != 0:
         raise RuntimeError(f"worker attempt of {graph} ({durability}) exited {code}")
     return _split(t0, t1, _steps(graph))

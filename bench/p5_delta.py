@@ -24,8 +24,7 @@ from typing import Any
 
 from langgraph.checkpoint.postgres import PostgresSaver
 
-from agent_worker import checkpointer, runner
-from agent_worker import settings as settings_mod
+from agent_worker import checkpointer
 from agentrun_core import store
 from agentrun_core.api import protocol
 from bench import db, graphs, p5_storage, stats
@@ -33,30 +32,11 @@ from bench import db, graphs, p5_storage, stats
 
 def _park(dsn: str, n: int) -> str:
     """A ``delta_<n>`` run through the worker path, parked after its ``n`` turns: its id."""
-    run_id = str(uuid.uuid4())
-    tenant = db.tenant(dsn)
-    with db.pool(dsn, size=1) as p:
-        store.admit_run(
-            p,
-            run_id=run_id,
-            namespace=tenant.namespace,
-            name=run_id[:8],
-            graph=f"bench.graphs:delta_{n}",
-            input={},
-            spec_hash="bench",
-            durability="sync",
-        )
-    code = _attempt(tenant.dsn, run_id)
+    run_id, tenant = db.admit(dsn, f"bench.graphs:delta_{n}")
+    code, _, _ = graphs.timed_attempt(tenant.dsn, run_id)
     if code != protocol.EXIT_PARKED:
         raise RuntimeError(f"delta_{n}: the first attempt exited {code}, not parked")
     return run_id
-
-
-def _attempt(dsn: str, run_id: str) -> int:
-    config = settings_mod.WorkerSettings(
-        run_id=run_id, dsn=dsn, pod_name=f"bench-{uuid.uuid4().hex[:8]}", lease_mode="none"
-    )
-    return runner.run(config)
 
 
 def _resume_seconds(dsn: str, run_id: str) -> tuple[float, float]:
@@ -67,10 +47,7 @@ def _resume_seconds(dsn: str, run_id: str) -> tuple[float, float]:
         store.decide_approval(
             p, approval_id=pending.approval_id, run_id=run_id, decision="approved", decided_by="bench"
         )
-    graphs.MARKS.clear()
-    t0 = time.perf_counter()
-    code = _attempt(db.tenant(dsn).dsn, run_id)
-    t1 = time.perf_counter()
+    code, t0, t1 = graphs.timed_attempt(db.tenant(dsn).dsn, run_id)
     if code != 0 or not graphs.MARKS:
         raise RuntimeError(
             f"the resumed attempt of {run_id} exited {code} (steps marked: {len(graphs.MARKS)})"

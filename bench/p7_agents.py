@@ -22,9 +22,6 @@ from typing import Any
 
 from langgraph.checkpoint.postgres import PostgresSaver
 
-from agent_worker import runner
-from agent_worker import settings as settings_mod
-from agentrun_core import store
 from bench import agents, db, graphs, stats
 
 ATTEMPTS_PER_REP = 5
@@ -37,26 +34,8 @@ def _split(t0: float, t1: float, turns: int) -> dict[str, float]:
 
 
 def worker_attempt(dsn: str, turns: int) -> dict[str, float]:
-    run_id = str(uuid.uuid4())
-    tenant = db.tenant(dsn)
-    with db.pool(dsn, size=1) as p:
-        store.admit_run(
-            p,
-            run_id=run_id,
-            namespace=tenant.namespace,
-            name=run_id[:8],
-            graph=f"bench.agents:agent_{turns}",
-            input=INPUT,
-            spec_hash="bench",
-            durability="sync",
-        )
-    config = settings_mod.WorkerSettings(
-        run_id=run_id, dsn=tenant.dsn, pod_name=f"bench-{run_id[:8]}", lease_mode="none"
-    )
-    graphs.MARKS.clear()
-    t0 = time.perf_counter()
-    code = runner.run(config)
-    t1 = time.perf_counter()
+    run_id, tenant = db.admit(dsn, f"bench.agents:agent_{turns}", input=INPUT)
+    code, t0, t1 = graphs.timed_attempt(tenant.dsn, run_id)
     if code != 0:
         raise RuntimeError(f"worker attempt of agent_{turns} exited {code}")
     return _split(t0, t1, turns)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import pathlib
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import yaml
@@ -240,51 +240,80 @@ PRINTER_COLUMNS = [
 
 def crd() -> dict[str, Any]:
     """The CustomResourceDefinition object, as the API server is given it."""
+    return custom_resource(
+        kind="AgentRun",
+        plural="agentruns",
+        short_names=["ar"],
+        # `kubectl get agentrun` lists them (singular name and category); deliberately not in `all`: a run is
+        # not a workload, and `kubectl get all` would otherwise list every finished run.
+        categories=["agentrun"],
+        description="A durable run of a LangGraph graph; one worker Pod per attempt.",
+        spec=spec_schema.SPEC,
+        status=STATUS,
+        name_rule=openapi.rule(
+            "size(self.metadata.name) <= 50",
+            "AgentRun names are at most 50 characters (its Pods are <name>-<attempt>, its Lease "
+            "agentrun-<name>, and the name is a label value)",
+        ),
+        printer_columns=PRINTER_COLUMNS,
+    )
+
+
+def custom_resource(
+    *,
+    kind: str,
+    plural: str,
+    short_names: list[str],
+    categories: list[str] | None,
+    description: str,
+    spec: openapi.Schema,
+    status: openapi.Schema,
+    name_rule: openapi.Schema,
+    printer_columns: Sequence[object],
+    group: str = "agentrun.dev",
+    version: str = "v1alpha1",
+) -> dict[str, Any]:
+    """A CustomResourceDefinition of this API group (AgentRun's and AgentRunSchedule's): one namespaced
+    version, served and stored, with the status subresource; ``name_rule`` bounds ``metadata.name``."""
     root = openapi.obj(
         {
             "apiVersion": openapi.string(),
             "kind": openapi.string(),
             "metadata": openapi.obj(),
-            "spec": spec_schema.SPEC,
-            "status": STATUS,
+            "spec": spec,
+            "status": status,
         },
-        "A durable run of a LangGraph graph; one worker Pod per attempt.",
+        description,
         required=["spec"],
-        rules=[
-            openapi.rule(
-                "size(self.metadata.name) <= 50",
-                "AgentRun names are at most 50 characters (its Pods are <name>-<attempt>, its Lease "
-                "agentrun-<name>, and the name is a label value)",
-            )
-        ],
+        rules=[name_rule],
     )
+    names: dict[str, Any] = {
+        "kind": kind,
+        "listKind": f"{kind}List",
+        "plural": plural,
+        "singular": kind.lower(),
+        "shortNames": short_names,
+    }
+    if categories is not None:
+        names["categories"] = categories
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {
-            "name": "agentruns.agentrun.dev",
+            "name": f"{plural}.{group}",
             "labels": {"app.kubernetes.io/name": "agentrun", "app.kubernetes.io/component": "crd"},
         },
         "spec": {
-            "group": "agentrun.dev",
+            "group": group,
             "scope": "Namespaced",
-            "names": {
-                "kind": "AgentRun",
-                "listKind": "AgentRunList",
-                "plural": "agentruns",
-                "singular": "agentrun",
-                "shortNames": ["ar"],
-                # `kubectl get agentrun` lists them (singular name and category); deliberately not in `all`: a
-                # run is not a workload, and `kubectl get all` would otherwise list every finished run.
-                "categories": ["agentrun"],
-            },
+            "names": names,
             "versions": [
                 {
-                    "name": "v1alpha1",
+                    "name": version,
                     "served": True,
                     "storage": True,
                     "subresources": {"status": {}},
-                    "additionalPrinterColumns": PRINTER_COLUMNS,
+                    "additionalPrinterColumns": printer_columns,
                     "schema": {"openAPIV3Schema": root},
                 }
             ],

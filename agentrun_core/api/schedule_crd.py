@@ -133,55 +133,25 @@ PRINTER_COLUMNS = [
 
 
 def crd() -> dict[str, Any]:
-    root = openapi.obj(
-        {
-            "apiVersion": openapi.string(),
-            "kind": openapi.string(),
-            "metadata": openapi.obj(),
-            "spec": SPEC,
-            "status": STATUS,
-        },
-        "AgentRuns started on a cron schedule (the CronJob idiom).",
-        required=["spec"],
-        rules=[
-            openapi.rule(
-                f"size(self.metadata.name) <= {schedules.MAX_NAME}",
-                f"AgentRunSchedule names are at most {schedules.MAX_NAME} characters (its runs are "
-                "<name>-<minutes since the epoch> or <name>-manual-<4 characters>, at most 50)",
-            )
-        ],
+    return crdgen.custom_resource(
+        kind=schedules.KIND,
+        plural=schedules.PLURAL,
+        short_names=["ars"],
+        # No category: `agentrun` is AgentRun's singular name and category, and a second kind in it made
+        # `kubectl get|patch agentrun NAME` ambiguous ("you must specify only one resource").
+        categories=None,
+        description="AgentRuns started on a cron schedule (the CronJob idiom).",
+        spec=SPEC,
+        status=STATUS,
+        name_rule=openapi.rule(
+            f"size(self.metadata.name) <= {schedules.MAX_NAME}",
+            f"AgentRunSchedule names are at most {schedules.MAX_NAME} characters (its runs are "
+            "<name>-<minutes since the epoch> or <name>-manual-<4 characters>, at most 50)",
+        ),
+        printer_columns=PRINTER_COLUMNS,
+        group=schedules.GROUP,
+        version=schedules.VERSION,
     )
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {
-            "name": f"{schedules.PLURAL}.{schedules.GROUP}",
-            "labels": {"app.kubernetes.io/name": "agentrun", "app.kubernetes.io/component": "crd"},
-        },
-        "spec": {
-            "group": schedules.GROUP,
-            "scope": "Namespaced",
-            "names": {
-                "kind": schedules.KIND,
-                "listKind": f"{schedules.KIND}List",
-                "plural": schedules.PLURAL,
-                "singular": "agentrunschedule",
-                "shortNames": ["ars"],
-                # No category: `agentrun` is AgentRun's singular name and category, and a second kind in it
-                # made `kubectl get|patch agentrun NAME` ambiguous ("you must specify only one resource").
-            },
-            "versions": [
-                {
-                    "name": schedules.VERSION,
-                    "served": True,
-                    "storage": True,
-                    "subresources": {"status": {}},
-                    "additionalPrinterColumns": PRINTER_COLUMNS,
-                    "schema": {"openAPIV3Schema": root},
-                }
-            ],
-        },
-    }
 
 
 def render() -> str:

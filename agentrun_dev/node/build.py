@@ -12,20 +12,17 @@ SIGTERM and reaps orphans, which is all the sandbox needs, and needs no C toolch
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import fcntl
 import json
 import os
 import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
-from agentrun_dev import controlplane, gomod
+from agentrun_dev import controlplane, gomod, state
 from agentrun_dev import settings as settings_mod
 
 NAMES = ("kubelet", "kube-scheduler", "pause", *gomod.CONTAINERD_TARGETS)
@@ -60,18 +57,6 @@ def locate(s: settings_mod.Settings) -> Binaries | None:
     if not all(_path(s, n).is_file() and os.access(_path(s, n), os.X_OK) for n in NAMES):
         return None
     return Binaries(*(_path(s, n) for n in ("kubelet", "kube-scheduler", "pause", "containerd", "ctr")))
-
-
-@contextlib.contextmanager
-def _lock(s: settings_mod.Settings) -> Iterator[None]:
-    root = bin_dir(s).parent
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".build.lock", "a+") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def _nice_env() -> dict[str, str]:
@@ -109,7 +94,7 @@ def ensure(s: settings_mod.Settings, out: TextIO = sys.stderr) -> Binaries:
     found = locate(s)
     if found is not None:
         return found
-    with _lock(s):
+    with state.flocked(bin_dir(s).parent / ".build.lock"):
         dest = bin_dir(s)
         missing = [n for n in NAMES if not _path(s, n).is_file()]
         if not missing:

@@ -239,20 +239,6 @@ def containerd_argv(containerd: str, config: Path) -> list[str]:
     return [containerd, f"--config={config}", "--log-level=warn"]
 
 
-def scheduler_argv(binary: Path, kubeconfig: Path, port: int, state: Path) -> list[str]:
-    return [
-        str(binary),
-        f"--kubeconfig={kubeconfig}",
-        f"--authentication-kubeconfig={kubeconfig}",
-        f"--authorization-kubeconfig={kubeconfig}",
-        "--bind-address=127.0.0.1",
-        f"--secure-port={port}",
-        f"--cert-dir={state}",
-        "--leader-elect=false",
-        "--v=1",
-    ]
-
-
 def holder_script(p: Paths) -> str:
     """Run under ``unshare --mount --net --propagation private`` (the caller then execs a named sleep).
 

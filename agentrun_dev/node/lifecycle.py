@@ -238,7 +238,7 @@ def up(s: settings_mod.Settings | None = None, out: TextIO = sys.stderr) -> None
         )
         kubelet = _start(s, KUBELET, [*enter, *kubelet_argv], out, t0)
         sched_port = state.port(s, "kube-scheduler")
-        sched = config.scheduler_argv(
+        sched = components.scheduler(
             bins.kube_scheduler, p.root / "scheduler.kubeconfig", sched_port, p.root / "scheduler"
         )
         scheduler = _start(s, SCHEDULER, sched, out, t0)

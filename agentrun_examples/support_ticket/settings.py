@@ -24,6 +24,8 @@ import dataclasses
 import os
 from collections.abc import Mapping
 
+from agentrun_core import envconf
+
 
 @dataclasses.dataclass(frozen=True)
 class LLMSettings:
@@ -53,14 +55,9 @@ class Settings:
 
 
 def _float(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"{name} must be a number of seconds, got {raw!r}") from None
+    value = envconf.number(env, name, default, error=ValueError)  # the one parser (blank = the default)
     if value <= 0:
+        raw = env.get(name, "").strip()
         raise ValueError(f"{name} must be positive, got {raw!r}")
     return value
 

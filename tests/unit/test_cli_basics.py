@@ -133,3 +133,26 @@ def test_connect_impersonates_only_within_the_command(tmp_path: Path) -> None:
     ]
     plain, _ = cluster.connect(str(config))
     assert kube_api._headers(plain, {"Accept": "application/json"}) == {"Accept": "application/json"}
+
+
+def test_each_command_module_dispatches_its_verbs_alike(capsys: pytest.CaptureFixture[str]) -> None:
+    """``cluster.dispatch``, every command module's ``main``: an unknown verb prints the module's usage and
+    exits 2; a ``CliError`` prints its message and exits 1 (or the module's own code: ``wait``'s)."""
+    from agentrun import approve_cli, respond_cli, schedule_cli, trace_cli
+
+    for main, usage in (
+        (approve_cli.main, "usage: agentrun approve|reject NAME"),
+        (respond_cli.main, "usage: agentrun respond NAME"),
+        (schedule_cli.main, "usage: agentrun schedule "),
+        (trace_cli.main, "usage: agentrun get|trace|ledger NAME"),
+        (steer_cli.main, "usage: agentrun "),
+    ):
+        assert main(["nonsense"]) == 2 and main([]) == 2
+        assert capsys.readouterr().err.startswith(usage)
+
+    def refused(argv: list[str]) -> int:
+        raise cluster.CliError(f"no: {argv}")
+
+    assert cluster.dispatch(["verb", "x"], {"verb": refused}, "u") == 1
+    assert capsys.readouterr().err == "agentrun: no: ['x']\n"
+    assert cluster.dispatch(["verb"], {"verb": refused}, "u", failed=3) == 3

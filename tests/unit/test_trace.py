@@ -7,7 +7,7 @@ import datetime
 import json
 from typing import Any
 
-from agentrun import approve_cli, render, trace
+from agentrun import deciding, render, trace
 from agentrun_core import store
 
 T0 = datetime.datetime(2026, 1, 1, 12, 0, tzinfo=datetime.UTC)
@@ -178,7 +178,9 @@ def test_trace_says_which_attempts_the_control_plane_lost() -> None:
     attempts[0].update(outcome="fenced", detail="lease lost: API server unreachable", controlPlane=True)
     attempts[1].update(outcome="lost", detail="OOMKilled: exit 137")
     text = render.trace({**data, "attempts": attempts})
-    rows = {line.split()[0]: line for line in text.splitlines()[text.splitlines().index("ATTEMPTS") + 2:][:3]}
+    rows = {
+        line.split()[0]: line for line in text.splitlines()[text.splitlines().index("ATTEMPTS") + 2 :][:3]
+    }
     assert "fenced (control plane)" in rows["1"], text
     assert "(control plane)" not in rows["2"] and "lost" in rows["2"], text
     lost = dataclasses.replace(inputs([], []).attempts[0], outcome="lost", control_plane=True)
@@ -234,11 +236,11 @@ def test_list_shows_phase_step_pending_approval_and_effects() -> None:
 
 
 def test_approve_patch_sets_the_decision_and_clears_the_opposite() -> None:
-    assert approve_cli.patch_for("approve", "a-1", None) == {
+    assert deciding.patch_for("approve", "a-1", None) == {
         "agentrun.dev/approve": "a-1",
         "agentrun.dev/reject": None,
     }
-    assert approve_cli.patch_for("reject", "a-1", "no") == {
+    assert deciding.patch_for("reject", "a-1", "no") == {
         "agentrun.dev/reject": "a-1",
         "agentrun.dev/approve": None,
         "agentrun.dev/comment": "no",

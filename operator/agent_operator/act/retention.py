@@ -92,12 +92,7 @@ class Purger:
 
     def fold_now(self) -> int:
         """Fold every final run not folded yet, batch after batch; how many were folded."""
-        total = 0
-        while not self.stopped.is_set():
-            done = store.fold_runs(self.db, batch=self.batch)
-            total += done
-            if done < self.batch:
-                break
+        total = self._in_batches(lambda: store.fold_runs(self.db, batch=self.batch))
         if total:
             logger.info("retention: folded %d final runs into the metric rollups", total)
         self.folded += total
@@ -112,15 +107,23 @@ class Purger:
         alive, held = self.alive([ns for ns in namespaces if ns])
         if held:
             logger.warning("retention: cannot list the AgentRuns of %s; their runs are kept", ", ".join(held))
-        total = 0
-        while not self.stopped.is_set():
-            done = store.purge_due(self.db, batch=self.batch, alive=alive, held_namespaces=held)
-            total += len(done)
-            if len(done) < self.batch:
-                break
+        total = self._in_batches(
+            lambda: len(store.purge_due(self.db, batch=self.batch, alive=alive, held_namespaces=held))
+        )
         if total:
             logger.info("retention: purged %d runs (rows and checkpoints)", total)
         self.purged += total
+        return total
+
+    def _in_batches(self, one_batch: Callable[[], int]) -> int:
+        """Run ``one_batch`` (how many rows it handled) until one handles fewer than a batch, or the purger is
+        stopped; how many in all."""
+        total = 0
+        while not self.stopped.is_set():
+            done = one_batch()
+            total += done
+            if done < self.batch:
+                break
         return total
 
     def _run(self) -> None:

@@ -59,12 +59,8 @@ def families(snap: metrics_sql.Snapshot) -> list[core.Metric]:
 
     runs = core.GaugeMetricFamily("agentrun_runs", "Runs known to the ledger, by AgentRun phase.",
                                   labels=["namespace", "phase"])
-    per_phase = {(ns, PHASE_BY_STATUS.get(st, "Unknown")): 0 for ns in namespaces for st in PHASE_BY_STATUS}
-    for ns, status, n in snap.runs:
-        key = (ns, PHASE_BY_STATUS.get(status, "Unknown"))
-        per_phase[key] = per_phase.get(key, 0) + n
-    for (ns, phase), n in sorted(per_phase.items()):
-        runs.add_metric([ns, phase], n)
+    _counted(runs, ((ns, PHASE_BY_STATUS.get(st, "Unknown")) for ns in namespaces for st in PHASE_BY_STATUS),
+             (((ns, PHASE_BY_STATUS.get(st, "Unknown")), n) for ns, st, n in snap.runs))
     out.append(runs)
 
     effects = core.GaugeMetricFamily("agentrun_effects", "Effect ledger rows, by tool and status.",
@@ -128,12 +124,9 @@ def families(snap: metrics_sql.Snapshot) -> list[core.Metric]:
                                      "the control plane, not counted against maxAttempts; run: the rest).",
                                      labels=["namespace", "outcome", "cause"])
     # Zeros: every outcome as "run", and the outcomes a control-plane loss ends with as "control_plane".
-    per_outcome = {(ns, o, "run"): 0 for ns in namespaces for o in ATTEMPT_OUTCOMES}
-    per_outcome |= {(ns, o, "control_plane"): 0 for ns in namespaces for o in CONTROL_PLANE_OUTCOMES}
-    for ns, outcome, cause, n in snap.attempts_ended:
-        per_outcome[(ns, outcome, cause)] = per_outcome.get((ns, outcome, cause), 0) + n
-    for (ns, outcome, cause), n in sorted(per_outcome.items()):
-        ended.add_metric([ns, outcome, cause], n)
+    zeros = [(ns, o, "run") for ns in namespaces for o in ATTEMPT_OUTCOMES]
+    zeros += [(ns, o, "control_plane") for ns in namespaces for o in CONTROL_PLANE_OUTCOMES]
+    _counted(ended, zeros, (((ns, outcome, cause), n) for ns, outcome, cause, n in snap.attempts_ended))
     out.append(ended)
 
     for name, doc, data, bounds in (
@@ -214,20 +207,14 @@ def _approval_families(snap: metrics_sql.Snapshot, namespaces: list[str]) -> lis
 
     decided = core.CounterMetricFamily("agentrun_approvals_decided", "Approvals decided, by decision.",
                                        labels=["namespace", "decision"])
-    per_decision = {(ns, d): 0 for ns in namespaces for d in DECISIONS}
-    for ns, d, n in snap.approvals_decided:
-        per_decision[(ns, d)] = per_decision.get((ns, d), 0) + n
-    for (ns, d), n in sorted(per_decision.items()):
-        decided.add_metric([ns, d], n)
+    _counted(decided, ((ns, d) for ns in namespaces for d in DECISIONS),
+             (((ns, d), n) for ns, d, n in snap.approvals_decided))
 
     outcomes = core.CounterMetricFamily("agentrun_approval_deadline_outcomes",
                                         "Approvals that reached their deadline, by the action taken.",
                                         labels=["namespace", "action"])
-    per_action = {(ns, a): 0 for ns in namespaces for a in DEADLINE_ACTIONS}
-    for ns, action, n in snap.deadline_outcomes:
-        per_action[(ns, action)] = per_action.get((ns, action), 0) + n
-    for (ns, action), n in sorted(per_action.items()):
-        outcomes.add_metric([ns, action], n)
+    _counted(outcomes, ((ns, a) for ns in namespaces for a in DEADLINE_ACTIONS),
+             (((ns, action), n) for ns, action, n in snap.deadline_outcomes))
 
     wait = core.HistogramMetricFamily("agentrun_approval_wait_seconds",
                                       "Time from an approval being requested to its decision.",
@@ -260,14 +247,26 @@ def _pending_age_families(snap: metrics_sql.Snapshot, namespaces: list[str]) -> 
         "Seconds the longest-waiting pending approval has waited (absent: none pending).",
         labels=["namespace"],
     )
-    bands = {(ns, label): 0 for ns in namespaces for _, label in PENDING_AGE_BANDS}
+    _counted(by_age, ((ns, label) for ns in namespaces for _, label in PENDING_AGE_BANDS),
+             (((ns, next(lbl for bound, lbl in PENDING_AGE_BANDS if age < bound)), 1)
+              for ns, age in snap.approval_pending_ages))
     worst: dict[str, float] = {}
     for ns, age in snap.approval_pending_ages:
-        label = next(lbl for bound, lbl in PENDING_AGE_BANDS if age < bound)
-        bands[(ns, label)] = bands.get((ns, label), 0) + 1
         worst[ns] = max(worst.get(ns, 0.0), age)
-    for (ns, label), n in sorted(bands.items()):
-        by_age.add_metric([ns, label], n)
     for ns, age in sorted(worst.items()):
         oldest.add_metric([ns], age)
     return [by_age, oldest]
+
+
+def _counted(
+    family: core.GaugeMetricFamily | core.CounterMetricFamily,
+    zeros: Iterable[tuple[str, ...]],
+    rows: Iterable[tuple[tuple[str, ...], float]],
+) -> None:
+    """One sample per label tuple: every one of ``zeros`` (0 unless counted: dashboards and alerts see 0
+    rather than an absent series) and every one the ``rows`` count, their counts summed, in sorted order."""
+    per: dict[tuple[str, ...], float] = dict.fromkeys(zeros, 0)
+    for key, n in rows:
+        per[key] = per.get(key, 0) + n
+    for key, n in sorted(per.items()):
+        family.add_metric(list(key), n)

@@ -66,17 +66,6 @@ class Runner:
         if not self.may_write():
             raise NotLeader(f"not writing for {run.namespace}/{run.name}: leadership is not current")
 
-    def observe(
-        self,
-        body: Mapping[str, Any],
-        pod_bodies: list[model.PodInfo],
-        lease: lease_math.LeaseSummary | None,
-        memory: memory_.RunMemory,
-        *,
-        deleting: bool | None = None,
-    ) -> model.World:
-        return self.observer.world(body, pod_bodies, lease, memory, deleting=deleting)
-
     def confirm(self, world: model.World, memory: memory_.RunMemory) -> model.World:
         """``world`` with the current Pod and the Lease read fresh (raises ``kube.KubeError``: unknown)."""
         return self.observer.confirm(world, memory)
@@ -92,7 +81,7 @@ class Runner:
     ) -> actions.Plan:
         """One observe-decide-act round. Raises on I/O errors (the caller retries)."""
         body = copy.deepcopy(dict(body))
-        world = self.observe(body, pod_bodies, lease, memory, deleting=deleting)
+        world = self.observer.world(body, pod_bodies, lease, memory, deleting=deleting)
         plan = reconcile.decide(world, self.settings.reconcile)
         if plan.confirm is not None:
             try:
