@@ -20,9 +20,6 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 
 from agentrun_core import store
-from agentrun_core.api import status as api_status
-
-FORK_EDIT_REFUSED = api_status.FORK_EDIT_REFUSED
 
 
 class ForkEditError(ValueError):

@@ -25,6 +25,7 @@ from langgraph.types import Command
 from agent_worker import checkpointer as checkpointer_mod
 from agent_worker import forking
 from agentrun_core import errors, faults, keys, store
+from agentrun_core.api import status as api_status
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +90,7 @@ def start_input(
         try:
             forking.apply_edits(compiled, config, run, edits)
         except forking.ForkEditError as exc:
-            return Failed(f"fork edit refused: {exc}", forking.FORK_EDIT_REFUSED)
+            return Failed(f"fork edit refused: {exc}", api_status.FORK_EDIT_REFUSED)
         logger.info("fork %s: applied edits %s", run_id, sorted(edits))
     state = compiled.get_state(config)
     if state.interrupts:

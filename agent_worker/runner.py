@@ -28,6 +28,7 @@ from agent_worker import context, drive, graphs, heartbeat, infra, leasing, resu
 from agent_worker import settings as settings_mod
 from agentrun_core import budget, compat, errors, faults, keys, results, store
 from agentrun_core.api import protocol
+from agentrun_core.api import status as api_status
 from agentrun_core.store import connect
 
 logger = logging.getLogger(__name__)
@@ -218,7 +219,7 @@ class Attempt:
         drained = stream.run(run, compiled, config, start[0], start[1])
         if self.meter is not None and self.meter.refused is not None and self.ctx.stop is None:
             # Graph code swallowed BudgetExceeded (a tool node made it a message): the run ends anyway.
-            return self._fail(self.meter.refused, budget.REASON)
+            return self._fail(self.meter.refused, api_status.BUDGET_EXCEEDED)
         if self.ctx.stop is not None:
             stream.record_last_steps()  # stopped after a finished stream: no outcome to carry them
             raise self.ctx.stop
@@ -331,7 +332,7 @@ class Attempt:
         refused = self.meter.refused if self.meter is not None else None
         try:
             if refused is not None:  # whatever the node made of BudgetExceeded, that is why it ended
-                return self._fail(refused, budget.REASON)
+                return self._fail(refused, api_status.BUDGET_EXCEEDED)
             return self._fail(_error_text(exc), type(exc).__name__)
         except errors.Fenced:
             return protocol.EXIT_FENCED

@@ -16,6 +16,7 @@ import json
 import sys
 
 from agentrun import batch_cli, cluster, deciding, respond_cli
+from agentrun_core.api import meta
 
 MULTI_COMMAND = True
 
@@ -71,7 +72,7 @@ def run(decision: str, argv: list[str]) -> int:
         responds=getattr(args, "responds", None),
     )  # a tool-call batch: checked against it here, before anything is sent
     if batch is not None:
-        patch[batch_cli.ANN_DECISIONS] = batch
+        patch[meta.DECISIONS] = batch
     elif edits and batch_cli.batch(status) is None:
         respond_cli.check_editable(status, edits)
         patch.update(respond_cli.edit_annotations(edits))

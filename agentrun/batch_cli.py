@@ -18,9 +18,6 @@ from typing import Any
 
 from agentrun import cluster
 from agentrun_core import hitl
-from agentrun_core.api import meta
-
-ANN_DECISIONS = meta.DECISIONS
 
 
 def batch(status: dict[str, Any]) -> tuple[hitl.Action, ...] | None:

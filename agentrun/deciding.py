@@ -17,7 +17,6 @@ from agentrun import batch_cli, cluster
 from agentrun_core.api import meta
 
 ANN = {"approve": meta.APPROVE, "reject": meta.REJECT}
-ANN_COMMENT = meta.COMMENT
 
 
 def patch_for(decision: str, approval_id: str, comment: str | None) -> dict[str, str | None]:
@@ -25,7 +24,7 @@ def patch_for(decision: str, approval_id: str, comment: str | None) -> dict[str,
     other = "reject" if decision == "approve" else "approve"
     patch: dict[str, str | None] = {ANN[decision]: approval_id, ANN[other]: None}
     if comment is not None:
-        patch[ANN_COMMENT] = comment
+        patch[meta.COMMENT] = comment
     return patch
 
 

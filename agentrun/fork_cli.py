@@ -34,7 +34,6 @@ NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,48}[a-z0-9])?$")  # AgentRun names: at
 PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*([.][A-Za-z_][A-Za-z0-9_]*){0,7}$")
 CHECKPOINT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,63}$")
 STEP = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,127}$")
-VALUE_LIMIT = limits.FORK_VALUE_MAX_CHARS  # the CRD's maxLength of spec.forkOf.set / setJson values
 # Spec fields a fork does not inherit: steering of the source is not the fork's history.
 NOT_INHERITED = ("retryGeneration", "cancel", "suspend", "forkOf")
 
@@ -58,8 +57,10 @@ def _edits(pairs: list[str], as_json: bool) -> dict[str, str]:
                 json.loads(value)
             except ValueError as exc:
                 raise cluster.CliError(f"{flag} {path}: the value is not JSON: {exc}") from exc
-        if len(value) > VALUE_LIMIT:
-            raise cluster.CliError(f"{flag} {path}: the value is longer than {VALUE_LIMIT} characters")
+        if len(value) > limits.FORK_VALUE_MAX_CHARS:
+            raise cluster.CliError(
+                f"{flag} {path}: the value is longer than {limits.FORK_VALUE_MAX_CHARS} characters"
+            )
         out[path] = value
     return out
 

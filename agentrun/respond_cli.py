@@ -29,14 +29,7 @@ from agentrun_core.api import limits, meta
 
 MULTI_COMMAND = True
 
-EDIT_PREFIX = meta.EDIT_PREFIX
-ANN_RESPONSE = meta.RESPONSE
 FIELD = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$")  # an annotation name's part
-EDIT_LIMIT, MAX_EDITS, RESPONSE_LIMIT = (
-    limits.EDIT_MAX_CHARS,
-    limits.EDIT_MAX_FIELDS,
-    limits.RESPONSE_MAX_CHARS,
-)
 
 
 def parse_edits(pairs: list[str], edits_file: str | None) -> dict[str, str]:
@@ -66,10 +59,10 @@ def parse_edits(pairs: list[str], edits_file: str | None) -> dict[str, str]:
     for key, value in edits.items():
         if not FIELD.match(key):
             raise cluster.CliError(f"{key!r} is not a field name (letters, digits, '_', '-', '.')")
-        if len(value) > EDIT_LIMIT:
-            raise cluster.CliError(f"the edit of {key} is longer than {EDIT_LIMIT} characters")
-    if len(edits) > MAX_EDITS:
-        raise cluster.CliError(f"at most {MAX_EDITS} edited fields")
+        if len(value) > limits.EDIT_MAX_CHARS:
+            raise cluster.CliError(f"the edit of {key} is longer than {limits.EDIT_MAX_CHARS} characters")
+    if len(edits) > limits.EDIT_MAX_FIELDS:
+        raise cluster.CliError(f"at most {limits.EDIT_MAX_FIELDS} edited fields")
     return edits
 
 
@@ -87,7 +80,7 @@ def check_editable(status: dict[str, Any], edits: dict[str, str]) -> None:
 
 
 def edit_annotations(edits: dict[str, str]) -> dict[str, str | None]:
-    return {EDIT_PREFIX + k: v for k, v in edits.items()}
+    return {meta.EDIT_PREFIX + k: v for k, v in edits.items()}
 
 
 def respond(argv: list[str]) -> int:
@@ -100,8 +93,8 @@ def respond(argv: list[str]) -> int:
     p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)")
     p.add_argument("--context", help="kubeconfig context")
     args = p.parse_args(argv)
-    if not 0 < len(args.message) <= RESPONSE_LIMIT:
-        raise cluster.CliError(f"--message must be 1 to {RESPONSE_LIMIT} characters")
+    if not 0 < len(args.message) <= limits.RESPONSE_MAX_CHARS:
+        raise cluster.CliError(f"--message must be 1 to {limits.RESPONSE_MAX_CHARS} characters")
     api, default_ns = cluster.connect(args.kubeconfig, args.context)
     ns = args.namespace or default_ns
     resource = cluster.get_run(api, ns, args.name)
@@ -111,7 +104,7 @@ def respond(argv: list[str]) -> int:
     # A tool-call batch: every action is rejected with the message; refused here if one does not allow it.
     batch_cli.decisions(status, "rejected", response=args.message)
     patch = deciding.patch_for("reject", approval_id, args.comment)
-    patch[ANN_RESPONSE] = args.message
+    patch[meta.RESPONSE] = args.message
     cluster.annotate(api, ns, args.name, patch)
     print(f"agentrun/{args.name} responded to approval {approval_id}: {json.dumps(args.message)}")
     return 0

@@ -17,14 +17,6 @@ from typing import Any
 
 from agentrun_core.api import meta
 
-CREATED_BY = meta.CREATED_BY
-DECIDED_BY = meta.DECIDED_BY
-DECIDED_BY_GROUPS = meta.DECIDED_BY_GROUPS
-RESOLVED_BY = meta.RESOLVED_BY
-RETRIED_BY = meta.RETRIED_BY
-DECISIONS = meta.DECISION_VERBS
-RESOLVE = meta.RESOLVE
-
 
 @dataclasses.dataclass(frozen=True)
 class Identity:
@@ -44,11 +36,11 @@ def annotation_patch(patch: Mapping[str, str | None], who: Identity | None) -> d
     out = dict(patch)
     if who is None:
         return out
-    if any(out.get(k) is not None for k in DECISIONS):
-        out[DECIDED_BY] = who.username
-        out[DECIDED_BY_GROUPS] = ",".join(who.groups)
-    if out.get(RESOLVE) is not None:
-        out[RESOLVED_BY] = who.username
+    if any(out.get(k) is not None for k in meta.DECISION_VERBS):
+        out[meta.DECIDED_BY] = who.username
+        out[meta.DECIDED_BY_GROUPS] = ",".join(who.groups)
+    if out.get(meta.RESOLVE) is not None:
+        out[meta.RESOLVED_BY] = who.username
     return out
 
 
@@ -57,9 +49,9 @@ def run_patch(body: Mapping[str, Any], who: Identity | None) -> dict[str, Any]:
     out = dict(body)
     if who is None or "retryGeneration" not in (out.get("spec") or {}):
         return out
-    meta = dict(out.get("metadata") or {})
-    meta["annotations"] = {**(meta.get("annotations") or {}), RETRIED_BY: who.username}
-    out["metadata"] = meta
+    metadata = dict(out.get("metadata") or {})
+    metadata["annotations"] = {**(metadata.get("annotations") or {}), meta.RETRIED_BY: who.username}
+    out["metadata"] = metadata
     return out
 
 
@@ -68,12 +60,12 @@ def created(body: Mapping[str, Any], who: Identity | None) -> dict[str, Any]:
     out = dict(body)
     if who is None:
         return out
-    meta = dict(out.get("metadata") or {})
-    meta["annotations"] = {**(meta.get("annotations") or {}), CREATED_BY: who.username}
-    out["metadata"] = meta
+    metadata = dict(out.get("metadata") or {})
+    metadata["annotations"] = {**(metadata.get("annotations") or {}), meta.CREATED_BY: who.username}
+    out["metadata"] = metadata
     return out
 
 
 def needs_identity(patch: Mapping[str, str | None]) -> bool:
     """Whether an annotation patch decides or resolves (and so needs the caller's stamps). Pure."""
-    return any(patch.get(k) is not None for k in (*DECISIONS, RESOLVE))
+    return any(patch.get(k) is not None for k in (*meta.DECISION_VERBS, meta.RESOLVE))

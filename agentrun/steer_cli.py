@@ -28,12 +28,8 @@ from agentrun_core.api import status as api_status
 
 MULTI_COMMAND = True
 
-ANN_RESOLVE = meta.RESOLVE
-ANN_RESOLVE_RESULT = meta.RESOLVE_RESULT
-RESULT_LIMIT = limits.RESOLVE_RESULT_MAX_BYTES
 _KEY = re.compile(r"^[a-z0-9][a-z0-9-]{0,127}$")
 EXIT_FAILED, EXIT_CANCELLED, EXIT_TIMEOUT, EXIT_UNKNOWN = 1, 3, 4, 5
-RETRYABLE_PHASES = api_status.RETRYABLE_PHASES
 
 
 def _parser(verb: str, help_: str) -> argparse.ArgumentParser:
@@ -111,7 +107,7 @@ def retry_patch(obj: dict[str, Any]) -> dict[str, Any]:
     spec, status = obj.get("spec") or {}, obj.get("status") or {}
     phase = status.get("phase") or api_status.PENDING
     name = (obj.get("metadata") or {}).get("name")
-    if phase not in RETRYABLE_PHASES:
+    if phase not in api_status.RETRYABLE_PHASES:
         raise cluster.CliError(
             f"AgentRun {name} is {phase}: only a Failed (including needs-human) or Cancelled run "
             "can be retried"
@@ -211,9 +207,9 @@ def resolve_annotations(key: str, sent: bool, result: str | None) -> dict[str, s
             text = json.dumps(json.loads(result), separators=(",", ":"), sort_keys=True)
         except ValueError as exc:
             raise cluster.CliError(f"--result is not JSON: {exc}") from exc
-        if len(text.encode()) > RESULT_LIMIT:
-            raise cluster.CliError(f"--result is larger than {RESULT_LIMIT} bytes")
-    return {ANN_RESOLVE: f"{key}={'sent' if sent else 'not-sent'}", ANN_RESOLVE_RESULT: text}
+        if len(text.encode()) > limits.RESOLVE_RESULT_MAX_BYTES:
+            raise cluster.CliError(f"--result is larger than {limits.RESOLVE_RESULT_MAX_BYTES} bytes")
+    return {meta.RESOLVE: f"{key}={'sent' if sent else 'not-sent'}", meta.RESOLVE_RESULT: text}
 
 
 def resolve(argv: list[str]) -> int:

@@ -28,7 +28,6 @@ TOKEN_FIELDS = ("inputTokens", "outputTokens", "totalTokens")
 FIELDS = (*TOKEN_FIELDS, "cost")
 PROMPT_KIND = "budget"
 PROMPT_ACTION = "raise_budget"
-REASON = api_status.BUDGET_EXCEEDED
 
 
 class BudgetError(ValueError):
@@ -213,7 +212,7 @@ def prompt(
     grant_text = ", ".join(f"{f}={_show(f, v)}" for f, v in grant.items())
     message = (
         f"Budget reached: {spent_text} spent. Approve to continue with {grant_text} (or set new limits: "
-        f"--set {hit[0] if hit else 'totalTokens'}=N); reject to end the run ({REASON})."
+        f"--set {hit[0] if hit else 'totalTokens'}=N); reject to end the run ({api_status.BUDGET_EXCEEDED})."
     )
     if note:
         message = f"{note} {message}"

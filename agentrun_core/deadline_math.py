@@ -33,9 +33,7 @@ from collections.abc import Sequence
 
 from agentrun_core.api import status as api_status
 
-DEADLINE_EXCEEDED = api_status.DEADLINE_EXCEEDED
-PROGRESS_DEADLINE_EXCEEDED = api_status.PROGRESS_DEADLINE_EXCEEDED
-REASONS = frozenset({DEADLINE_EXCEEDED, PROGRESS_DEADLINE_EXCEEDED})
+REASONS = frozenset({api_status.DEADLINE_EXCEEDED, api_status.PROGRESS_DEADLINE_EXCEEDED})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +58,7 @@ class Clock:
 
 @dataclasses.dataclass(frozen=True)
 class Verdict:
-    reason: str  # DEADLINE_EXCEEDED | PROGRESS_DEADLINE_EXCEEDED
+    reason: str  # api_status.DEADLINE_EXCEEDED | api_status.PROGRESS_DEADLINE_EXCEEDED
     message: str
 
 
@@ -130,7 +128,7 @@ def check(clock: Clock, active_deadline: int | None, progress_deadline: int | No
         active = active_seconds(clock.attempts, clock.now)
         if active >= active_deadline:
             return Verdict(
-                DEADLINE_EXCEEDED,
+                api_status.DEADLINE_EXCEEDED,
                 f"the run was active for {active:.0f}s, past spec.activeDeadlineSeconds={active_deadline} "
                 "(time parked on an approval or suspended is not counted)",
             )
@@ -138,7 +136,7 @@ def check(clock: Clock, active_deadline: int | None, progress_deadline: int | No
         idle = idle_seconds(clock)
         if idle is not None and idle >= progress_deadline:
             return Verdict(
-                PROGRESS_DEADLINE_EXCEEDED,
+                api_status.PROGRESS_DEADLINE_EXCEEDED,
                 f"no step finished for {idle:.0f}s while the worker ran, past "
                 f"spec.progressDeadlineSeconds={progress_deadline}",
             )

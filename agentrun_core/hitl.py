@@ -32,7 +32,6 @@ GOES_AHEAD = ("approve", "edit")  # the tool runs
 MESSAGE_LIMIT = (
     limits.RESPONSE_MAX_CHARS
 )  # characters of a reject / respond message (as agentrun.dev/response)
-DECISIONS_LIMIT = limits.DECISIONS_MAX_CHARS  # characters of the agentrun.dev/decisions annotation
 EXPIRED_MESSAGE = "Nobody decided before the approval's deadline; the tool was not executed."
 
 
@@ -90,8 +89,8 @@ def actions(prompt: Any) -> tuple[Action, ...] | None:
 
 def parse(text: str) -> Any:
     """The ``agentrun.dev/decisions`` annotation's JSON."""
-    if len(text) > DECISIONS_LIMIT:
-        raise DecisionRefused(f"the decisions are longer than {DECISIONS_LIMIT} characters")
+    if len(text) > limits.DECISIONS_MAX_CHARS:
+        raise DecisionRefused(f"the decisions are longer than {limits.DECISIONS_MAX_CHARS} characters")
     try:
         return json.loads(text)
     except ValueError as exc:

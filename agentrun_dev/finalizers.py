@@ -15,8 +15,8 @@ import contextlib
 
 import kubernetes
 
-from agent_operator.decide import model
 from agentrun_core import kube
+from agentrun_core.api import meta as api_meta
 from agentrun_core.api import protocol
 from agentrun_core.kube import pods, runs
 
@@ -51,9 +51,9 @@ def _release_runs(api: kubernetes.client.ApiClient, namespace: str) -> int:
     for run in found:
         meta = run["metadata"]
         finalizers = meta.get("finalizers") or []
-        if model.FINALIZER not in finalizers:
+        if api_meta.FINALIZER not in finalizers:
             continue
-        keep = [f for f in finalizers if f != model.FINALIZER]
+        keep = [f for f in finalizers if f != api_meta.FINALIZER]
         with contextlib.suppress(kube.KubeError):  # changed meanwhile: its operator is back
             precondition = {"finalizers": keep, "resourceVersion": meta["resourceVersion"]}
             runs.patch(api, namespace, meta["name"], {"metadata": precondition}, timeout=30)

@@ -166,7 +166,7 @@ class PodSync:
     def _sync_status(self, now: float, force: bool = False) -> bool:
         """Patch the status if it changed; True when the API holds what we last computed."""
         ph = self._phase()
-        if ph in status.TERMINAL and self.phase_override is None:
+        if ph in api_status.POD_TERMINAL and self.phase_override is None:
             self.phase_override = ph  # terminal is forever
         desired = status.build(
             policy=self.policy,

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from agentrun_core.api import status as status_words
 from agentrun_dev.podruntime import (
     envresolve,
     kubeapi,
@@ -139,7 +140,7 @@ class PodWorker(podsync.PodSync):
         by_name = {c["name"]: c for c in known}
         for c in self.inits + self.mains:
             recover(c, by_name.get(c.name), self.policy, now, self.s.backoff)
-        if st.get("phase") in status.TERMINAL:
+        if st.get("phase") in status_words.POD_TERMINAL:
             self.phase_override = st["phase"]
 
     def _tick(self, now: float) -> bool:
@@ -173,7 +174,7 @@ class PodWorker(podsync.PodSync):
             self._refresh_token(now)
         in_sync = self._sync_status(now)
         # Done once terminal, with nothing running and the terminal status actually written.
-        return self._phase() in status.TERMINAL and not self.procs and in_sync
+        return self._phase() in status_words.POD_TERMINAL and not self.procs and in_sync
 
     # --- processes ------------------------------------------------------------------------------------------
     def _container(self, name: str) -> model.Container:

@@ -22,7 +22,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from agentrun_dev.podruntime import control, kubeapi, logserver, node, podworker, processes, proctable, status
+from agentrun_core.api import status as api_status
+from agentrun_dev.podruntime import control, kubeapi, logserver, node, podworker, processes, proctable
 from agentrun_dev.podruntime import settings as settings_mod
 
 log = logging.getLogger(__name__)
@@ -209,7 +210,7 @@ class Runtime:
             return
         node_name = spec.get("nodeName")
         if not node_name:
-            if not self.s.bind or meta.get("deletionTimestamp") or st.get("phase") in status.TERMINAL:
+            if not self.s.bind or meta.get("deletionTimestamp") or st.get("phase") in api_status.POD_TERMINAL:
                 return
             if not selector_matches(pod, self.node_labels):
                 log.info(
@@ -230,7 +231,7 @@ class Runtime:
             return
         with self.lock:
             w = self.workers.get(uid)
-            if w is None and st.get("phase") not in status.TERMINAL and not self._orphan_deleted(pod):
+            if w is None and st.get("phase") not in api_status.POD_TERMINAL and not self._orphan_deleted(pod):
                 w = podworker.PodWorker(self.ctx, pod)
                 self.workers[uid] = w
                 w.start()

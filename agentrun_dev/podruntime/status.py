@@ -17,7 +17,6 @@ from agentrun_dev.podruntime import model
 
 Obj = Mapping[str, Any]
 
-TERMINAL = api_status.POD_TERMINAL
 OWNED_CONDITIONS = ("PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready", "PodScheduled")
 
 
@@ -118,12 +117,14 @@ def build(
     incomplete = [
         c.name for c in inits if not (isinstance(c.state, model.Terminated) and c.state.exit_code == 0)
     ]
-    ready = initialized and not unready and ph not in TERMINAL
+    ready = initialized and not unready and ph not in api_status.POD_TERMINAL
     conds = [
         _cond(
             "PodReadyToStartContainers",
-            sandbox_ready and ph not in TERMINAL,
-            transitions.since("PodReadyToStartContainers", sandbox_ready and ph not in TERMINAL, now),
+            sandbox_ready and ph not in api_status.POD_TERMINAL,
+            transitions.since(
+                "PodReadyToStartContainers", sandbox_ready and ph not in api_status.POD_TERMINAL, now
+            ),
         ),
         _cond(
             "Initialized",
@@ -136,15 +137,19 @@ def build(
             "ContainersReady",
             ready,
             transitions.since("ContainersReady", ready, now),
-            None if ready else ("PodCompleted" if ph in TERMINAL else "ContainersNotReady"),
-            None if ready or ph in TERMINAL else f"containers with unready status: [{' '.join(unready)}]",
+            None if ready else ("PodCompleted" if ph in api_status.POD_TERMINAL else "ContainersNotReady"),
+            None
+            if ready or ph in api_status.POD_TERMINAL
+            else f"containers with unready status: [{' '.join(unready)}]",
         ),
         _cond(
             "Ready",
             ready,
             transitions.since("Ready", ready, now),
-            None if ready else ("PodCompleted" if ph in TERMINAL else "ContainersNotReady"),
-            None if ready or ph in TERMINAL else f"containers with unready status: [{' '.join(unready)}]",
+            None if ready else ("PodCompleted" if ph in api_status.POD_TERMINAL else "ContainersNotReady"),
+            None
+            if ready or ph in api_status.POD_TERMINAL
+            else f"containers with unready status: [{' '.join(unready)}]",
         ),
         _cond("PodScheduled", True, transitions.since("PodScheduled", True, now)),
     ]

@@ -17,6 +17,7 @@ from collections.abc import Collection
 
 from agent_operator.decide import admission, model
 from agentrun_core import kube as core
+from agentrun_core.api import meta as api_meta
 from agentrun_core.api import protocol
 
 Body = core.Body
@@ -76,7 +77,9 @@ def add_finalizer(
     On a conflict (kopf or a user wrote in between) the object is read again and the patch retried once.
     """
     for _ in range(2):
-        wanted = [*finalizers, model.FINALIZER] if model.FINALIZER not in finalizers else list(finalizers)
+        wanted = (
+            [*finalizers, api_meta.FINALIZER] if api_meta.FINALIZER not in finalizers else list(finalizers)
+        )
         metadata: Body = {"finalizers": wanted}
         if resource_version:
             metadata["resourceVersion"] = resource_version
@@ -86,7 +89,7 @@ def add_finalizer(
             fresh = get_run(api, namespace, name).get("metadata") or {}
             finalizers = tuple(fresh.get("finalizers") or ())
             resource_version = str(fresh.get("resourceVersion") or "")
-            if model.FINALIZER in finalizers:
+            if api_meta.FINALIZER in finalizers:
                 return {}
     raise Conflict(f"could not add the finalizer to {namespace}/{name}")
 
@@ -171,11 +174,12 @@ def namespace_exists(api: ApiClient, name: str) -> bool:
 
 
 def namespace_approval_policy(api: ApiClient, name: str) -> tuple[bool, tuple[str, ...]]:
-    """(four eyes required, approver groups) from the Namespace's label and annotation (model.LABEL_FOUR_EYES,
-    model.ANN_APPROVER_GROUPS). Errors propagate: an unread policy is never read as "none"."""
+    """(four eyes required, approver groups) from the Namespace's label and annotation
+    (api_meta.LABEL_FOUR_EYES,
+    api_meta.APPROVER_GROUPS). Errors propagate: an unread policy is never read as "none"."""
     meta = core.objects.get_namespace(api, name, timeout=TIMEOUT).get("metadata") or {}
-    four_eyes = (meta.get("labels") or {}).get(model.LABEL_FOUR_EYES) == "true"
-    text = str((meta.get("annotations") or {}).get(model.ANN_APPROVER_GROUPS) or "")
+    four_eyes = (meta.get("labels") or {}).get(api_meta.LABEL_FOUR_EYES) == "true"
+    text = str((meta.get("annotations") or {}).get(api_meta.APPROVER_GROUPS) or "")
     return four_eyes, tuple(g.strip() for g in text.split(",") if g.strip())
 
 

@@ -9,8 +9,7 @@ import kubernetes
 import pytest
 from conftest import wait_for
 
-from agent_operator.decide import model
-from agentrun_core.api import protocol
+from agentrun_core.api import meta, protocol
 from agentrun_core.kube import errors as kube_errors
 from agentrun_core.kube import runs
 from agentrun_dev import finalizers
@@ -42,7 +41,7 @@ def test_a_namespace_with_a_held_pod_and_run_goes_once_released(kube: Any, names
             {
                 "apiVersion": runs.API_VERSION,
                 "kind": "AgentRun",
-                "metadata": {"name": "held", "finalizers": [model.FINALIZER]},
+                "metadata": {"name": "held", "finalizers": [meta.FINALIZER]},
                 "spec": {"graph": "m:g", "input": {}},
             },
             timeout=30,

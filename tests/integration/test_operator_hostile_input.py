@@ -18,8 +18,7 @@ from pathlib import Path
 import kubernetes
 from conftest import OperatorHandle, condition, create_run, kubectl, run_status, wait_for, wait_phase
 
-from agent_operator.decide import phases
-from agentrun_dev import input_policy
+from agentrun_core.api import limits
 
 STEPS = "tests.integration.test_operator_graphs:steps"
 DEPTH = 10_000
@@ -75,15 +74,15 @@ def test_hostile_inputs_are_refused_at_admission(
     kube: kubernetes.client.ApiClient, operator: OperatorHandle, admin_kubeconfig: Path, tmp_path: Path
 ) -> None:
     ns = operator.namespace
-    deep_bound = f"spec.input is nested deeper than {phases.MAX_INPUT_DEPTH} levels"
-    size_bound = f"spec.input is larger than {phases.MAX_INPUT_BYTES // 1024} KiB"
+    deep_bound = f"spec.input is nested deeper than {limits.INPUT_MAX_DEPTH} levels"
+    size_bound = f"spec.input is larger than {limits.INPUT_MAX_BYTES // 1024} KiB"
 
     ok, out = _apply(admin_kubeconfig, _write(tmp_path, ns, "deep", _nested(DEPTH)))
     assert not ok and "exceeded max depth" in out, out
     # Deep enough to be hostile, within what the API server's decoder takes: the policy refuses it.
     ok, out = _raw_create(admin_kubeconfig, ns, _write(tmp_path, ns, "deep9k", _nested(9_000)))
     assert not ok and deep_bound in out, out
-    ok, out = _apply(admin_kubeconfig, _write(tmp_path, ns, "deep65", _nested(phases.MAX_INPUT_DEPTH)))
+    ok, out = _apply(admin_kubeconfig, _write(tmp_path, ns, "deep65", _nested(limits.INPUT_MAX_DEPTH)))
     assert not ok and deep_bound in out, out
     mib = json.dumps({"blob": "x" * (1024 * 1024)})
     ok, out = _apply(admin_kubeconfig, _write(tmp_path, ns, "big", mib))
@@ -94,12 +93,12 @@ def test_hostile_inputs_are_refused_at_admission(
     # this request ran past the API server's request timeout).
     wide = json.dumps({"items": [{"id": i, "name": "n" * 8} for i in range(20_000)]})
     ok, out = _apply(admin_kubeconfig, _write(tmp_path, ns, "wide", wide))
-    assert not ok and f"more than {input_policy.MAX_LEVEL_VALUES} values at one nesting level" in out, out
+    assert not ok and f"more than {limits.INPUT_MAX_LEVEL_VALUES} values at one nesting level" in out, out
     huge_int_ok, _ = _apply(admin_kubeconfig, _write(tmp_path, ns, "bigint", '{"n": 18446744073709551616}'))
 
     # Within the bounds: exactly 64 levels deep runs to Succeeded, next to the refused ones.
     good_out = tmp_path / "good.txt"
-    nest = json.loads(_nested(phases.MAX_INPUT_DEPTH - 2))  # under "nest": levels 2..64 (the number: 64)
+    nest = json.loads(_nested(limits.INPUT_MAX_DEPTH - 2))  # under "nest": levels 2..64 (the number: 64)
     create_run(kube, ns, "good", {"graph": STEPS, "input": {"path": str(good_out), "nest": nest}})
     wait_phase(kube, ns, "good", "Succeeded", 120, operator)
     assert len(good_out.read_text().splitlines()) == 1

@@ -23,6 +23,7 @@ from agent_operator import settings as settings_
 from agent_operator.decide import actions, cleanup, model, reconcile
 from agent_operator.observe import memory as memory_
 from agent_operator.serve import runner
+from agentrun_core.api import meta as api_meta
 from agentrun_core.api import protocol
 from tests.unit import rowmaker
 
@@ -68,7 +69,7 @@ def _world(namespace: str, last_seen: model.PodInfo) -> model.World:
             uid=UID,
             resource_version="1",
             annotations={},
-            finalizers=(model.FINALIZER,),
+            finalizers=(api_meta.FINALIZER,),
             deleting=False,
         ),
         spec=model.RunSpec.from_body({"graph": "pkg.mod:graph", "retry": {"backoffSeconds": 0}}),

@@ -8,6 +8,7 @@ from typing import Any
 from agent_operator import settings
 from agent_operator.decide import actions, model
 from agentrun_core import store
+from agentrun_core.api import meta
 from tests.unit import rowmaker
 
 NOW = datetime.datetime(2026, 1, 1, 12, 0, 0, tzinfo=datetime.UTC)
@@ -19,7 +20,7 @@ def world(
     status: dict[str, Any] | None = None,
     pods: list[model.PodInfo] | None = None,
     spec: dict[str, Any] | None = None,
-    finalizers: tuple[str, ...] = (model.FINALIZER,),
+    finalizers: tuple[str, ...] = (meta.FINALIZER,),
     deleting: bool = False,
     annotations: dict[str, str] | None = None,
     approvals: tuple[store.Approval, ...] = (),

@@ -7,6 +7,7 @@ import datetime
 import pytest
 
 from agentrun_core import deadline_math
+from agentrun_core.api import status as api_status
 from agentrun_core.deadline_math import Clock, Interval
 
 T0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
@@ -55,7 +56,7 @@ def test_active_deadline_verdict_and_wake() -> None:
     assert deadline_math.wake_in(clock, 20, None) == pytest.approx(5.0)  # 15 s counted, 5 s left
     late = Clock(at(30), clock.attempts)
     verdict = deadline_math.check(late, 20, None)
-    assert verdict is not None and verdict.reason == deadline_math.DEADLINE_EXCEEDED
+    assert verdict is not None and verdict.reason == api_status.DEADLINE_EXCEEDED
     assert "activeDeadlineSeconds=20" in verdict.message
     assert deadline_math.wake_in(late, 20, None) == 0.0
 
@@ -75,7 +76,7 @@ def test_progress_counts_from_the_later_of_the_claim_and_last_step() -> None:
     assert deadline_math.wake_in(clock, None, 15) == pytest.approx(5.0)
     stuck = Clock(at(56), clock.attempts, last_step_at=at(40), claimed_at=at(12))
     verdict = deadline_math.check(stuck, None, 15)
-    assert verdict is not None and verdict.reason == deadline_math.PROGRESS_DEADLINE_EXCEEDED
+    assert verdict is not None and verdict.reason == api_status.PROGRESS_DEADLINE_EXCEEDED
     assert "progressDeadlineSeconds=15" in verdict.message
     # a step of an earlier attempt does not count against a new attempt (resumed after a park)
     resumed = Clock(
@@ -100,7 +101,7 @@ def test_progress_is_not_measured_before_the_worker_claims_the_run() -> None:
 def test_the_active_deadline_is_reported_first_and_wake_is_the_earliest() -> None:
     clock = Clock(at(100), (Interval(at(0)),), last_step_at=at(10), claimed_at=at(1))
     verdict = deadline_math.check(clock, 50, 30)
-    assert verdict is not None and verdict.reason == deadline_math.DEADLINE_EXCEEDED
+    assert verdict is not None and verdict.reason == api_status.DEADLINE_EXCEEDED
     running = Clock(at(20), (Interval(at(0)),), last_step_at=at(18), claimed_at=at(1))
     assert deadline_math.wake_in(running, 50, 30) == pytest.approx(28.0)  # progress: 30 - 2
     assert deadline_math.wake_in(running, 25, 30) == pytest.approx(5.0)  # active: 25 - 20

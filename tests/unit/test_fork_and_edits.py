@@ -13,6 +13,8 @@ import pytest
 from agent_operator.decide import actions, approvals, edits, endings, forks, model, reconcile
 from agent_worker import forking
 from agentrun import cluster, fork_cli, respond_cli
+from agentrun_core.api import meta
+from agentrun_core.api import status as api_status
 from agentrun_core.store import rows
 from tests.unit import rowmaker
 
@@ -22,7 +24,7 @@ FORK = {"run": "src", "runUid": "src-uid", "step": "draft", "set": {"draft.body"
 
 def world(fork_source: model.ForkSource | None, spec: dict[str, Any] | None = None) -> model.World:
     return model.World(
-        run=model.RunRef(namespace="ns", name="f", uid="u", finalizers=(model.FINALIZER,)),
+        run=model.RunRef(namespace="ns", name="f", uid="u", finalizers=(meta.FINALIZER,)),
         spec=model.RunSpec.from_body({"graph": "pkg.mod:graph", "forkOf": FORK, **(spec or {})}),
         status={},
         now=NOW,
@@ -42,8 +44,8 @@ def test_a_fork_that_cannot_be_resolved_fails_once_with_the_reason_and_is_never_
     assert not [a for a in plan.actions if isinstance(a, actions.Admit)]
     assert plan.status is not None and plan.status["phase"] == "Failed"
     failed = {c["type"]: c for c in plan.status["conditions"]}["Failed"]
-    assert failed["reason"] == forks.FORK_REFUSED and problem in failed["message"]
-    assert [(e.type, e.reason) for e in plan.events] == [("Warning", forks.FORK_REFUSED)]
+    assert failed["reason"] == api_status.FORK_REFUSED and problem in failed["message"]
+    assert [(e.type, e.reason) for e in plan.events] == [("Warning", api_status.FORK_REFUSED)]
 
 
 def test_a_fork_not_looked_up_yet_is_not_admitted_as_a_plain_run() -> None:
@@ -129,8 +131,8 @@ def test_the_operator_refuses_a_payload_that_does_not_fit(
 
 def test_a_decision_carries_its_edits_from_the_annotations_to_the_decide_action() -> None:
     ann = {
-        model.ANN_APPROVE: "a-1",
-        model.ANN_DECIDED_BY: "manager",
+        meta.APPROVE: "a-1",
+        meta.DECIDED_BY: "manager",
         "edit.agentrun.dev/body": "new body",
     }
     request, refusal = approvals.parse(ann)
@@ -260,10 +262,9 @@ def test_a_fork_edit_refused_by_the_worker_is_its_own_failure_reason() -> None:
     )
     assert endings.db_outcome(db) == (
         "Failed",
-        forks.FORK_EDIT_REFUSED,
+        api_status.FORK_EDIT_REFUSED,
         "fork edit refused: draft.body.x: ...",
     )
-    assert forks.FORK_EDIT_REFUSED == forking.FORK_EDIT_REFUSED  # the operator reads what the worker writes
 
 
 def test_no_fork_is_admitted_while_a_steering_policy_is_not_as_shipped() -> None:
@@ -276,7 +277,8 @@ def test_no_fork_is_admitted_while_a_steering_policy_is_not_as_shipped() -> None
     assert not [a for a in plan.actions if isinstance(a, actions.Admit)]
     failed = {c["type"]: c for c in (plan.status or {})["conditions"]}["Failed"]
     assert (
-        failed["reason"] == forks.FORK_REFUSED and "agentrun-fork (failurePolicy Ignore" in failed["message"]
+        failed["reason"] == api_status.FORK_REFUSED
+        and "agentrun-fork (failurePolicy Ignore" in failed["message"]
     )
     unknown = reconcile.decide(dataclasses.replace(w, admission_ok=None))
     assert not [a for a in unknown.actions if isinstance(a, actions.Admit)] and unknown.status is None

@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from agent_operator.decide import actions, edits, model, reconcile
+from agent_operator.decide import actions, model, reconcile
 from agentrun import batch_cli, cluster, render, trace
 from agentrun_core import hitl
+from agentrun_core.api import meta
 from tests.unit import rowmaker
 from tests.unit.reconcile_world import NOW, pod, world
 from tests.unit.test_trace import inputs
@@ -50,7 +51,7 @@ def annotated(ann: dict[str, str], *, by: str = "manager", creator: str = "alice
         db="parked",
         status={"attempts": 1},
         pods=[pod(phase="Succeeded", exit_code=10)],
-        annotations={model.ANN_CREATED_BY: creator, model.ANN_DECIDED_BY: by, **ann},
+        annotations={meta.CREATED_BY: creator, meta.DECIDED_BY: by, **ann},
         **{"approvals": (PENDING,), **kw},
     )
 
@@ -64,7 +65,7 @@ def warnings(plan: actions.Plan) -> list[tuple[str, str]]:
 
 
 def test_per_action_decisions_ride_on_the_approval_and_reach_the_decide_action() -> None:
-    ann = {model.ANN_APPROVE: PENDING.approval_id, edits.ANN_DECISIONS: json.dumps(MIXED)}
+    ann = {meta.APPROVE: PENDING.approval_id, meta.DECISIONS: json.dumps(MIXED)}
     plan = reconcile.decide(annotated(ann))
     [decide] = decided(plan)
     assert decide.decision == "approved" and decide.decided_by == "manager"
@@ -82,10 +83,10 @@ def test_per_action_decisions_ride_on_the_approval_and_reach_the_decide_action()
 
 
 def test_a_plain_decision_answers_every_action_and_a_response_rejects_each_with_it() -> None:
-    approve = reconcile.decide(annotated({model.ANN_APPROVE: PENDING.approval_id}))
+    approve = reconcile.decide(annotated({meta.APPROVE: PENDING.approval_id}))
     assert [d["type"] for d in decided(approve)[0].decisions or []] == ["approve"] * 3
     respond = reconcile.decide(
-        annotated({model.ANN_REJECT: PENDING.approval_id, edits.ANN_RESPONSE: "ask legal"}, by="alice")
+        annotated({meta.REJECT: PENDING.approval_id, meta.RESPONSE: "ask legal"}, by="alice")
     )  # the creator may reject / respond: nothing runs
     [decide] = decided(respond)
     assert decide.decisions == [{"type": "reject", "message": "ask legal"}] * 3
@@ -94,17 +95,17 @@ def test_a_plain_decision_answers_every_action_and_a_response_rejects_each_with_
 @pytest.mark.parametrize(
     ("ann", "by", "reason", "why"),
     [
-        ({edits.ANN_DECISIONS: "[{"}, "manager", "DecisionPayloadRefused", "not JSON"),
-        ({edits.ANN_DECISIONS: json.dumps(MIXED[:2])}, "manager", "DecisionPayloadRefused", "3 actions, 2"),
+        ({meta.DECISIONS: "[{"}, "manager", "DecisionPayloadRefused", "not JSON"),
+        ({meta.DECISIONS: json.dumps(MIXED[:2])}, "manager", "DecisionPayloadRefused", "3 actions, 2"),
         (
-            {edits.ANN_DECISIONS: json.dumps([*MIXED[:2], {"type": "edit", "edited_action": {"args": {}}}])},
+            {meta.DECISIONS: json.dumps([*MIXED[:2], {"type": "edit", "edited_action": {"args": {}}}])},
             "manager",
             "DecisionPayloadRefused",
             "action 2 (refund) allows approve, reject, not edit",
         ),
         (
             {
-                edits.ANN_DECISIONS: json.dumps(
+                meta.DECISIONS: json.dumps(
                     [*MIXED[:2], {"type": "approve", "edited_action": {"name": "x"}}]
                 )
             },
@@ -117,7 +118,7 @@ def test_a_plain_decision_answers_every_action_and_a_response_rejects_each_with_
 def test_malformed_or_forbidden_decisions_are_refused_whole_and_the_approval_stays_pending(
     ann: dict[str, str], by: str, reason: str, why: str
 ) -> None:
-    plan = reconcile.decide(annotated({model.ANN_APPROVE: PENDING.approval_id, **ann}, by=by))
+    plan = reconcile.decide(annotated({meta.APPROVE: PENDING.approval_id, **ann}, by=by))
     assert decided(plan) == []
     [(got, message)] = warnings(plan)
     assert got == reason and why in message, message
@@ -125,7 +126,7 @@ def test_malformed_or_forbidden_decisions_are_refused_whole_and_the_approval_sta
 
 
 def test_a_rejection_may_not_carry_a_decision_that_lets_a_tool_run() -> None:
-    ann = {model.ANN_REJECT: PENDING.approval_id, edits.ANN_DECISIONS: json.dumps(MIXED)}
+    ann = {meta.REJECT: PENDING.approval_id, meta.DECISIONS: json.dumps(MIXED)}
     plan = reconcile.decide(annotated(ann, by="alice"))
     assert decided(plan) == []
     [(reason, message)] = warnings(plan)
@@ -134,7 +135,7 @@ def test_a_rejection_may_not_carry_a_decision_that_lets_a_tool_run() -> None:
 
 def test_decisions_for_a_prompt_that_is_not_a_batch_are_refused() -> None:
     plain = dataclasses.replace(PENDING, prompt={"action": "send_email", "editable": ["body"]})
-    ann = {model.ANN_APPROVE: PENDING.approval_id, edits.ANN_DECISIONS: json.dumps(MIXED)}
+    ann = {meta.APPROVE: PENDING.approval_id, meta.DECISIONS: json.dumps(MIXED)}
     plan = reconcile.decide(annotated(ann, approvals=(plain,)))
     [(reason, message)] = warnings(plan)
     assert reason == "DecisionPayloadRefused" and "not a HumanInTheLoopMiddleware batch" in message
@@ -168,7 +169,7 @@ def test_status_lists_the_batch_and_each_decision() -> None:
     ]  # fmt: skip
     [decide] = decided(
         reconcile.decide(
-            annotated({model.ANN_APPROVE: PENDING.approval_id, edits.ANN_DECISIONS: json.dumps(MIXED)})
+            annotated({meta.APPROVE: PENDING.approval_id, meta.DECISIONS: json.dumps(MIXED)})
         )
     )
     payload = {"decisions": decide.decisions, "approved": True}

@@ -3,7 +3,7 @@ for the documented numbers: ``agent_operator.decide.phases``)."""
 
 from __future__ import annotations
 
-from agent_operator.decide import phases
+from agentrun_core.api import limits
 from agentrun_dev import input_policy
 
 
@@ -12,6 +12,6 @@ def test_checked_in_policy_is_generated_from_the_operators_bounds() -> None:
         "deploy/admission/input-limits-policy.yaml is stale: run `python -m agentrun_dev.input_policy`"
     )
     text = input_policy.render()
-    assert f"size(variables.l{phases.MAX_INPUT_DEPTH + 1}) == 0" in text
-    assert f"<= {phases.MAX_INPUT_BYTES}" in text
-    assert f"name: l{phases.MAX_INPUT_DEPTH + 2}" not in text
+    assert f"size(variables.l{limits.INPUT_MAX_DEPTH + 1}) == 0" in text
+    assert f"<= {limits.INPUT_MAX_BYTES}" in text
+    assert f"name: l{limits.INPUT_MAX_DEPTH + 2}" not in text

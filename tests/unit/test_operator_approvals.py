@@ -6,7 +6,7 @@ import dataclasses
 import datetime
 
 from agent_operator.decide import actions, model, reconcile
-from agentrun_core.api import schedules
+from agentrun_core.api import meta, schedules
 from tests.unit import rowmaker
 from tests.unit.reconcile_world import NOW, pod, world
 
@@ -27,14 +27,14 @@ OLD = rowmaker.approval(
 def annotated(
     value: str,
     *,
-    key: str = model.ANN_APPROVE,
+    key: str = meta.APPROVE,
     by: str | None = "manager",
     extra_annotations: dict[str, str] | None = None,
     **kw: object,
 ) -> model.World:
-    ann = {key: value, model.ANN_CREATED_BY: "alice", **(extra_annotations or {})}
+    ann = {key: value, meta.CREATED_BY: "alice", **(extra_annotations or {})}
     if by:
-        ann[model.ANN_DECIDED_BY] = by
+        ann[meta.DECIDED_BY] = by
     return world(
         db="parked",
         status={"attempts": 1},
@@ -88,10 +88,10 @@ def test_approve_pending_id() -> None:
 
 
 def test_reject_with_comment() -> None:
-    w = annotated(PENDING.approval_id, key=model.ANN_REJECT)
+    w = annotated(PENDING.approval_id, key=meta.REJECT)
     w = dataclasses.replace(
         w,
-        run=dataclasses.replace(w.run, annotations={**w.run.annotations, model.ANN_COMMENT: "not this one"}),
+        run=dataclasses.replace(w.run, annotations={**w.run.annotations, meta.COMMENT: "not this one"}),
     )
     (decide,) = decides(reconcile.decide(w))
     assert decide.decision == "rejected" and decide.comment == "not this one"
@@ -186,7 +186,7 @@ def test_annotation_beats_deadline_in_the_same_reconcile() -> None:
     w = dataclasses.replace(
         w,
         run=dataclasses.replace(
-            w.run, annotations={model.ANN_APPROVE: PENDING.approval_id, model.ANN_DECIDED_BY: "manager"}
+            w.run, annotations={meta.APPROVE: PENDING.approval_id, meta.DECIDED_BY: "manager"}
         ),
     )
     (decide,) = decides(reconcile.decide(w))
@@ -226,7 +226,7 @@ def test_decision_is_stored_before_the_annotations_go() -> None:
 def _with_policy(policy: dict[str, object], by: str = "manager", groups: str = "") -> model.World:
     approval = dataclasses.replace(PENDING, policy=policy)
     w = annotated(approval.approval_id, by=by)
-    ann = {**w.run.annotations, model.ANN_DECIDED_GROUPS: groups}
+    ann = {**w.run.annotations, meta.DECIDED_BY_GROUPS: groups}
     return dataclasses.replace(w, run=dataclasses.replace(w.run, annotations=ann), approvals=(OLD, approval))
 
 
@@ -271,18 +271,18 @@ def test_a_four_eyes_namespace_overrides_allow_self_approval() -> None:
     assert decides(plan) == [] and [e.reason for e in plan.events] == ["SelfApprovalRefused"]
     assert "requires four eyes" in plan.events[0].message
     assert decides(reconcile.decide(annotated(PENDING.approval_id, by="bob", namespace_four_eyes=True)))
-    rejected = annotated(PENDING.approval_id, key=model.ANN_REJECT, by="alice", namespace_four_eyes=True)
+    rejected = annotated(PENDING.approval_id, key=meta.REJECT, by="alice", namespace_four_eyes=True)
     assert decides(reconcile.decide(rejected))  # a creator can always stop their own run
 
 
 def test_the_namespace_names_who_decides() -> None:
-    ann = {model.ANN_DECIDED_GROUPS: "devs,system:authenticated"}
+    ann = {meta.DECIDED_BY_GROUPS: "devs,system:authenticated"}
     plan = reconcile.decide(
         annotated(PENDING.approval_id, namespace_approver_groups=("managers",), extra_annotations=ann)
     )
     assert decides(plan) == [] and [e.reason for e in plan.events] == ["ApproverRefused"]
     assert "approver groups of namespace" in plan.events[0].message and "managers" in plan.events[0].message
-    ann = {model.ANN_DECIDED_GROUPS: "managers"}
+    ann = {meta.DECIDED_BY_GROUPS: "managers"}
     ok = annotated(PENDING.approval_id, namespace_approver_groups=("managers",), extra_annotations=ann)
     assert decides(reconcile.decide(ok))
 
@@ -290,7 +290,7 @@ def test_the_namespace_names_who_decides() -> None:
 def test_the_author_of_a_schedule_may_not_approve_its_ticks_run() -> None:
     """The operator created the run (created-by); the schedule's author, carried on the run, is refused as
     its creator would be — unless self-approval is allowed and the namespace does not require four eyes."""
-    tick = {model.ANN_CREATED_BY: "system:serviceaccount:agentrun-system:agentrun-operator"}
+    tick = {meta.CREATED_BY: "system:serviceaccount:agentrun-system:agentrun-operator"}
     tick[schedules.ANN_AUTHOR] = "carol"
     plan = reconcile.decide(annotated(PENDING.approval_id, by="carol", extra_annotations=tick))
     assert decides(plan) == [] and [e.reason for e in plan.events] == ["SelfApprovalRefused"]
@@ -305,5 +305,5 @@ def test_the_author_of_a_schedule_may_not_approve_its_ticks_run() -> None:
     )
     plan = reconcile.decide(four_eyes)
     assert decides(plan) == [] and "requires four eyes" in plan.events[0].message
-    rejected = annotated(PENDING.approval_id, key=model.ANN_REJECT, by="carol", extra_annotations=tick)
+    rejected = annotated(PENDING.approval_id, key=meta.REJECT, by="carol", extra_annotations=tick)
     assert decides(reconcile.decide(rejected))  # the author can always stop the run

@@ -12,6 +12,8 @@ import pytest
 from agent_operator.decide import actions, model, phases, reconcile, steering
 from agentrun import cluster, steer_cli
 from agentrun_core import store
+from agentrun_core.api import meta
+from agentrun_core.api import status as api_status
 from tests.unit import reconcile_world, rowmaker
 from tests.unit.reconcile_world import NOW
 
@@ -63,7 +65,7 @@ def test_retry_of_a_failed_run_reopens_it_once_and_leaves_status_alone() -> None
         status=FAILED,
         pods=[DONE_POD],
         spec={"retryGeneration": 1},
-        annotations={model.ANN_RETRIED_BY: "oncall"},
+        annotations={meta.RETRIED_BY: "oncall"},
     )
     plan = reconcile.decide(w)
     assert [a for a in plan.actions if isinstance(a, actions.ReopenRun)] == [actions.ReopenRun(1, "oncall")]
@@ -77,7 +79,7 @@ def test_retry_waits_while_the_run_runs_and_needs_the_stamp() -> None:
         status={"attempts": 1},
         pods=[running],
         spec={"retryGeneration": 1},
-        annotations={model.ANN_RETRIED_BY: "oncall"},
+        annotations={meta.RETRIED_BY: "oncall"},
     )
     assert not any(isinstance(a, actions.ReopenRun) for a in reconcile.decide(w).actions)
     unstamped = world(
@@ -99,7 +101,7 @@ def test_retry_of_a_succeeded_run_is_refused() -> None:
         status={"attempts": 1},
         pods=[DONE_POD],
         spec={"retryGeneration": 2},
-        annotations={model.ANN_RETRIED_BY: "oncall"},
+        annotations={meta.RETRIED_BY: "oncall"},
     )
     plan = reconcile.decide(w)
     assert not any(isinstance(a, actions.ReopenRun) for a in plan.actions)
@@ -184,7 +186,12 @@ def test_the_first_cancelled_status_already_surfaces_pending_effects() -> None:
 
 def test_an_operator_decided_outcome_notes_its_pending_effects_once_with_todays_count() -> None:
     note = "effect(s) left pending"
-    decided = {"attempts": 1, "phase": "Failed", "reason": phases.ATTEMPTS_EXHAUSTED, "message": "gave up"}
+    decided = {
+        "attempts": 1,
+        "phase": "Failed",
+        "reason": api_status.ATTEMPTS_EXHAUSTED,
+        "message": "gave up",
+    }
     first = reconcile.decide(
         world(db=rowmaker.run(status="admitted"), status=decided, pods=[DONE_POD], effects={"pending": 2})
     )
@@ -211,14 +218,14 @@ def test_an_operator_decided_outcome_notes_its_pending_effects_once_with_todays_
 @pytest.mark.parametrize(
     ("annotations", "refusal"),
     [
-        ({model.ANN_RESOLVE: "ak-1=maybe", model.ANN_RESOLVED_BY: "x"}, "must be <effect key>=sent"),
-        ({model.ANN_RESOLVE: "ak-1=sent"}, "carries no agentrun.dev/resolved-by stamp"),
+        ({meta.RESOLVE: "ak-1=maybe", meta.RESOLVED_BY: "x"}, "must be <effect key>=sent"),
+        ({meta.RESOLVE: "ak-1=sent"}, "carries no agentrun.dev/resolved-by stamp"),
         (
-            {model.ANN_RESOLVE: "ak-1=sent", model.ANN_RESOLVED_BY: "x", model.ANN_RESOLVE_RESULT: "{"},
+            {meta.RESOLVE: "ak-1=sent", meta.RESOLVED_BY: "x", meta.RESOLVE_RESULT: "{"},
             "not JSON",
         ),
         (
-            {model.ANN_RESOLVE: "ak-1=not-sent", model.ANN_RESOLVED_BY: "x", model.ANN_RESOLVE_RESULT: "1"},
+            {meta.RESOLVE: "ak-1=not-sent", meta.RESOLVED_BY: "x", meta.RESOLVE_RESULT: "1"},
             "only",
         ),
     ],
@@ -230,9 +237,9 @@ def test_resolve_refusals(annotations: dict[str, str], refusal: str) -> None:
 
 def test_resolve_plans_the_effect_and_removes_the_annotations() -> None:
     ann = {
-        model.ANN_RESOLVE: "ak-1=sent",
-        model.ANN_RESOLVED_BY: "oncall",
-        model.ANN_RESOLVE_RESULT: '{"id": 7}',
+        meta.RESOLVE: "ak-1=sent",
+        meta.RESOLVED_BY: "oncall",
+        meta.RESOLVE_RESULT: '{"id": 7}',
     }
     plan = reconcile.decide(
         world(db=rowmaker.run(status="needs_human"), status=FAILED, pods=[DONE_POD], annotations=ann)
@@ -242,7 +249,7 @@ def test_resolve_plans_the_effect_and_removes_the_annotations() -> None:
 
 
 def test_desired_conditions_lists_finished_always() -> None:
-    assert "Finished" in phases.CORE_CONDITIONS
+    assert "Finished" in api_status.CORE_CONDITIONS
     desired = phases.desired_conditions(
         "Cancelled", "Cancelled", "x", admitted=True, escalated=False, read_only=False
     )
@@ -261,7 +268,7 @@ def _obj(phase: str, reason: str, *, generation: int = 1, observed: int = 1, **s
             "conditions": [
                 {
                     "type": "Finished",
-                    "status": "True" if phase in phases.FINAL_PHASES else "False",
+                    "status": "True" if phase in api_status.FINAL_PHASES else "False",
                     "reason": reason,
                     "observedGeneration": observed,
                 },
@@ -290,10 +297,10 @@ def test_retry_patch() -> None:
 
 def test_resolve_annotations() -> None:
     assert steer_cli.resolve_annotations("ak-12", True, '{"b": 1, "a": 2}') == {
-        steer_cli.ANN_RESOLVE: "ak-12=sent",
-        steer_cli.ANN_RESOLVE_RESULT: '{"a":2,"b":1}',
+        meta.RESOLVE: "ak-12=sent",
+        meta.RESOLVE_RESULT: '{"a":2,"b":1}',
     }
-    assert steer_cli.resolve_annotations("ak-12", False, None)[steer_cli.ANN_RESOLVE] == "ak-12=not-sent"
+    assert steer_cli.resolve_annotations("ak-12", False, None)[meta.RESOLVE] == "ak-12=not-sent"
     with pytest.raises(cluster.CliError, match="not JSON"):
         steer_cli.resolve_annotations("ak-12", True, "{")
     with pytest.raises(cluster.CliError, match="goes with --sent"):

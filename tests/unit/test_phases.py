@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 
 from agent_operator.decide import model, phases, retry
+from agentrun_core.api import status as api_status
 
 T0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 T1 = T0 + datetime.timedelta(minutes=5)
@@ -23,7 +24,7 @@ def test_core_conditions_always_present() -> None:
     desired = phases.desired_conditions(
         "Running", "AttemptRunning", "", admitted=True, escalated=False, read_only=False
     )
-    assert list(desired) == list(phases.CORE_CONDITIONS)
+    assert list(desired) == list(api_status.CORE_CONDITIONS)
     cancelled = phases.desired_conditions(
         "Cancelled", "Cancelled", "x", admitted=True, escalated=False, read_only=True
     )

@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agent_operator.decide import admission, edits, steering
-from agentrun import respond_cli, steer_cli
+from agent_operator.decide import admission
 from agentrun_core.api import limits, meta, policygen
 from agentrun_core.api import status as api_status
 
@@ -55,22 +54,21 @@ def test_a_changed_value_changes_the_policy_and_its_fingerprint(monkeypatch: pyt
 
 
 def test_the_cel_names_what_the_cli_and_the_operator_use() -> None:
+    # The CLI and the operator read these same values from agentrun_core.api (no copies: test_vocabulary).
     payload = _policy(policygen.output(EDITS).read_text())
     cel = " ".join(v["expression"] for v in payload["spec"]["validations"])
     cel += " ".join(v["expression"] for v in payload["spec"]["variables"])
-    assert f"k.startsWith('{edits.EDIT_PREFIX}')" in cel and edits.EDIT_PREFIX == respond_cli.EDIT_PREFIX
+    assert f"k.startsWith('{meta.EDIT_PREFIX}')" in cel
     assert f"k.substring({len(meta.EDIT_PREFIX)})" in cel
-    assert (
-        f"size(variables.editKeys) <= {edits.MAX_EDITS}" in cel and respond_cli.MAX_EDITS == edits.MAX_EDITS
-    )
-    assert f"<= {edits.EDIT_LIMIT})" in cel and respond_cli.EDIT_LIMIT == edits.EDIT_LIMIT
-    assert f"<= {edits.RESPONSE_LIMIT})" in cel and respond_cli.RESPONSE_LIMIT == edits.RESPONSE_LIMIT
-    assert f"'{edits.ANN_DECISIONS}'" in cel and f"<= {limits.DECISIONS_MAX_CHARS}" in cel
+    assert f"size(variables.editKeys) <= {limits.EDIT_MAX_FIELDS}" in cel
+    assert f"<= {limits.EDIT_MAX_CHARS})" in cel
+    assert f"<= {limits.RESPONSE_MAX_CHARS})" in cel
+    assert f"'{meta.DECISIONS}'" in cel and f"<= {limits.DECISIONS_MAX_CHARS}" in cel
     steer = _policy(policygen.output(STEER).read_text())
     cel = " ".join(v["expression"] for v in steer["spec"]["validations"])
-    assert f"<= {steering.RESULT_LIMIT}" in cel and steer_cli.RESULT_LIMIT == steering.RESULT_LIMIT
+    assert f"<= {limits.RESOLVE_RESULT_MAX_BYTES}" in cel
     assert f"in ['{api_status.FAILED}', '{api_status.CANCELLED}']" in cel
-    assert tuple(steer_cli.RETRYABLE_PHASES) == (api_status.FAILED, api_status.CANCELLED)
+    assert tuple(api_status.RETRYABLE_PHASES) == (api_status.FAILED, api_status.CANCELLED)
 
 
 def test_placeholders() -> None:

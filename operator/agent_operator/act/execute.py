@@ -18,11 +18,13 @@ from typing import Any
 from agent_operator import kube
 from agent_operator import settings as settings_
 from agent_operator.act import tenants
-from agent_operator.decide import actions, edits, forks, model, phases, pods, steering
+from agent_operator.decide import actions, edits, forks, model, pods, steering
 from agent_operator.observe import memory as memory_
 from agent_operator.observe import metrics
 from agentrun_core import store
+from agentrun_core.api import meta as api_meta
 from agentrun_core.api import protocol
+from agentrun_core.api import status as api_status
 from agentrun_core.store import connect
 
 logger = logging.getLogger(__name__)
@@ -34,7 +36,7 @@ def spec_hash(spec: model.RunSpec) -> str:
 
 
 # The Failed condition's reason of a run whose spec Postgres refuses to store (issue 35).
-UNSTORABLE = phases.UNSTORABLE
+UNSTORABLE = api_status.UNSTORABLE
 
 
 class Unstorable(Exception):
@@ -96,7 +98,7 @@ class Executor:
                 store.set_read_only(self.db, run.uid, True)
             case actions.RemoveDecisionAnnotations():
                 memory.handled_rvs.add(run.resource_version)
-                present = tuple(k for k in model.DECISION_ANNOTATIONS if k in run.annotations)
+                present = tuple(k for k in api_meta.DECISION_ANNOTATIONS if k in run.annotations)
                 present += edits.payload_annotations(run.annotations)
                 if present:
                     kube.remove_annotations(self.api, ns, name, present)
@@ -108,7 +110,7 @@ class Executor:
                 self._resolve(run, action)
             case actions.RemoveResolveAnnotations():
                 memory.handled_rvs.add(run.resource_version)
-                present = tuple(k for k in model.RESOLVE_ANNOTATIONS if k in run.annotations)
+                present = tuple(k for k in api_meta.RESOLVE_ANNOTATIONS if k in run.annotations)
                 if present:
                     kube.remove_annotations(self.api, ns, name, present)
             case actions.DeleteRun():

@@ -27,6 +27,7 @@ from typing import Any
 
 from agent_operator.decide import phases
 from agentrun_core import store
+from agentrun_core.api import status as api_status
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ def purge_delay(
     against ``now`` (then the operator's clock, which wrote it)."""
     ttl = (body.get("spec") or {}).get("ttlSecondsAfterFinished")
     status = body.get("status") or {}
-    if finished_at is None and status.get("phase") in phases.FINAL_PHASES:
+    if finished_at is None and status.get("phase") in api_status.FINAL_PHASES:
         finished_at = phases.parse_time(status.get("completionTime"))
     since = (now - finished_at).total_seconds() if finished_at is not None else None
     if ttl is not None and since is not None and since + TTL_SLACK_SECONDS >= float(ttl):

@@ -24,10 +24,7 @@ from typing import Any
 
 from agent_operator.decide import schedule_plan
 from agentrun_core import faults, kube
-from agentrun_core.api import meta
 from agentrun_core.api import schedules as names
-
-CREATED_BY = meta.CREATED_BY
 
 logger = logging.getLogger(__name__)
 TIMEOUT = 10.0
@@ -138,7 +135,7 @@ class Scheduler:
             created = names.run_body(body, run, tick)
             if self.creator():
                 meta = created.setdefault("metadata", {})
-                meta["annotations"] = {**(meta.get("annotations") or {}), CREATED_BY: self.creator()}
+                meta["annotations"] = {**(meta.get("annotations") or {}), meta.CREATED_BY: self.creator()}
             kube.runs.create(self.api, namespace, created, timeout=TIMEOUT)
         except kube.AlreadyExists:
             logger.info("run %s/%s of tick %s exists already: recorded", namespace, run, names.rfc3339(tick))

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 
 from agent_operator.decide import actions, edits, model
 from agentrun_core import hitl, store
-from agentrun_core.api import schedules
+from agentrun_core.api import meta, schedules
 from agentrun_core.api import status as api_status
 
 OPERATOR_IDENTITY = "agentrun-operator"
@@ -63,16 +63,16 @@ class Request:
 def parse(annotations: dict[str, str] | None) -> tuple[Request | None, str | None]:
     """(request, refusal): at most one is set; both None when no decision annotation is present."""
     ann = annotations or {}
-    approve = ann.get(model.ANN_APPROVE, "").strip()
-    reject = ann.get(model.ANN_REJECT, "").strip()
+    approve = ann.get(meta.APPROVE, "").strip()
+    reject = ann.get(meta.REJECT, "").strip()
     if not approve and not reject:
         return None, None
     if approve and reject:
-        return None, f"both {model.ANN_APPROVE} and {model.ANN_REJECT} are set; set exactly one"
-    decided_by = ann.get(model.ANN_DECIDED_BY, "").strip()
+        return None, f"both {meta.APPROVE} and {meta.REJECT} are set; set exactly one"
+    decided_by = ann.get(meta.DECIDED_BY, "").strip()
     if not decided_by:
         return None, (
-            f"the decision carries no {model.ANN_DECIDED_BY} stamp (is the agentrun MutatingAdmissionPolicy "
+            f"the decision carries no {meta.DECIDED_BY} stamp (is the agentrun MutatingAdmissionPolicy "
             "installed?); nothing applied"
         )
     return (
@@ -80,12 +80,12 @@ def parse(annotations: dict[str, str] | None) -> tuple[Request | None, str | Non
             approval_id=approve or reject,
             decision="approved" if approve else "rejected",
             decided_by=decided_by,
-            created_by=ann.get(model.ANN_CREATED_BY, "").strip(),
-            comment=ann.get(model.ANN_COMMENT) or None,
-            groups=tuple(g for g in ann.get(model.ANN_DECIDED_GROUPS, "").split(",") if g),
+            created_by=ann.get(meta.CREATED_BY, "").strip(),
+            comment=ann.get(meta.COMMENT) or None,
+            groups=tuple(g for g in ann.get(meta.DECIDED_BY_GROUPS, "").split(",") if g),
             edits=edits.from_annotations(ann)[0],
             response=edits.from_annotations(ann)[1],
-            decisions=ann.get(edits.ANN_DECISIONS),
+            decisions=ann.get(meta.DECISIONS),
             schedule_author=ann.get(schedules.ANN_AUTHOR, "").strip(),
         ),
         None,
@@ -180,7 +180,7 @@ def _check(world: model.World, plan: actions.Plan, request: Request, finished: b
             "ApproverRefused",
             f"{verb} of {approval.approval_id} by {request.decided_by} refused: not in the approver groups "
             f"of namespace {world.run.namespace} ({', '.join(groups)}; its annotation "
-            f"{model.ANN_APPROVER_GROUPS})",
+            f"{meta.APPROVER_GROUPS})",
         )
         return None
     own = request.self_approval()
@@ -188,7 +188,7 @@ def _check(world: model.World, plan: actions.Plan, request: Request, finished: b
         plan.warn(
             "SelfApprovalRefused",
             f"{own} and namespace {world.run.namespace} requires four eyes "
-            f"(label {model.LABEL_FOUR_EYES}), whatever spec.approval.allowSelfApproval says",
+            f"(label {meta.LABEL_FOUR_EYES}), whatever spec.approval.allowSelfApproval says",
         )
         return None
     if own and not policy.allow_self_approval:

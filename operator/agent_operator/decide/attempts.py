@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from agent_operator.decide import actions, imagepin, model, phases, pods, retry, run_status, steering, walk
-from agentrun_core.api import protocol
+from agentrun_core.api import meta, protocol
 from agentrun_core.api import status as api_status
 
 
@@ -111,7 +111,7 @@ def _ended(w: walk.Walk, current: int, pod: model.PodInfo | None) -> dict[str, A
             st.phase, st.reason = api_status.WAITING_APPROVAL, api_status.APPROVAL_PENDING
             st.message = (
                 f"waiting for approval {pending.approval_id}: kubectl annotate ar "
-                f"{world.run.name} {model.ANN_APPROVE}={pending.approval_id}"
+                f"{world.run.name} {meta.APPROVE}={pending.approval_id}"
             )
             st.next_attempt_at = None
             w.show()
@@ -120,9 +120,9 @@ def _ended(w: walk.Walk, current: int, pod: model.PodInfo | None) -> dict[str, A
         start(w, current + 1, "deadline" if _last_expired(world) else "approval")
         return None
     if pod is not None and pod.exit_code == protocol.EXIT_USAGE:
-        st.phase, st.reason = api_status.FAILED, phases.INVALID_SPEC
+        st.phase, st.reason = api_status.FAILED, api_status.INVALID_SPEC
         st.message = f"the worker refused its configuration (exit code 2): {pod.message or 'see its log'}"
-        plan.warn(phases.INVALID_SPEC, st.message)
+        plan.warn(api_status.INVALID_SPEC, st.message)
         st.completion_time = phases.iso(world.now)
         w.show()
         return None
@@ -148,7 +148,7 @@ def _next(w: walk.Walk, current: int, pod: model.PodInfo | None, recorded: dict[
         start(w, current + 1, str(recorded["reason"]))
         return
     if recorded.get("exhausted"):
-        st.phase, st.reason = api_status.FAILED, phases.ATTEMPTS_EXHAUSTED
+        st.phase, st.reason = api_status.FAILED, api_status.ATTEMPTS_EXHAUSTED
         st.message = (
             f"{st.restarts} attempts lost (last: {recorded.get('reason')}: "
             f"{recorded.get('message')}); spec.retry.maxAttempts={world.spec.retry.max_attempts}"
@@ -156,7 +156,7 @@ def _next(w: walk.Walk, current: int, pod: model.PodInfo | None, recorded: dict[
         run_status.note_pending_effects(world, st)
         st.completion_time = phases.iso(world.now)
         st.next_attempt_at = None
-        plan.warn(phases.ATTEMPTS_EXHAUSTED, st.message)
+        plan.warn(api_status.ATTEMPTS_EXHAUSTED, st.message)
         w.show()
         return
     due = phases.parse_time(st.next_attempt_at)

@@ -35,7 +35,8 @@ by the Pod watch (``handlers.pod_changed``) after a fresh read shows no run of t
 
 from __future__ import annotations
 
-from agent_operator.decide import actions, model, phases
+from agent_operator.decide import actions, model
+from agentrun_core.api import status as api_status
 
 
 def releasable(world: model.World, plan: actions.Plan) -> list[str]:
@@ -57,7 +58,7 @@ def finished_pods(world: model.World, plan: actions.Plan, retention_seconds: flo
         return
     current = max([int((plan.status or world.status).get("attempts") or 0), *world.pods])
     phase = str((plan.status or world.status).get("phase") or "")
-    final = phase in phases.FINAL_PHASES or (world.db is not None and world.db.status in model.DB_FINAL)
+    final = phase in api_status.FINAL_PHASES or (world.db is not None and world.db.status in model.DB_FINAL)
     # No worker runs and none is starting: the last Pod only keeps its log.
     why_done = "run finished" if final else "run waits for an approval" if world.parked_waiting else None
     for attempt, pod in sorted(world.pods.items()):

@@ -24,25 +24,21 @@ from typing import Any
 from agentrun_core import hitl
 from agentrun_core.api import limits, meta
 
-EDIT_PREFIX = meta.EDIT_PREFIX
-ANN_RESPONSE = meta.RESPONSE
-ANN_DECISIONS = meta.DECISIONS
 # The admission policy (deploy/admission/edits-policy.yaml) enforces the same numbers, rendered from these.
-EDIT_LIMIT = limits.EDIT_MAX_CHARS
-MAX_EDITS = limits.EDIT_MAX_FIELDS
-RESPONSE_LIMIT = limits.RESPONSE_MAX_CHARS
 
 
 def from_annotations(annotations: Mapping[str, str]) -> tuple[dict[str, str], str | None]:
     """(edits by field, response) as annotated."""
-    edits = {k[len(EDIT_PREFIX) :]: v for k, v in annotations.items() if k.startswith(EDIT_PREFIX)}
-    response = annotations.get(ANN_RESPONSE)
+    edits = {k[len(meta.EDIT_PREFIX) :]: v for k, v in annotations.items() if k.startswith(meta.EDIT_PREFIX)}
+    response = annotations.get(meta.RESPONSE)
     return edits, response
 
 
 def payload_annotations(annotations: Mapping[str, str]) -> tuple[str, ...]:
     """The payload annotations present (removed with the decision's once it is applied)."""
-    return tuple(k for k in annotations if k.startswith(EDIT_PREFIX) or k in (ANN_RESPONSE, ANN_DECISIONS))
+    return tuple(
+        k for k in annotations if k.startswith(meta.EDIT_PREFIX) or k in (meta.RESPONSE, meta.DECISIONS)
+    )
 
 
 def editable(prompt: Any) -> tuple[str, ...]:
@@ -60,11 +56,11 @@ def action(prompt: Any) -> str | None:
 def problem(decision: str, edits: Mapping[str, str], response: str | None, prompt: Any) -> str | None:
     """Why this payload cannot go with this decision on this approval; None when it can."""
     if edits and decision != "approved":
-        return f"edits ({EDIT_PREFIX}*) go with an approval only ({meta.APPROVE})"
+        return f"edits ({meta.EDIT_PREFIX}*) go with an approval only ({meta.APPROVE})"
     if response is not None and decision != "rejected":
-        return f"{ANN_RESPONSE} goes with {meta.REJECT} only (kubectl agentrun respond)"
-    if response is not None and not (0 < len(response) <= RESPONSE_LIMIT):
-        return f"{ANN_RESPONSE} must be 1 to {RESPONSE_LIMIT} characters"
+        return f"{meta.RESPONSE} goes with {meta.REJECT} only (kubectl agentrun respond)"
+    if response is not None and not (0 < len(response) <= limits.RESPONSE_MAX_CHARS):
+        return f"{meta.RESPONSE} must be 1 to {limits.RESPONSE_MAX_CHARS} characters"
     if not edits:
         return None
     allowed = editable(prompt)
@@ -74,11 +70,11 @@ def problem(decision: str, edits: Mapping[str, str], response: str | None, promp
             f"cannot edit {', '.join(unknown)}: the approval's prompt lets you edit "
             f"{', '.join(allowed) if allowed else 'nothing'}"
         )
-    if len(edits) > MAX_EDITS:
-        return f"at most {MAX_EDITS} edited fields"
-    long = sorted(k for k, v in edits.items() if len(v) > EDIT_LIMIT)
+    if len(edits) > limits.EDIT_MAX_FIELDS:
+        return f"at most {limits.EDIT_MAX_FIELDS} edited fields"
+    long = sorted(k for k, v in edits.items() if len(v) > limits.EDIT_MAX_CHARS)
     if long:
-        return f"edited {', '.join(long)} longer than {EDIT_LIMIT} characters"
+        return f"edited {', '.join(long)} longer than {limits.EDIT_MAX_CHARS} characters"
     return None
 
 
@@ -91,13 +87,13 @@ def batch_decisions(
         return None, None
     if edits:
         return None, (
-            f"{EDIT_PREFIX}* annotations do not apply to a HumanInTheLoopMiddleware batch: edit an "
+            f"{meta.EDIT_PREFIX}* annotations do not apply to a HumanInTheLoopMiddleware batch: edit an "
             "action in its decision (kubectl agentrun approve NAME --id ID --set N.FIELD=TEXT)"
         )
     try:
         return hitl.decide(prompt, decision, decisions=decisions, response=response), None
     except hitl.DecisionRefused as exc:
-        return None, f"{ANN_DECISIONS if decisions is not None else 'the decision'}: {exc}"
+        return None, f"{meta.DECISIONS if decisions is not None else 'the decision'}: {exc}"
 
 
 def status_fields(payload: Any) -> dict[str, Any]:

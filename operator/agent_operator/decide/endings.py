@@ -8,8 +8,8 @@ read, never by the watch cache alone.
 
 from __future__ import annotations
 
-from agent_operator.decide import actions, forks, model, phases, run_status, walk
-from agentrun_core import budget, deadline_math, store
+from agent_operator.decide import actions, model, phases, run_status, walk
+from agentrun_core import deadline_math, store
 from agentrun_core.api import status as api_status
 
 
@@ -20,27 +20,33 @@ def db_outcome(db: store.Run) -> tuple[str, str, str] | None:
     if db.status == "failed":
         if db.status_reason in deadline_math.REASONS:  # agent_operator.decide.deadlines: store.expire_run
             return api_status.FAILED, db.status_reason, db.error or db.status_reason
-        if db.status_reason == forks.FORK_EDIT_REFUSED:  # the fork's worker: an edit that does not fit
+        if db.status_reason == api_status.FORK_EDIT_REFUSED:  # the fork's worker: an edit that does not fit
             return (
                 api_status.FAILED,
-                forks.FORK_EDIT_REFUSED,
+                api_status.FORK_EDIT_REFUSED,
                 db.error or "a fork edit does not fit the state",
             )
-        if db.status_reason == budget.REASON:  # spec.budget reached and the raise rejected (or expired)
-            return api_status.FAILED, budget.REASON, db.error or "the budget was reached and not raised"
+        if (
+            db.status_reason == api_status.BUDGET_EXCEEDED
+        ):  # spec.budget reached and the raise rejected (or expired)
+            return (
+                api_status.FAILED,
+                api_status.BUDGET_EXCEEDED,
+                db.error or "the budget was reached and not raised",
+            )
         if phases.is_invalid_spec(db.status_reason, db.error):
             return (
                 api_status.FAILED,
-                phases.INVALID_SPEC,
+                api_status.INVALID_SPEC,
                 db.error or db.status_reason or "the spec cannot run",
             )
-        return api_status.FAILED, phases.GRAPH_FAILED, db.error or db.status_reason or "the graph failed"
+        return api_status.FAILED, api_status.GRAPH_FAILED, db.error or db.status_reason or "the graph failed"
     if db.status == "cancelled":
         return api_status.CANCELLED, api_status.CANCELLED, db.status_reason or "cancelled"
     if db.status == "needs_human":
         return (
             api_status.FAILED,
-            phases.NEEDS_HUMAN,
+            api_status.NEEDS_HUMAN,
             (
                 db.error
                 or db.status_reason

@@ -25,11 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agentrun_core.api import status as api_status
-
-FORK_REFUSED = api_status.FORK_REFUSED
 # The status reason the fork's worker writes (agent_worker.forking) for an edit path that does not fit.
-FORK_EDIT_REFUSED = api_status.FORK_EDIT_REFUSED
 
 
 def carried_problem(

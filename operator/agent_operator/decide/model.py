@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentrun_core import deadline_math, store
-from agentrun_core.api import meta, protocol
+from agentrun_core.api import protocol
 from agentrun_core.api import status as api_status
 from agentrun_core.api.run_spec import ApprovalPolicy as ApprovalPolicy
 from agentrun_core.api.run_spec import Concurrency as Concurrency
@@ -23,14 +23,6 @@ from agentrun_core.api.run_spec import RetryPolicy as RetryPolicy
 from agentrun_core.api.run_spec import RunSpec as RunSpec
 
 # The steering contract's names (agentrun_core.api.annotations), under the names this package reads them by.
-FINALIZER = meta.FINALIZER
-ANN_APPROVE = meta.APPROVE
-ANN_REJECT = meta.REJECT
-ANN_COMMENT = meta.COMMENT
-ANN_DECIDED_BY = meta.DECIDED_BY
-ANN_CREATED_BY = meta.CREATED_BY
-ANN_DECIDED_GROUPS = meta.DECIDED_BY_GROUPS
-DECISION_ANNOTATIONS = meta.DECISION_ANNOTATIONS
 
 # Container waiting reasons that mean "this Pod will not start by itself" (kubelet's names).
 _WAITING = "CreateContainerConfigError CreateContainerError ErrImagePull ImagePullBackOff InvalidImageName"
@@ -39,13 +31,6 @@ BLOCKED_WAITING_REASONS = frozenset((*_WAITING.split(), "ErrImageNeverPull", "Ru
 # Steering (agent_operator.decide.steering): resolve an effect of unknown outcome; who retried / resolved
 # (stamped by the MutatingAdmissionPolicy in deploy/admission/steer-mutating-policy.yaml from
 # request.userInfo).
-LABEL_FOUR_EYES = meta.LABEL_FOUR_EYES
-ANN_APPROVER_GROUPS = meta.APPROVER_GROUPS
-ANN_RESOLVE = meta.RESOLVE
-ANN_RESOLVE_RESULT = meta.RESOLVE_RESULT
-ANN_RESOLVED_BY = meta.RESOLVED_BY
-ANN_RETRIED_BY = meta.RETRIED_BY
-RESOLVE_ANNOTATIONS = meta.RESOLVE_ANNOTATIONS
 
 # The final agentrun_runs.status values (defined in agentrun_core.api.protocol).
 DB_FINAL = frozenset(protocol.FINAL_RUN_STATUSES)
@@ -209,8 +194,9 @@ class World:
     # resolve, retry, fork or resume is applied (agent_operator.decide.admission). When not: each one and why.
     admission_ok: bool | None = True
     admission_missing: tuple[str, ...] = ()
-    # The Namespace's approval policy (not the author's), read when a decision is applied: LABEL_FOUR_EYES
-    # "true" (no self-approval whatever spec.approval says), ANN_APPROVER_GROUPS (who decides).
+    # The Namespace's approval policy (not the author's), read when a decision is applied:
+    # meta.LABEL_FOUR_EYES
+    # "true" (no self-approval whatever spec.approval says), meta.APPROVER_GROUPS (who decides).
     namespace_four_eyes: bool = False
     namespace_approver_groups: tuple[str, ...] = ()
     # The current attempt's Pod and the run's Lease in this World were read from the API server during this

@@ -10,20 +10,11 @@ from agentrun_core.api import limits
 from agentrun_core.api import status as api_status
 
 # The status vocabulary is the API's (agentrun_core.api.status); these names are how the operator reads it.
-FINAL_PHASES = api_status.FINAL_PHASES
-PHASES = api_status.PHASES
 
 # Condition types always present (True/False), in this order; extra ones appear only while True.
 # Finished is True for every final phase (reason = the outcome): `kubectl wait --for=condition=Finished`.
-CORE_CONDITIONS = api_status.CORE_CONDITIONS
-EXTRA_CONDITIONS = api_status.EXTRA_CONDITIONS
 
 # Failure reasons (condition Failed, reason).
-INVALID_SPEC = api_status.INVALID_SPEC
-UNSTORABLE = api_status.UNSTORABLE
-ATTEMPTS_EXHAUSTED = api_status.ATTEMPTS_EXHAUSTED
-GRAPH_FAILED = api_status.GRAPH_FAILED
-NEEDS_HUMAN = api_status.NEEDS_HUMAN
 
 # Error texts/status reasons of the worker that mean "the spec cannot run" rather than "the graph failed".
 _INVALID_SPEC_MARKERS = (
@@ -42,8 +33,6 @@ _INVALID_SPEC_MARKERS = (
 # Bounds of spec.input, checked before admission (docs/operator.md): the API server accepts objects nested
 # ~10,000 deep and ~1.4 MiB large, which the operator must survive but never runs; msgpack (checkpoints)
 # refuses integers beyond 64 bits, so those are refused here rather than failing inside the graph.
-MAX_INPUT_DEPTH = limits.INPUT_MAX_DEPTH
-MAX_INPUT_BYTES = limits.INPUT_MAX_BYTES
 _INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
 
 
@@ -137,7 +126,7 @@ def desired_conditions(
             message if phase == api_status.FAILED else "",
         ),
     }
-    final = phase in FINAL_PHASES
+    final = phase in api_status.FINAL_PHASES
     desired[api_status.FINISHED_CONDITION] = (
         final,
         phase if final else api_status.NOT_FINISHED,
@@ -203,8 +192,8 @@ def input_problem(value: Any) -> str | None:
     size = 0
     while stack:
         item, depth = stack.pop()
-        if depth > MAX_INPUT_DEPTH:
-            return f"spec.input is nested deeper than {MAX_INPUT_DEPTH} levels"
+        if depth > limits.INPUT_MAX_DEPTH:
+            return f"spec.input is nested deeper than {limits.INPUT_MAX_DEPTH} levels"
         if isinstance(item, Mapping):
             if any("\x00" in str(k) for k in item):
                 return NUL_IN_INPUT
@@ -223,6 +212,6 @@ def input_problem(value: Any) -> str | None:
             if isinstance(item, str) and "\x00" in item:
                 return NUL_IN_INPUT
             size += len(str(item)) + 2
-        if size > MAX_INPUT_BYTES:
-            return f"spec.input is larger than {MAX_INPUT_BYTES // 1024} KiB"
+        if size > limits.INPUT_MAX_BYTES:
+            return f"spec.input is larger than {limits.INPUT_MAX_BYTES // 1024} KiB"
     return None

@@ -31,7 +31,6 @@ from agent_operator.decide import (
     attempts,
     deadlines,
     endings,
-    forks,
     imagepin,
     model,
     phases,
@@ -39,6 +38,7 @@ from agent_operator.decide import (
     steering,
     walk,
 )
+from agentrun_core.api import meta
 from agentrun_core.api import status as api_status
 
 DEFAULTS = settings_.ReconcileSettings()
@@ -86,7 +86,7 @@ def _walk(w: walk.Walk) -> None:
     run, spec, db = world.run, world.spec, world.db
 
     # 1. Finalizer first, then the admission row.
-    if model.FINALIZER not in run.finalizers and not run.deleting:
+    if meta.FINALIZER not in run.finalizers and not run.deleting:
         plan.actions.append(actions.AddFinalizer())
     if db is None:
         if walk.shows_admission(world.status):
@@ -99,7 +99,7 @@ def _walk(w: walk.Walk) -> None:
     st.attempts = current
     pod = world.pods.get(current)
     _reopened(w, current)
-    finished = db.status in model.DB_FINAL or st.phase in phases.FINAL_PHASES
+    finished = db.status in model.DB_FINAL or st.phase in api_status.FINAL_PHASES
 
     # 2. Approvals and humans steering a stopped run.
     if _steer(w, finished):
@@ -107,7 +107,7 @@ def _walk(w: walk.Walk) -> None:
 
     # 3. The outcome Postgres records.
     outcome = endings.db_outcome(db)
-    if outcome is None and st.phase in phases.FINAL_PHASES:
+    if outcome is None and st.phase in api_status.FINAL_PHASES:
         outcome = (st.phase, st.reason, st.message)  # decided by the operator (attempt limit, InvalidSpec)
     if outcome is not None:
         endings.finish(w, outcome, pod)
@@ -142,18 +142,18 @@ def _admit(w: walk.Walk) -> None:
     if world.run.deleting:
         plan.done = True  # never admitted: nothing ran, nothing to release
         return
-    problem, reason = phases.input_problem(spec.input), phases.INVALID_SPEC
+    problem, reason = phases.input_problem(spec.input), api_status.INVALID_SPEC
     if problem is None and world.unstorable is not None:
-        problem, reason = world.unstorable, phases.UNSTORABLE
+        problem, reason = world.unstorable, api_status.UNSTORABLE
     fork = world.fork_source
     if problem is None and spec.fork_of is not None and world.admission_ok is not True:
         if world.admission_ok is None:
             plan.soon(5.0)  # could not tell whether the policies are installed: admit nothing, look again
             return
-        problem, reason = f"fork refused: {approvals.policy_missing(world)}", forks.FORK_REFUSED
+        problem, reason = f"fork refused: {approvals.policy_missing(world)}", api_status.FORK_REFUSED
     if problem is None and fork is not None and fork.problem is not None:
         # A fork whose source, checkpoint, step or edits do not exist: refused before anything is copied.
-        problem, reason = f"fork refused: {fork.problem}", forks.FORK_REFUSED
+        problem, reason = f"fork refused: {fork.problem}", api_status.FORK_REFUSED
     if problem is not None or st.phase == api_status.FAILED:
         if st.phase != api_status.FAILED:
             plan.warn(reason, problem or "")

@@ -57,7 +57,7 @@ def build(
             status["result"] = results.summarise(db.result)
         if db.error:
             status["error"] = db.error[:4000]
-    if pending is not None and st.phase not in phases.FINAL_PHASES:
+    if pending is not None and st.phase not in api_status.FINAL_PHASES:
         status["pendingApproval"] = phases.jsonable(
             {
                 "id": pending.approval_id,
@@ -105,7 +105,7 @@ def build(
         status["interventions"] = phases.jsonable(steering.status_entries(world))
     if st.start_time:
         status["startTime"] = st.start_time
-    if st.completion_time and st.phase in phases.FINAL_PHASES:
+    if st.completion_time and st.phase in api_status.FINAL_PHASES:
         status["completionTime"] = st.completion_time
     desired = dict(
         phases.desired_conditions(
@@ -177,7 +177,7 @@ def compat_condition(world: model.World, st: walk.State) -> dict[str, tuple[bool
     current = protocol.pod_name(world.run.name, st.attempts) if st.attempts else None
     claimed = world.db is not None and world.db.holder == current
     gap = st.attempts - int(end.get("attempt") or 0)
-    if st.phase in phases.FINAL_PHASES or gap > 1 or (gap == 1 and claimed):
+    if st.phase in api_status.FINAL_PHASES or gap > 1 or (gap == 1 and claimed):
         return compatible
     return {"WorkerIncompatible": (True, "WorkerIncompatible", str(end.get("message") or ""))}
 

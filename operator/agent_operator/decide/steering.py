@@ -26,11 +26,10 @@ from typing import Any
 
 from agent_operator.decide import actions, approvals, model
 from agentrun_core import store
-from agentrun_core.api import limits
+from agentrun_core.api import limits, meta
 
 # agentrun_interventions.kind -> the start reason of the attempt that follows the reopening
 REOPEN_REASONS = {"retry": "retry", "resolve_sent": "resolved", "resolve_not_sent": "resolved"}
-RESULT_LIMIT = limits.RESOLVE_RESULT_MAX_BYTES  # of agentrun.dev/resolve-result (the admission policy's too)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,29 +42,29 @@ class ResolveRequest:
 
 def parse_resolve(annotations: Mapping[str, str]) -> tuple[ResolveRequest | None, str | None]:
     """(request, refusal) from the resolve annotations; both None when there is none."""
-    value = annotations.get(model.ANN_RESOLVE, "").strip()
+    value = annotations.get(meta.RESOLVE, "").strip()
     if not value:
         return None, None
     key, sep, outcome = value.rpartition("=")
     if not sep or not key or outcome not in ("sent", "not-sent"):
-        return None, f"{model.ANN_RESOLVE} must be <effect key>=sent or <effect key>=not-sent, not {value!r}"
-    by = annotations.get(model.ANN_RESOLVED_BY, "").strip()
+        return None, f"{meta.RESOLVE} must be <effect key>=sent or <effect key>=not-sent, not {value!r}"
+    by = annotations.get(meta.RESOLVED_BY, "").strip()
     if not by:
         return None, (
-            f"{model.ANN_RESOLVE} carries no {model.ANN_RESOLVED_BY} stamp (is the agentrun steering "
+            f"{meta.RESOLVE} carries no {meta.RESOLVED_BY} stamp (is the agentrun steering "
             "MutatingAdmissionPolicy installed?); nothing applied"
         )
-    text = annotations.get(model.ANN_RESOLVE_RESULT)
+    text = annotations.get(meta.RESOLVE_RESULT)
     result = None
     if text:
         if outcome != "sent":
-            return None, f"{model.ANN_RESOLVE_RESULT} is only meaningful with =sent"
-        if len(text.encode()) > RESULT_LIMIT:
-            return None, f"{model.ANN_RESOLVE_RESULT} is larger than {RESULT_LIMIT} bytes"
+            return None, f"{meta.RESOLVE_RESULT} is only meaningful with =sent"
+        if len(text.encode()) > limits.RESOLVE_RESULT_MAX_BYTES:
+            return None, f"{meta.RESOLVE_RESULT} is larger than {limits.RESOLVE_RESULT_MAX_BYTES} bytes"
         try:
             result = json.loads(text)
         except ValueError as exc:
-            return None, f"{model.ANN_RESOLVE_RESULT} is not JSON: {exc}"
+            return None, f"{meta.RESOLVE_RESULT} is not JSON: {exc}"
     return ResolveRequest(key.strip(), outcome.replace("-", "_"), by, result), None
 
 
@@ -81,7 +80,7 @@ def resolve(world: model.World, plan: actions.Plan) -> bool:
         return False
     plan.actions.append(actions.RemoveResolveAnnotations())
     if not world.admission_ok:
-        value = world.run.annotations.get(model.ANN_RESOLVE, "")
+        value = world.run.annotations.get(meta.RESOLVE, "")
         plan.warn("SteeringPolicyMissing", f"resolve {value} ignored: " + approvals.policy_missing(world))
         return False
     if refusal is not None:
@@ -113,11 +112,11 @@ def retry(world: model.World, plan: actions.Plan, stopped: bool) -> bool:
             "SteeringPolicyMissing", f"retry generation {wanted} ignored: " + approvals.policy_missing(world)
         )
         return False
-    by = world.run.annotations.get(model.ANN_RETRIED_BY, "").strip()
+    by = world.run.annotations.get(meta.RETRIED_BY, "").strip()
     if not by:
         plan.warn(
             "RetryRefused",
-            f"retry generation {wanted} carries no {model.ANN_RETRIED_BY} stamp (is the agentrun steering "
+            f"retry generation {wanted} carries no {meta.RETRIED_BY} stamp (is the agentrun steering "
             "MutatingAdmissionPolicy installed?); nothing applied",
         )
         return False

@@ -21,7 +21,7 @@ from agent_operator.decide import forks, model
 from agent_operator.observe import memory as memory_
 from agent_operator.observe import metrics, throttle
 from agentrun_core import budget, lease_math, store
-from agentrun_core.api import protocol
+from agentrun_core.api import meta, protocol
 from agentrun_core.api import status as api_status
 from agentrun_core.store import connect
 
@@ -130,7 +130,7 @@ class Observer:
         if current and current not in by_attempt:
             name = protocol.pod_name(run.name, current)
             last_seen = memory.final_pods.get(name) or memory.seen_pods.get(name)
-        deciding = any(k in run.annotations for k in (model.ANN_APPROVE, model.ANN_REJECT))
+        deciding = any(k in run.annotations for k in (meta.APPROVE, meta.REJECT))
         steering = deciding or _steering_requested(run, spec, status, db)
         guarded = steering or any(a.status == "pending" for a in approvals)
         pod = by_attempt.get(current)
@@ -282,7 +282,7 @@ def _steering_requested(
 ) -> bool:
     """A steering verb waits to be applied (resolve, retry, a fork to admit, a resume), or a refusal is
     shown: the admission policies must be looked at, fresh (agent_operator.decide.admission)."""
-    if model.ANN_RESOLVE in run.annotations:
+    if meta.RESOLVE in run.annotations:
         return True
     conditions = status.get("conditions") or ()
     if any(c.get("type") == "ApprovalPolicyMissing" and c.get("status") == "True" for c in conditions):

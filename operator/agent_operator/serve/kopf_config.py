@@ -7,7 +7,7 @@ from typing import Any
 
 import kopf
 
-from agent_operator.decide import model
+from agentrun_core.api import meta
 
 
 class SmallDiffBase(kopf.AnnotationsDiffBaseStorage):
@@ -27,7 +27,7 @@ class SmallDiffBase(kopf.AnnotationsDiffBaseStorage):
 
 
 def configure_kopf(settings: kopf.OperatorSettings) -> None:
-    settings.persistence.finalizer = model.FINALIZER
+    settings.persistence.finalizer = meta.FINALIZER
     # Progress of kopf's own handlers (only on.delete here) in annotations: status belongs to us.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="kopf.agentrun.dev")
     settings.persistence.diffbase_storage = SmallDiffBase(
