@@ -147,7 +147,9 @@ class Executor:
     def _create_pod(self, world: model.World, create: actions.CreatePod, memory: memory_.RunMemory) -> None:
         run, ns = world.run, world.run.namespace
         attempt, reason = create.attempt, create.reason
-        body = pods.manifest(run, world.spec, attempt, reason, self.settings, image=create.image)
+        body = pods.manifest(
+            run, world.spec, attempt, reason, self.settings, image=create.image, avoid_node=create.avoid_node
+        )
         pod = str(body["metadata"]["name"])
         try:  # the namespace's worker role and DSN Secret, before its first Pod
             self.tenants.ensure(ns)

@@ -36,6 +36,8 @@ class CreatePod:
     lost_observed: bool = False  # the previous attempt was lost (for the resume latency metric)
     # the run's pinned image (agent_operator.decide.imagepin); None: the spec's/default
     image: str | None = None
+    # The node of the previous attempt's worker whose Lease expired (pods.manifest: prefer another node).
+    avoid_node: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
