@@ -151,6 +151,8 @@ def test_lease_expired_pod_is_force_deleted_and_replaced() -> None:
     )
     assert effective(plan) == [
         actions.DeletePod("r-1", "its Lease expired", force=True),
+        # Watched unchanged for a full duration: freed, so the next worker need not watch it as long again.
+        actions.FreeLapsedLease("r-1"),
         actions.CreatePod(2, "lease_expired", image="agentrun:dev", lost_observed=True),
     ]
     assert any(e.reason == "LeaseExpired" for e in plan.events)
@@ -164,7 +166,10 @@ def test_the_next_attempt_after_an_expired_lease_prefers_another_node() -> None:
         db="running", status={"attempts": 1}, pods=[alive], lease_expired_holder="r-1", spec=spec, live=True
     )
     plan = reconcile.decide(first)
-    assert effective(plan) == [actions.DeletePod("r-1", "its Lease expired", force=True)]  # backoff first
+    assert effective(plan) == [  # backoff first
+        actions.DeletePod("r-1", "its Lease expired", force=True),
+        actions.FreeLapsedLease("r-1"),
+    ]
     # After the backoff the Pod is gone; its last view (the watch's) still names its node.
     later = dataclasses.replace(
         world(db="running", status=plan.status, pods=[], spec=spec, live=True),

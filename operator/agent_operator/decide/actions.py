@@ -41,6 +41,15 @@ class CreatePod:
 
 
 @dataclasses.dataclass(frozen=True)
+class FreeLapsedLease:
+    """Clear the holder of the run's Lease that this operator judged expired (held by ``holder``, unchanged
+    for a full duration by its own clock), by CAS on that very version: the next attempt's worker then takes
+    a free Lease at once instead of watching it for another full duration (agent_operator.act.execute)."""
+
+    holder: str
+
+
+@dataclasses.dataclass(frozen=True)
 class DeletePod:
     name: str
     reason: str
@@ -150,6 +159,7 @@ Action = (
     | Admit
     | CreatePod
     | DeletePod
+    | FreeLapsedLease
     | CleanupPod
     | RecordLoss
     | Decide

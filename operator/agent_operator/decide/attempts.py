@@ -66,6 +66,9 @@ def _check_worker(w: walk.Walk, current: int, pod: model.PodInfo | None) -> dict
         return _lost(w, current, "lease_lost", "the worker's Lease lapsed in an API-server outage")
     if pod is not None and expired:
         plan.actions.append(actions.DeletePod(pod.name, "its Lease expired", force=True))
+        # We watched it unchanged for a full duration: free it (by CAS on that version) so the next
+        # worker takes it at once, not after watching it for another full duration of its own.
+        plan.actions.append(actions.FreeLapsedLease(pod.name))
         plan.warn(
             "LeaseExpired",
             f"the Lease of worker Pod {pod.name} was not renewed for a full lease duration "
