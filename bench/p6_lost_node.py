@@ -245,7 +245,11 @@ def _phase(c: p4_scale.Cluster, name: str) -> str:
     return str((obj.get("status") or {}).get("phase") or "")
 
 
-def run(report: stats.Report, *, quick: bool, reps: int) -> None:
+QUICK_EMAILS, EMAILS = 6, 12
+
+
+def run(report: stats.Report, *, quick: bool, reps: int) -> list[Outcome]:
+    """Print the P6 figures; return the cases (none when skipped: the reason is printed)."""
     section = (
         f"P6 lost node: the real node cut off mid-run (Pod still running), run Lease {LEASE_SECONDS}s "
         "(seconds from the cut)"
@@ -254,16 +258,16 @@ def run(report: stats.Report, *, quick: bool, reps: int) -> None:
     why = unavailable()
     if why is not None:
         report.note(f"skipped: {why}")
-        return
+        return []
     cases: list[Outcome] = []
     with db.fresh_database("p6") as dsn, p4_scale.Cluster("p6") as c:
         others = in_cluster_operators(c)
         if others:
             report.note(f"skipped: in-cluster operators would act on the run too: {', '.join(others)}")
-            return
+            return []
         c.start_operator(dsn, operator_env(dsn))
         for _ in range(1 if quick else reps):
-            cases.append(lost_node_case(c, dsn, emails=6 if quick else 12))
+            cases.append(lost_node_case(c, dsn, emails=QUICK_EMAILS if quick else EMAILS))
     target = LEASE_SECONDS + SLACK_SECONDS
     report.add(
         section,
@@ -294,3 +298,4 @@ def run(report: stats.Report, *, quick: bool, reps: int) -> None:
         f"emails at the SMTP sink {sum(sum(o.emails.values()) for o in cases)}, duplicates "
         f"{sum(o.duplicates for o in cases)}; runs Succeeded {sum(o.phase == 'Succeeded' for o in cases)}"
     )
+    return cases
