@@ -223,6 +223,7 @@ def up(s: settings_mod.Settings | None = None, out: TextIO = sys.stderr) -> None
         fwd_argv = [components.python(), "-m", "agentrun_dev.node.forward", "--netns",
                     f"/proc/{holder}/ns/net", *maps]  # fmt: skip
         _start(s, FORWARD, fwd_argv, out, t0)
+        heal(s)  # left stopped by an interrupted partition(): the node would stay cut off
         enter = ["nsenter", "-t", str(holder), "-m", "-n", "--"]
         containerd_argv = config.containerd_argv(str(bins.containerd), p.root / "containerd.toml")
         containerd = _start(
