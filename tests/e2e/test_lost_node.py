@@ -21,8 +21,8 @@ import pytest
 
 from agentrun_dev import settings as settings_mod
 from agentrun_dev.node import config
+from bench import p3_real_node, stats
 from bench import p6_lost_node as p6
-from bench import stats
 from tests.e2e import realnode_support as rs
 
 pytestmark = pytest.mark.e2e
@@ -94,3 +94,14 @@ def test_a_lost_nodes_run_moves_on_and_its_worker_is_fenced(tmp_path: Path) -> N
     # ... and within the target, with a margin for the machine's load (the benchmark reports the figure).
     bound = case.lease_seconds + p6.SLACK_SECONDS + LOADED_MARGIN_SECONDS
     assert case.takeover <= bound, f"first step {case.takeover:.1f}s after the cut (> {bound:.0f}s)"
+
+
+def test_an_evicted_worker_on_the_real_node_resumes_there(tmp_path: Path) -> None:
+    """`agentrun bench p3`'s real-node case, quick (CI proves it runs; its figure is the benchmark's): the
+    worker evicted mid-run, the next attempt's first step on the same node, a bare Pod's start beside it."""
+    with _no_in_cluster_operator(settings_mod.from_env(), tmp_path):
+        report = stats.Report()
+        cases = p3_real_node.run(report, quick=True, reps=1)
+    assert len(cases) == 1, "the benchmark skipped the case (its note above says why)"
+    assert cases[0]["ended"] <= cases[0]["created"] <= cases[0]["first_step"], cases
+    assert len(report.rows) == 4, report.rows
