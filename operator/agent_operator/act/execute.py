@@ -21,7 +21,7 @@ from agent_operator.act import tenants
 from agent_operator.decide import actions, edits, forks, model, phases, pods, steering
 from agent_operator.observe import memory as memory_
 from agent_operator.observe import metrics
-from agentrun_core import lease_math, store
+from agentrun_core import store
 from agentrun_core.api import protocol
 from agentrun_core.store import connect
 
@@ -291,9 +291,11 @@ class Executor:
         name = protocol.lease_name(run.name)
         try:
             body = kube.get_lease(self.api, run.namespace, name, timeout=kube.TIMEOUT)
-            if lease_math.LeaseSummary.from_body(body).version() != judged.version():
-                return  # renewed or changed since we judged it: not ours to free
-            body["spec"]["holderIdentity"] = ""
+            spec = body.setdefault("spec", {})
+            seen = ((body.get("metadata") or {}).get("resourceVersion"), spec.get("holderIdentity"))
+            if seen != (judged.resource_version, holder):
+                return  # renewed or changed since we judged it (any write changes resourceVersion)
+            spec["holderIdentity"] = ""
             kube.replace_lease(self.api, run.namespace, name, body, timeout=kube.TIMEOUT)
         except kube.KubeError as exc:  # Conflict (written since), NotFound, unreachable
             ns = run.namespace
