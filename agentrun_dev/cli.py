@@ -97,6 +97,13 @@ def _cmd_real_node(s: settings_mod.Settings, args: argparse.Namespace) -> int:
     if args.action == "down":
         lifecycle.down(s)
         return 0
+    if args.action in ("partition", "heal"):
+        try:
+            getattr(lifecycle, args.action)(s)
+        except RuntimeError as exc:
+            print(f"agentrun dev real-node {args.action}: {exc}", file=sys.stderr)
+            return 1
+        return 0
     rows = lifecycle.status(s)
     print(f"{'PART':<26}{'PID':>8}  HEALTHY")
     for r in rows:
@@ -196,8 +203,11 @@ def _parser() -> argparse.ArgumentParser:
         default="local",
         help="real: also a real node (kubelet, containerd, runc, CNI), kube-scheduler; docs/dev/real-node.md",
     )
-    rn = sub.add_parser("real-node", help="the real node (kubelet, containerd, runc): up | down | status")
-    rn.add_argument("action", choices=("up", "down", "status"))
+    rn = sub.add_parser(
+        "real-node",
+        help="the real node (kubelet, containerd, runc): up | down | status | partition | heal (a lost node)",
+    )
+    rn.add_argument("action", choices=("up", "down", "status", "partition", "heal"))
     r = sub.add_parser(
         "restart", help="restart some parts (e.g. pod-runtime after changing its code), or all"
     )

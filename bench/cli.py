@@ -1,8 +1,9 @@
-"""``agentrun bench [p1 p2 p3 p4 p5 p7 | all] [--quick] [--reps N] [--json PATH]`` (also ``python -m bench``).
+"""``agentrun bench [p1 … p7 | all] [--quick] [--reps N] [--json PATH]`` (also ``python -m bench``).
 
 Needs the dev cluster's Postgres (started if needed); P1 and P2 also start a durable Postgres beside it (every
 commit flushed) and stop it when done; P3 uses the API server when it is up, P4 needs the whole dev cluster
-(``agentrun dev up``). ``--quick`` is CI's mode: small sizes, 3 repetitions (CI passes
+(``agentrun dev up``), P6 the real node too (``agentrun dev up --node=real`` and the image loaded; skipped,
+saying so, without it). ``--quick`` is CI's mode: small sizes, 3 repetitions (CI passes
 ``--reps 1``), P4 with a handful of runs; it proves the scripts run, its numbers are not figures.
 """
 
@@ -21,13 +22,14 @@ BENCHMARKS = {
     "p3": "bench.p3_start",
     "p4": "bench.p4_scale",
     "p5": "bench.p5_storage",
+    "p6": "bench.p6_lost_node",
     "p7": "bench.p7_agents",
 }
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="agentrun bench", description=__doc__.splitlines()[0])
-    parser.add_argument("which", nargs="*", default=["all"], help="p1 … p5, p7, or all (default)")
+    parser.add_argument("which", nargs="*", default=["all"], help="p1 … p7, or all (default)")
     parser.add_argument("--quick", action="store_true", help="small sizes (CI: proves the scripts run)")
     parser.add_argument("--reps", type=int, default=None, help="repetitions per variant (default 5, min 5)")
     parser.add_argument("--json", default=None, help="also write one JSON object per figure to this file")

@@ -189,3 +189,6 @@ def run(report: stats.Report, *, quick: bool, reps: int) -> None:
         # deleting a Pod with grace 0 does not show it here: the local pod runtime lets the process finish.
     else:
         report.note("resume after Pod loss: skipped (needs the dev cluster: agentrun dev up)")
+    from bench import p3_real_node
+
+    p3_real_node.run(report, quick=quick, reps=reps)  # skipped, saying why, without the real node

@@ -98,7 +98,7 @@ class Cluster:
             },
         )
 
-    def start_operator(self, dsn: str) -> int:
+    def start_operator(self, dsn: str, extra_env: dict[str, str] | None = None) -> int:
         env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTRUN_")}
         env.update(self.handle.env)
         env.update(
@@ -111,6 +111,7 @@ class Cluster:
                 "AGENTRUN_LEADER_DURATION_SECONDS": "15",
                 "AGENTRUN_WORKER_SERVICE_ACCOUNT": "agentrun-worker",
                 "PYTHONUNBUFFERED": "1",
+                **(extra_env or {}),
             }
         )
         with self.log.open("wb") as out:

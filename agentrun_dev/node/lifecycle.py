@@ -223,6 +223,7 @@ def up(s: settings_mod.Settings | None = None, out: TextIO = sys.stderr) -> None
         fwd_argv = [components.python(), "-m", "agentrun_dev.node.forward", "--netns",
                     f"/proc/{holder}/ns/net", *maps]  # fmt: skip
         _start(s, FORWARD, fwd_argv, out, t0)
+        heal(s)  # left stopped by an interrupted partition(): the node would stay cut off
         enter = ["nsenter", "-t", str(holder), "-m", "-n", "--"]
         containerd_argv = config.containerd_argv(str(bins.containerd), p.root / "containerd.toml")
         containerd = _start(
@@ -263,6 +264,30 @@ def status(s: settings_mod.Settings | None = None) -> list[PartStatus]:
     return rows
 
 
+def partition(s: settings_mod.Settings | None = None) -> int:
+    """Cut the node off from the API server, Postgres and the SMTP sink; its processes keep running.
+
+    The node's network namespace reaches the dev cluster only through ``node-forward``, so stopping that
+    process (SIGSTOP) is a black-hole partition of the whole node — kubelet and every Pod: connections stay
+    open and new ones are accepted by the kernel (listen backlog), but no byte crosses until :func:`heal`,
+    which lets what was queued through late, as a healed network would. Not cut: the API server's own
+    dials to the kubelet (``kubectl logs``, through the egress proxy). Returns the forwarder's pid."""
+    s = s or settings_mod.from_env()
+    pid = _pid(s, FORWARD)
+    if pid is None:
+        raise RuntimeError("node-forward is not running: agentrun dev up --node=real")
+    os.kill(pid, signal.SIGSTOP)
+    return pid
+
+
+def heal(s: settings_mod.Settings | None = None) -> None:
+    """End :func:`partition` (SIGCONT of the forwarder); a no-op when it is not stopped."""
+    s = s or settings_mod.from_env()
+    pid = _pid(s, FORWARD)
+    if pid is not None:
+        os.kill(pid, signal.SIGCONT)
+
+
 def _mnt_ns_pids(ns: str) -> set[int]:
     out: set[int] = set()
     for d in Path("/proc").iterdir():
@@ -280,6 +305,7 @@ def down(s: settings_mod.Settings | None = None, out: TextIO = sys.stderr) -> No
     if not p.root.exists():
         return
     with state.locked(s):
+        heal(s)  # a partitioned (stopped) forwarder would not answer its SIGTERM
         for name in (SCHEDULER, KUBELET):
             if procs.stop(s, name, _marker(s, name)):
                 print(f"stopped {name}", file=out)

@@ -33,9 +33,21 @@ Obj = dict[str, Any]
 UNSCHEDULABLE_MESSAGE = "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."
 
 
+# The real node's taint (agentrun_dev.node.config.TAINT_KEY; not imported: no node code in the pod runtime).
+REAL_NODE_TAINT = "agentrun.dev/real-node"
+
+
 def selector_matches(pod: Obj, labels: Mapping[str, str]) -> bool:
     sel = (pod.get("spec") or {}).get("nodeSelector") or {}
     return all(labels.get(k) == v for k, v in sel.items())
+
+
+def left_to_scheduler(pod: Obj) -> bool:
+    """A Pod that tolerates the real node's taint may run on either node: kube-scheduler, which sees both
+    and honours affinity (this runtime does not), places it. Only such Pods run on both nodes (the lost-node
+    benchmark's); without the real node (no kube-scheduler) they stay Pending."""
+    tolerations = (pod.get("spec") or {}).get("tolerations") or ()
+    return any(t.get("key") == REAL_NODE_TAINT for t in tolerations)
 
 
 class Runtime:
@@ -211,6 +223,8 @@ class Runtime:
         node_name = spec.get("nodeName")
         if not node_name:
             if not self.s.bind or meta.get("deletionTimestamp") or st.get("phase") in api_status.POD_TERMINAL:
+                return
+            if left_to_scheduler(pod):
                 return
             if not selector_matches(pod, self.node_labels):
                 log.info(

@@ -70,3 +70,41 @@ def test_hung_worker_lease_expiry_takeover(
     # expiry is judged by locally observed time: at least one duration after the last renewal was seen
     assert duration - 1.5 <= replaced_after <= duration + 4, replaced_after
     print(f"hung worker: freeze -> next attempt's Pod created in {replaced_after:.2f}s (lease {duration}s)")
+
+
+def test_the_next_worker_takes_the_lapsed_lease_at_once(
+    kube: kubernetes.client.ApiClient, operator: OperatorHandle, unfreeze: None
+) -> None:
+    """The operator watched the Lease unchanged for a full duration before replacing the Pod; it frees it (CAS
+    on that version), so the next worker takes it on its first look instead of watching it for a full
+    duration of its own: a lost node's run moves on after one Lease duration, not two."""
+    ns, duration = operator.namespace, 8
+    create_run(kube, ns, "lapse", lease_holder.holder_spec(duration))
+    wait_for(
+        lambda: (s := lease_holder.lease_spec(kube, ns, "lapse")) and s.holder_identity == "lapse-1",
+        60,
+        "attempt 1 to hold the Lease",
+        on_timeout=operator.logs,
+    )
+    control.freeze_pod(ns, "lapse-1")
+    wait_for(
+        lambda: "lapse-2" in [p.metadata.name for p in pods(kube, ns, "lapse")],
+        60,
+        "attempt 2's Pod",
+        interval=0.05,
+        on_timeout=operator.logs,
+    )
+    created = time.monotonic()
+    second = wait_for(
+        lambda: (s := lease_holder.lease_spec(kube, ns, "lapse")) and s.holder_identity == "lapse-2" and s,
+        60,
+        "attempt 2 to take the Lease",
+        interval=0.05,
+        on_timeout=operator.logs,
+    )
+    taken_after = time.monotonic() - created
+    assert second.lease_transitions == 2  # a higher epoch: the frozen holder is fenced
+    # A worker that had to watch the Lease itself would take it a full duration after its first look at
+    # the earliest; freed, the process start (loaded machine: seconds) is all it waits for.
+    assert taken_after < duration, f"attempt 2 took the Lease {taken_after:.1f}s after its Pod appeared"
+    print(f"lapsed Lease: attempt 2's Pod -> Lease taken in {taken_after:.2f}s (lease {duration}s)")

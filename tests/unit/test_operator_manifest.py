@@ -143,3 +143,21 @@ def test_postgres_ca_setting_is_checked() -> None:
     for bad in ("pg-ca", "pg-ca/", "/ca.crt", "PG_CA/ca.crt"):
         with pytest.raises(settings.SettingsError, match="AGENTRUN_WORKER_CA_SECRET must be secret-name/key"):
             cfg(AGENTRUN_WORKER_CA_SECRET=bad)
+
+
+def test_a_node_to_avoid_is_a_preference_by_node_name() -> None:
+    spec = model.RunSpec.from_body({"graph": "a.b:g", "worker": {"nodeSelector": {"pool": "agents"}}})
+    assert "affinity" not in pods.manifest(RUN, spec, 2, "lease_expired", cfg())["spec"]
+    body = pods.manifest(RUN, spec, 2, "lease_expired", cfg(), avoid_node="node-a")
+    # Preferred, not required: on one node (or a hung worker on a healthy node) it still runs there.
+    preferred = body["spec"]["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert preferred == [
+        {
+            "weight": 100,
+            "preference": {
+                "matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["node-a"]}]
+            },
+        }
+    ]
+    assert "requiredDuringSchedulingIgnoredDuringExecution" not in body["spec"]["affinity"]["nodeAffinity"]
+    assert body["spec"]["nodeSelector"] == {"pool": "agents"}  # the run's own placement is kept

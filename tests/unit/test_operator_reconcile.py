@@ -151,9 +151,44 @@ def test_lease_expired_pod_is_force_deleted_and_replaced() -> None:
     )
     assert effective(plan) == [
         actions.DeletePod("r-1", "its Lease expired", force=True),
+        # Watched unchanged for a full duration: freed, so the next worker need not watch it as long again.
+        actions.FreeLapsedLease("r-1"),
         actions.CreatePod(2, "lease_expired", image="agentrun:dev", lost_observed=True),
     ]
     assert any(e.reason == "LeaseExpired" for e in plan.events)
+
+
+def test_the_next_attempt_after_an_expired_lease_prefers_another_node() -> None:
+    # The node may be lost while the API server still calls it Ready: the replacement must not go back there.
+    alive = pod(phase="Running", node="node-a")
+    spec = {"retry": {"backoffSeconds": 2}}
+    first = world(
+        db="running", status={"attempts": 1}, pods=[alive], lease_expired_holder="r-1", spec=spec, live=True
+    )
+    plan = reconcile.decide(first)
+    assert effective(plan) == [  # backoff first
+        actions.DeletePod("r-1", "its Lease expired", force=True),
+        actions.FreeLapsedLease("r-1"),
+    ]
+    # After the backoff the Pod is gone; its last view (the watch's) still names its node.
+    later = dataclasses.replace(
+        world(db="running", status=plan.status, pods=[], spec=spec, live=True),
+        now=NOW + datetime.timedelta(seconds=2),
+        last_seen_pod=alive,
+    )
+    assert effective(reconcile.decide(later)) == [
+        actions.CreatePod(2, "lease_expired", image="agentrun:dev", lost_observed=True, avoid_node="node-a")
+    ]
+
+
+def test_an_attempt_lost_otherwise_has_no_node_preference() -> None:
+    evicted = pod(phase="Failed", reason="Evicted", node="node-a")
+    plan = reconcile.decide(
+        world(db="running", status={"attempts": 1}, pods=[evicted], spec={"retry": {"backoffSeconds": 0}})
+    )
+    assert [a for a in effective(plan) if isinstance(a, actions.CreatePod)] == [
+        actions.CreatePod(2, "evicted", image="agentrun:dev", lost_observed=True)
+    ]
 
 
 def test_expired_lease_of_an_older_holder_does_not_touch_the_current_pod() -> None:

@@ -101,6 +101,18 @@ def test_the_pod_runtime_leaves_pods_for_the_real_node_to_kube_scheduler() -> No
     assert runtime.selector_matches({"spec": {}}, labels)
 
 
+def test_pods_that_may_run_on_either_node_are_left_to_kube_scheduler() -> None:
+    """A Pod tolerating the real node's taint may go to either node: kube-scheduler (which honours affinity,
+    e.g. the operator's preference away from a lost node) places it, not the pod runtime's own binding."""
+    from agentrun_dev.podruntime import runtime
+
+    assert runtime.REAL_NODE_TAINT == config.TAINT_KEY
+    either = {"spec": {"tolerations": [{"key": config.TAINT_KEY, "operator": "Exists"}]}}
+    assert runtime.left_to_scheduler(either)
+    assert not runtime.left_to_scheduler({"spec": {"tolerations": [{"key": "other", "operator": "Exists"}]}})
+    assert not runtime.left_to_scheduler({"spec": {}})
+
+
 def test_forwarder_pumps_both_ways_and_half_closes() -> None:
     """The node's TCP forwarder, on loopback (no namespace needed): bytes both ways, EOF passed on."""
     target = socket.create_server(("127.0.0.1", 0))

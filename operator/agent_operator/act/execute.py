@@ -82,6 +82,8 @@ class Executor:
                 kube.delete_pod(self.api, ns, pod, force=force)
                 if memory.lost_at is None:
                     memory.lost_at = time.monotonic()
+            case actions.FreeLapsedLease(holder=holder):
+                self._free_lapsed_lease(run, holder, memory)
             case actions.RecordLoss(attempt=attempt, reason=reason, message=message, control_plane=cp):
                 store.record_attempt_loss(
                     self.db, run_id=run.uid, attempt=attempt, detail=f"{reason}: {message}", control_plane=cp
@@ -149,7 +151,9 @@ class Executor:
     def _create_pod(self, world: model.World, create: actions.CreatePod, memory: memory_.RunMemory) -> None:
         run, ns = world.run, world.run.namespace
         attempt, reason = create.attempt, create.reason
-        body = pods.manifest(run, world.spec, attempt, reason, self.settings, image=create.image)
+        body = pods.manifest(
+            run, world.spec, attempt, reason, self.settings, image=create.image, avoid_node=create.avoid_node
+        )
         pod = str(body["metadata"]["name"])
         try:  # the namespace's worker role and DSN Secret, before its first Pod
             self.tenants.ensure(ns)
@@ -272,6 +276,34 @@ class Executor:
                 ),
             )
             kube.delete_exact(self.api, run.namespace, "lease", name, str(meta.get("uid") or ""))
+
+    def _free_lapsed_lease(self, run: model.RunRef, holder: str, memory: memory_.RunMemory) -> None:
+        """Clear ``holderIdentity`` of the run's Lease if it is still exactly the version we judged expired.
+
+        Safe for the reason a standby may take an expired Lease (docs/leases.md): the holder's last renewal
+        was sent before we first saw that version, and it stopped acting two thirds of a duration after it,
+        while we waited a full duration by our own clock. The PUT carries that version's resourceVersion, so
+        a renewal that landed meanwhile makes it fail (and the next worker waits, as it would anyway).
+        ``leaseTransitions`` is kept: the next holder's epoch is higher, and Postgres fences the old one.
+        Best effort: on any error the next worker simply waits for the Lease to expire by its own clock.
+        """
+        judged = memory.observer.last
+        if judged is None or judged.holder != holder:
+            return
+        name = protocol.lease_name(run.name)
+        try:
+            body = kube.get_lease(self.api, run.namespace, name, timeout=kube.TIMEOUT)
+            spec = body.setdefault("spec", {})
+            seen = ((body.get("metadata") or {}).get("resourceVersion"), spec.get("holderIdentity"))
+            if seen != (judged.resource_version, holder):
+                return  # renewed or changed since we judged it (any write changes resourceVersion)
+            spec["holderIdentity"] = ""
+            kube.replace_lease(self.api, run.namespace, name, body, timeout=kube.TIMEOUT)
+        except kube.KubeError as exc:  # Conflict (written since), NotFound, unreachable
+            ns = run.namespace
+            logger.info("%s/%s: Lease %s of %s left to expire: %s", ns, run.name, name, holder, exc)
+            return
+        logger.info("%s/%s: freed Lease %s, lapsed under %s", run.namespace, run.name, name, holder)
 
     def _check_existing_pod(self, run: model.RunRef, pod: str) -> None:
         """``AlreadyExists`` is "mine" only when the Pod carries this run's uid; an earlier run's Pod of the

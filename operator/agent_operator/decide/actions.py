@@ -36,6 +36,17 @@ class CreatePod:
     lost_observed: bool = False  # the previous attempt was lost (for the resume latency metric)
     # the run's pinned image (agent_operator.decide.imagepin); None: the spec's/default
     image: str | None = None
+    # The node of the previous attempt's worker whose Lease expired (pods.manifest: prefer another node).
+    avoid_node: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class FreeLapsedLease:
+    """Clear the holder of the run's Lease that this operator judged expired (held by ``holder``, unchanged
+    for a full duration by its own clock), by CAS on that very version: the next attempt's worker then takes
+    a free Lease at once instead of watching it for another full duration (agent_operator.act.execute)."""
+
+    holder: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,6 +159,7 @@ Action = (
     | Admit
     | CreatePod
     | DeletePod
+    | FreeLapsedLease
     | CleanupPod
     | RecordLoss
     | Decide

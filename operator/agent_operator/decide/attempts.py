@@ -67,6 +67,9 @@ def _check_worker(w: walk.Walk, current: int, pod: model.PodInfo | None) -> dict
         return _lost(w, current, "lease_lost", "the worker's Lease lapsed in an API-server outage")
     if pod is not None and expired:
         plan.actions.append(actions.DeletePod(pod.name, "its Lease expired", force=True))
+        # We watched it unchanged for a full duration: free it (by CAS on that version) so the next
+        # worker takes it at once, not after watching it for another full duration of its own.
+        plan.actions.append(actions.FreeLapsedLease(pod.name))
         plan.warn(
             "LeaseExpired",
             f"the Lease of worker Pod {pod.name} was not renewed for a full lease duration "
@@ -178,7 +181,12 @@ def _next(w: walk.Walk, current: int, pod: model.PodInfo | None, recorded: dict[
         w.show()
         plan.soon((due - world.now).total_seconds())
         return
-    start(w, current + 1, str(recorded.get("reason") or "other"), lost=True)
+    reason = str(recorded.get("reason") or "other")
+    gone = pod or world.last_seen_pod
+    # A Lease that expired while its Pod looked alive: the worker hung, or its node was cut off. The next
+    # Pod prefers another node (pods.manifest); its first step need not wait for the node controller.
+    avoid = gone.node if reason == "lease_expired" and gone is not None else None
+    start(w, current + 1, reason, lost=True, avoid_node=avoid)
 
 
 def _unrunnable(w: walk.Walk, pod: model.PodInfo) -> bool:
@@ -256,7 +264,7 @@ def _lost(w: walk.Walk, attempt: int, reason: str, message: str) -> dict[str, An
     return record
 
 
-def start(w: walk.Walk, attempt: int, reason: str, lost: bool = False) -> None:
+def start(w: walk.Walk, attempt: int, reason: str, lost: bool = False, avoid_node: str | None = None) -> None:
     """Start ``attempt`` (its Pod, with the run's pinned image), or queue it when the namespace is full."""
     world, plan, st = w.world, w.plan, w.st
     if world.spec.suspend:
@@ -284,7 +292,13 @@ def start(w: walk.Walk, attempt: int, reason: str, lost: bool = False) -> None:
     pin = imagepin.for_attempt(world, plan, st.image)
     st.image = pin  # the attempt runs the pinned image, never a spec changed since admission
     plan.actions.append(
-        actions.CreatePod(attempt, reason, lost_observed=lost, image=imagepin.image_for_attempt(pin))
+        actions.CreatePod(
+            attempt,
+            reason,
+            lost_observed=lost,
+            image=imagepin.image_for_attempt(pin),
+            avoid_node=avoid_node,
+        )
     )
     pod = protocol.pod_name(world.run.name, attempt)
     plan.info("AttemptStarted", f"attempt {attempt}: Pod {pod} ({reason})")

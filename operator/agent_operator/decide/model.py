@@ -86,6 +86,7 @@ class PodInfo:
     held: bool = False  # carries protocol.POD_FINALIZER: a delete keeps it until the operator releases it
     force_deleted: bool = False  # deleted with grace period 0 (by someone, or by the kubelet at its end)
     concurrency: str | None = None  # protocol.LABEL_CONCURRENCY: the spec.concurrency key it counts in
+    node: str | None = None  # spec.nodeName: where it was bound (the node a lost worker may still run on)
 
     @property
     def terminated(self) -> bool:
@@ -157,6 +158,7 @@ class PodInfo:
             held=protocol.POD_FINALIZER in (meta.get("finalizers") or ()),
             force_deleted=bool(meta.get("deletionTimestamp")) and meta.get("deletionGracePeriodSeconds") == 0,
             concurrency=labels.get(protocol.LABEL_CONCURRENCY),
+            node=(body.get("spec") or {}).get("nodeName") or None,
         )
 
 

@@ -74,8 +74,15 @@ def manifest(
     settings: settings_.Settings,
     *,
     image: str | None = None,
+    avoid_node: str | None = None,
 ) -> dict[str, Any]:
     """The Pod for ``attempt``: owned by the AgentRun, labelled, never restarted in place.
+
+    ``avoid_node``: the node of the previous attempt's worker whose Lease expired. That node may be lost (its
+    kubelet and the worker cut off while the container still runs), and the API server still calls it Ready
+    until the node controller's grace period has passed — the scheduler would happily put the next attempt
+    back on it, where it could not start. So the next Pod *prefers* any other node (a preference, not a rule:
+    on a one-node cluster, or for a hung worker on a healthy node, it still runs there).
 
     ``image`` is the run's pinned image (agent_operator.decide.imagepin) when the reconciler gives one:
     attempts
@@ -121,6 +128,8 @@ def manifest(
     for key in ("nodeSelector", "tolerations", "priorityClassName"):
         if worker.get(key):
             pod_spec[key] = worker[key]
+    if avoid_node:
+        pod_spec["affinity"] = avoid_node_affinity(avoid_node)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -152,6 +161,13 @@ def manifest(
         },
         "spec": pod_spec,
     }
+
+
+def avoid_node_affinity(node: str) -> dict[str, Any]:
+    """Prefer any node but ``node``, by name (``matchFields``: a hostname label may differ from it)."""
+    term = {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": [node]}]}
+    preferred = [{"weight": 100, "preference": term}]
+    return {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": preferred}}
 
 
 def end_reason(pod: model.PodInfo | None) -> tuple[str, str]:
