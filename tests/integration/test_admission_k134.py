@@ -317,7 +317,7 @@ def test_the_k8s_134_overlay_is_accepted_whole_by_134(arena: K134Arena, tmp_path
     """What a 1.34 user applies (deploy/overlays/k8s-1.34: CRD, admission, RBAC, operator) is accepted by a
     1.34 API server (server-side dry run, into the arena's namespace); deploy/base is not: it carries
     MutatingAdmissionPolicies, which 1.34 does not serve."""
-    import deploy_support as ds
+    from tests.support import deploy as ds
 
     (tmp_path / "k134").mkdir()
     (tmp_path / "base").mkdir()

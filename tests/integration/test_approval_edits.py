@@ -7,9 +7,6 @@ server itself (``kubectl annotate`` as each identity), and leave the approval pe
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,29 +14,16 @@ from typing import Any
 import kubernetes
 import psycopg
 import pytest
-from conftest import OperatorHandle, bind, get_run, run_status, wait_for, wait_phase
-from test_fork_flow import bodies, ticket_spec
 
 from agentrun_core import store
 from agentrun_dev import smtp_sink
+from tests.integration.test_fork_flow import bodies, ticket_spec
+from tests.support.kube import bind, get_run, kubectl, run_status
+from tests.support.operator_proc import OperatorHandle
+from tests.support.waiting import wait_for, wait_phase
 
 EDITED_BODY = "Dear Ada, we refunded the duplicate charge; it shows within 3 days. (edited by the manager)"
 EDITED_SUBJECT = "Your refund for T-7"
-VENV_BIN = Path(sys.executable).parent
-
-
-def kubectl(
-    kubeconfig: Path, *args: str, stdin: str | None = None, dsn: str = ""
-) -> subprocess.CompletedProcess[str]:
-    env = {
-        **os.environ,
-        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-        "KUBECONFIG": str(kubeconfig),
-        "AGENTRUN_DSN": dsn,
-    }
-    return subprocess.run(
-        ["kubectl", *args], input=stdin, capture_output=True, text=True, timeout=120, env=env
-    )
 
 
 @pytest.fixture

@@ -11,20 +11,11 @@ from typing import Any
 import kubernetes
 import psycopg
 import pytest
-from conftest import (
-    OperatorHandle,
-    bind,
-    condition,
-    create_run,
-    events,
-    kubectl,
-    pods,
-    run_status,
-    wait_for,
-    wait_phase,
-)
 
 from agentrun_core import store
+from tests.support.kube import bind, condition, create_run, events, kubectl, pods, run_status
+from tests.support.operator_proc import OperatorHandle
+from tests.support.waiting import wait_for, wait_phase
 
 APPROVAL = "tests.integration.test_operator_graphs:approval"
 

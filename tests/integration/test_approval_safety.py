@@ -17,21 +17,12 @@ from typing import Any
 import kubernetes
 import psycopg
 import pytest
-from conftest import (
-    REPO,
-    OperatorHandle,
-    bind,
-    condition,
-    create_run,
-    events,
-    kubectl,
-    run_status,
-    wait_for,
-    wait_phase,
-)
 from test_approval_flow import annotate, lines, spec
 
 from agentrun_core import store
+from tests.support.kube import bind, condition, create_run, events, kubectl, run_status
+from tests.support.operator_proc import REPO, OperatorHandle
+from tests.support.waiting import wait_for, wait_phase
 
 
 @pytest.fixture

@@ -20,12 +20,14 @@ from typing import Any
 import kubernetes
 import psycopg
 import pytest
-from conftest import OperatorHandle, bind, condition, create_run, get_run, run_status, wait_for, wait_phase
 
 from agentrun import trace, trace_cli
 from agentrun_core import store
 from agentrun_core.store import metrics_sql
 from tests.graphs import budget_graphs
+from tests.support.kube import bind, condition, create_run, get_run, run_status
+from tests.support.operator_proc import OperatorHandle
+from tests.support.waiting import wait_for, wait_phase
 
 GRAPH = "tests.graphs.budget_graphs:graph"
 PER_CALL = budget_graphs.INPUT_TOKENS + budget_graphs.OUTPUT_TOKENS  # 150 total tokens per call

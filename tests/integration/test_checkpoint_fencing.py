@@ -16,8 +16,7 @@ import os
 import re
 import shutil
 import signal
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ from agentrun_dev import http_provider, smtp_sink
 from agentrun_dev import settings as dev_settings
 from tests.chaos import worker_harness
 from tests.integration import pg_chaos
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.postgres]
 
@@ -48,13 +48,6 @@ def worker(
     pg_dsn: str, namespace: str, admin_kubeconfig: Path, providers: worker_harness.Providers
 ) -> worker_harness.Worker:
     return worker_harness.Worker(pg_dsn, providers, kubeconfig=admin_kubeconfig, namespace=namespace)
-
-
-def _wait_for(predicate: Callable[[], bool], timeout: float = 60, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def _db(dsn: str) -> psycopg.Connection[Any]:
@@ -81,7 +74,7 @@ def _provider_counts(providers: worker_harness.Providers) -> tuple[dict[str, int
     may store a message just after answering the client)."""
     stats = http_provider.stats(providers.http_url)
     with contextlib.suppress(AssertionError):
-        _wait_for(lambda: _mail_count(providers) >= 1, timeout=10, what="the sink to store the mail")
+        wait_for(lambda: _mail_count(providers) >= 1, 10, what="the sink to store the mail", interval=0.05)
     return dict(stats["effects_performed"]), _mail_count(providers)
 
 
@@ -102,7 +95,12 @@ def test_zombie_blocked_in_a_node_cannot_write_its_checkpoint(
         "r", pod="pod-a", AGENTRUN_TEST_BLOCK_FILE=str(block), AGENTRUN_TEST_NODE_LOG=str(log)
     )
     try:
-        _wait_for(lambda: log.exists() and "prepare" in log.read_text(), what="the zombie inside prepare")
+        wait_for(
+            lambda: log.exists() and "prepare" in log.read_text(),
+            60,
+            what="the zombie inside prepare",
+            interval=0.05,
+        )
         with _db(pg_dsn) as conn:
             first_epoch = store.get_run(conn, "r").lease_epoch  # type: ignore[union-attr]
         zombie.send_signal(signal.SIGSTOP)  # a GC pause: it still believes it holds the Lease
@@ -245,11 +243,18 @@ def test_postgres_restart_while_a_node_heartbeats_is_an_infra_loss_then_succeeds
         "r", pod="pod-a", AGENTRUN_TEST_BEAT_FILE=str(beat_file), AGENTRUN_TEST_NODE_LOG=str(log)
     )
     try:
-        _wait_for(lambda: log.exists() and "beat" in log.read_text(), what="the node to heartbeat")
+        wait_for(
+            lambda: log.exists() and "beat" in log.read_text(),
+            60,
+            what="the node to heartbeat",
+            interval=0.05,
+        )
         with _db(pg_dsn) as conn:
-            _wait_for(
+            wait_for(
                 lambda: any(h.key.startswith("step:") for h in store.list_heartbeats(conn, "r")),
+                60,
                 what="a heartbeat row from inside the node",
+                interval=0.05,
             )
         pg_chaos.restart(dev_settings_, kill_postmaster=kill_postmaster)
         _, err = first.communicate(timeout=180)

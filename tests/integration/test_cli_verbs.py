@@ -13,11 +13,13 @@ from pathlib import Path
 
 import kubernetes
 import psycopg
-from conftest import OperatorHandle, bind, create_run, pods, run_status, wait_for, wait_phase
 
 from agent_operator.decide import imagepin
 from agentrun_core import store
 from tests.integration.test_steer_flow import FLAKY, VENV_BIN, as_user, spec
+from tests.support.kube import bind, create_run, pods, run_status
+from tests.support.operator_proc import OperatorHandle
+from tests.support.waiting import wait_for, wait_phase
 
 
 def follow_logs(

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import kubernetes
 import pytest
-from conftest import OperatorHandle, bind
 
 from agentrun import client
+from tests.support.kube import bind
+from tests.support.operator_proc import OperatorHandle
 
 APPROVAL = "tests.integration.test_operator_graphs:approval"
 

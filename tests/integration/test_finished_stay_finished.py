@@ -19,19 +19,11 @@ from typing import Any
 
 import kubernetes
 import psycopg
-from conftest import (
-    OperatorHandle,
-    condition,
-    create_run,
-    custom,
-    events,
-    pods,
-    run_status,
-    wait_for,
-    wait_phase,
-)
 
 from agentrun_core import store
+from tests.support.kube import condition, create_run, custom, events, pods, run_status
+from tests.support.operator_proc import OperatorHandle
+from tests.support.waiting import wait_for, wait_phase
 
 STEPS = "tests.integration.test_operator_graphs:steps"
 GROUP, VERSION, PLURAL = "agentrun.dev", "v1alpha1", "agentruns"

@@ -16,13 +16,15 @@ from typing import Any
 import kubernetes
 import psycopg
 import pytest
-from conftest import OperatorHandle, bind, events, get_run, run_status, wait_for, wait_phase
-from test_approval_edits import create_as, kubectl
-from test_fork_flow import bodies
 
 from agentrun_core import store
 from agentrun_dev import smtp_sink
 from agentrun_examples.outbox import model
+from tests.integration.test_approval_edits import create_as
+from tests.integration.test_fork_flow import bodies
+from tests.support.kube import bind, events, get_run, kubectl, run_status
+from tests.support.operator_proc import OperatorHandle
+from tests.support.waiting import wait_for, wait_phase
 
 GRAPH = "agentrun_examples.outbox:graph"
 ASK = "Send the outage notice to ada@example.com, bob@example.com, eve@example.com"

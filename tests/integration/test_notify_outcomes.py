@@ -21,12 +21,14 @@ from typing import Any
 import kubernetes
 import psycopg
 import pytest
-from conftest import OperatorHandle, condition, create_run, events, run_status, wait_for, wait_phase
 
 from agent_operator.decide import notify
 from agentrun_core.store import notifications
 from agentrun_core.store import rows as effect_rows
 from agentrun_dev.webhook_receiver import Receiver
+from tests.support.kube import condition, create_run, events, run_status
+from tests.support.operator_proc import OperatorHandle
+from tests.support.waiting import wait_for, wait_phase
 
 APPROVAL = "tests.integration.test_operator_graphs:approval"
 

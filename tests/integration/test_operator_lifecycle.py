@@ -13,10 +13,12 @@ from typing import Any
 import kubernetes
 import psycopg
 import pytest
-from conftest import OperatorHandle, condition, create_run, events, kubectl, pods, wait_for, wait_phase
 
 from agentrun_core import store
 from agentrun_dev.podruntime import control
+from tests.support.kube import condition, create_run, events, kubectl, pods
+from tests.support.operator_proc import OperatorHandle
+from tests.support.waiting import wait_for, wait_phase
 
 STEPS = "tests.integration.test_operator_graphs:steps"
 

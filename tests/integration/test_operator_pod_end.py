@@ -16,7 +16,6 @@ import threading
 from typing import Any
 
 import kubernetes
-from conftest import wait_for
 
 from agent_operator import kube as op_kube
 from agent_operator import settings as settings_
@@ -24,6 +23,7 @@ from agent_operator.decide import actions, cleanup, model, reconcile
 from agent_operator.observe import memory as memory_
 from agent_operator.serve import runner
 from agentrun_core.api import protocol
+from tests.support.waiting import wait_for
 from tests.unit import rowmaker
 
 RUN = "gone"

@@ -7,9 +7,11 @@ import time
 
 import kubernetes
 import psycopg
-from conftest import OperatorHandle, create_run, get_run, patch_spec, pods, wait_for, wait_phase
 
 from agentrun_core import store
+from tests.support.kube import create_run, get_run, patch_spec, pods
+from tests.support.operator_proc import OperatorHandle
+from tests.support.waiting import wait_for, wait_phase
 
 DRAINER = [
     "python",

@@ -9,7 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import kubernetes
-from conftest import OperatorHandle, create_run, kubectl, pods, wait_for, wait_phase
+
+from tests.support.kube import create_run, kubectl, pods
+from tests.support.operator_proc import OperatorHandle
+from tests.support.waiting import wait_for, wait_phase
 
 STEPS = "tests.integration.test_operator_graphs:steps"
 

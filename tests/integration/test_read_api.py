@@ -25,11 +25,13 @@ import kubernetes
 import psycopg
 import psycopg.conninfo
 import pytest
-from conftest import OperatorHandle, bind, create_run, operator_env, wait_phase
 
 from agentrun import client
 from agentrun_core import store
 from agentrun_dev import read_api
+from tests.support.kube import bind, create_run
+from tests.support.operator_proc import OperatorHandle, operator_env
+from tests.support.waiting import wait_phase
 
 STEPS = "tests.integration.test_operator_graphs:steps"
 VENV_BIN = Path(sys.executable).parent

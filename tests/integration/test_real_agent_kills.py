@@ -26,7 +26,6 @@ from typing import Any
 import kubernetes
 import psycopg
 import pytest
-from conftest import OperatorHandle, create_run, pods, wait_for, wait_phase
 from langgraph.checkpoint.postgres import PostgresSaver
 
 from agent_worker import graphs
@@ -34,6 +33,9 @@ from agentrun_core import store
 from agentrun_core.api import protocol
 from agentrun_dev import http_provider
 from tests.graphs import real_agents
+from tests.support.kube import create_run, pods
+from tests.support.operator_proc import OperatorHandle
+from tests.support.waiting import wait_for, wait_phase
 
 AGENTS = {
     "create-agent-async": "tests.graphs.async_agents:agent",

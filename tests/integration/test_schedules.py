@@ -20,18 +20,11 @@ from typing import Any
 
 import kubernetes
 import pytest
-from conftest import (
-    REPO,
-    OperatorHandle,
-    events,
-    get_run,
-    kubectl,
-    operator_env,
-    wait_for,
-    wait_phase,
-)
 
 from agentrun_core.api import schedules
+from tests.support.kube import events, get_run, kubectl
+from tests.support.operator_proc import REPO, OperatorHandle, operator_env
+from tests.support.waiting import wait_for, wait_phase
 
 GROUP, VERSION, PLURAL = "agentrun.dev", "v1alpha1", "agentrunschedules"
 UTC = datetime.UTC

@@ -15,20 +15,12 @@ from typing import Any
 import kubernetes
 import psycopg
 import pytest
-from conftest import (
-    OperatorHandle,
-    bind,
-    condition,
-    create_run,
-    events,
-    get_run,
-    run_status,
-    wait_for,
-    wait_phase,
-)
 
 from agentrun_core import store
 from agentrun_dev import http_provider
+from tests.support.kube import bind, condition, create_run, events, get_run, run_status
+from tests.support.operator_proc import OperatorHandle
+from tests.support.waiting import wait_for, wait_phase
 
 STEPS = "tests.integration.test_operator_graphs:steps"
 FLAKY = "tests.integration.steer_graphs:flaky"

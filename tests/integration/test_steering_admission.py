@@ -23,8 +23,9 @@ from typing import Any
 
 import kubernetes
 import pytest
-from conftest import wait_for
 from test_approval_admission import CUSTOM, Arena, _run_body
+
+from tests.support.waiting import wait_for
 
 ACTORS = ("creator", "approver", "editor", "stranger", "serviceaccount")
 VERBS = ("fork", "fork-with-set", "fork-approve", "retry", "resolve", "cancel", "suspend", "resume")

@@ -16,21 +16,12 @@ from pathlib import Path
 
 import kubernetes
 import pytest
-from conftest import (
-    REPO,
-    OperatorHandle,
-    bind,
-    condition,
-    create_run,
-    events,
-    get_run,
-    run_status,
-    wait_for,
-    wait_phase,
-)
-from test_fork_flow import bodies, kubectl, ticket_spec
 
 from agentrun_dev import smtp_sink
+from tests.integration.test_fork_flow import bodies, ticket_spec
+from tests.support.kube import bind, condition, create_run, events, get_run, kubectl, run_status
+from tests.support.operator_proc import REPO, OperatorHandle
+from tests.support.waiting import wait_for, wait_phase
 
 FLAKY = "tests.integration.steer_graphs:flaky"
 UNAPPROVED = "Dear Ada, here is a reply the manager never saw."

@@ -18,12 +18,12 @@ from typing import Any
 import psycopg
 import psycopg.sql
 import pytest
-from conftest import wait_for
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.graph import END, START, StateGraph
 
 from agent_operator.act import lockwatch, tenants
 from agentrun_core import keys, store
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.postgres
 

@@ -30,19 +30,12 @@ from typing import Any
 import kubernetes
 import psycopg
 import pytest
-from conftest import (
-    REPO,
-    OperatorHandle,
-    bind,
-    create_run,
-    operator_env,
-    run_status,
-    wait_for,
-    wait_phase,
-)
 
 from agentrun_core import store
 from agentrun_dev import http_provider, smtp_sink
+from tests.support.kube import bind, create_run, run_status
+from tests.support.operator_proc import REPO, OperatorHandle, operator_env
+from tests.support.waiting import wait_for, wait_phase
 
 pytestmark = pytest.mark.slow
 
@@ -124,7 +117,7 @@ class OldOperator(OperatorHandle):
                 cwd=self.root,  # '' first on sys.path: the old tree's packages win over the checkout's
                 start_new_session=True,
             )
-        from conftest import Replica
+        from tests.support.operator_proc import Replica
 
         replica = Replica(identity, proc, log)
         self.replicas.append(replica)

@@ -14,9 +14,11 @@ from typing import Any
 import kubernetes
 import psycopg
 import pytest
-from conftest import OperatorHandle, condition, create_run, events, run_status, wait_for, wait_phase
 
 from agentrun_dev import http_provider, smtp_sink
+from tests.support.kube import condition, create_run, events, run_status
+from tests.support.operator_proc import OperatorHandle
+from tests.support.waiting import wait_for, wait_phase
 
 GRAPH = "tests.graphs.upgrade_graph:graph"
 VENV_BIN = Path(sys.executable).parent
