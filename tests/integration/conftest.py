@@ -5,6 +5,7 @@
 * ``operator`` — ``agentrun operator`` as a subprocess scoped to the test's namespace
   (``AGENTRUN_WATCH_NAMESPACES``, leader Lease in that namespace), against the dev cluster and the test's
   ``pg_dsn`` (``tests.support.operator_proc.OperatorHandle``).
+* ``team`` — people of the test (kubeconfigs of real identities) bound to their ClusterRoles.
 * ``sink`` — a real SMTP sink of the test's own.
 
 The helpers for tests that drive AgentRuns (``create_run``, ``wait_for``, ``wait_phase``, ``run_status``,
@@ -13,8 +14,8 @@ The helpers for tests that drive AgentRuns (``create_run``, ``wait_for``, ``wait
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +23,9 @@ import kubernetes
 import pytest
 
 from agentrun_dev import smtp_sink
+from tests.support import kube as kube_support
 from tests.support.kube import create_worker_account
-from tests.support.operator_proc import OperatorHandle, operator_env
+from tests.support.operator_proc import OperatorHandle, closing, operator_env
 
 # --- worker service account -------------------------------------------------------------------------------
 
@@ -48,15 +50,10 @@ def operator(
 ) -> Iterator[OperatorHandle]:
     """One operator replica, leader of its namespace, already running when the test starts."""
     handle = OperatorHandle(namespace, pg_dsn, operator_env(dev_cluster, namespace, pg_dsn), tmp_path)
-    handle.start()
-    try:
+    with closing(handle, request):
+        handle.start()
         handle.wait_leader(kube, timeout=60)
         yield handle
-    finally:
-        handle.close()
-        failed = getattr(request.node, "rep_call", None)
-        if failed is not None and failed.failed:
-            print(handle.logs()[-20000:], file=sys.stderr)
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
@@ -64,6 +61,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     outcome = yield
     report = outcome.get_result()  # type: ignore[attr-defined]
     setattr(item, f"rep_{report.when}", report)
+
+
+@pytest.fixture
+def team(
+    kube: kubernetes.client.ApiClient, namespace: str, identity: Callable[..., Path]
+) -> kube_support.Team:
+    """``team({"manager": ("managers", "agentrun-approver"), ...})`` -> each person's kubeconfig, bound to
+    their ClusterRoles in the test's namespace (``tests.support.kube.team``)."""
+    return functools.partial(kube_support.team, kube, namespace, identity)
 
 
 @pytest.fixture

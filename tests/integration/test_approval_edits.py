@@ -7,7 +7,6 @@ server itself (``kubectl annotate`` as each identity), and leave the approval pe
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ import pytest
 from agentrun_core import store
 from agentrun_dev import smtp_sink
 from tests.integration.test_fork_flow import bodies, ticket_spec
-from tests.support.kube import bind, get_run, kubectl, run_status
+from tests.support.kube import APPROVAL_PEOPLE, Team, get_run, kubectl, run_body, run_status
 from tests.support.operator_proc import OperatorHandle
 from tests.support.waiting import wait_for, wait_phase
 
@@ -27,30 +26,14 @@ EDITED_SUBJECT = "Your refund for T-7"
 
 
 @pytest.fixture
-def people(
-    kube: kubernetes.client.ApiClient, namespace: str, identity: Callable[..., Path]
-) -> dict[str, Path]:
+def people(team: Team) -> dict[str, Path]:
     """manager approves; mallory edits AgentRuns (patch) but may not approve; alice creates runs and may
     approve too (so only the self-approval rule stops her)."""
-    bind(kube, namespace, "manager", "agentrun-approver")
-    bind(kube, namespace, "mallory", "agentrun-editor")
-    bind(kube, namespace, "alice", "agentrun-editor")
-    bind(kube, namespace, "alice", "agentrun-approver")
-    return {
-        "manager": identity("manager", ["managers"]),
-        "mallory": identity("mallory", ["devs"]),
-        "alice": identity("alice", ["devs"]),
-    }
+    return team(APPROVAL_PEOPLE)
 
 
 def create_as(who: Path, ns: str, name: str, spec: dict[str, Any]) -> None:
-    body = {
-        "apiVersion": "agentrun.dev/v1alpha1",
-        "kind": "AgentRun",
-        "metadata": {"name": name},
-        "spec": spec,
-    }
-    made = kubectl(who, "create", "-n", ns, "-f", "-", stdin=json.dumps(body))
+    made = kubectl(who, "create", "-n", ns, "-f", "-", stdin=json.dumps(run_body(name, spec)))
     assert made.returncode == 0, made.stderr
 
 

@@ -17,11 +17,11 @@ import pytest
 from agentrun_core import store
 from tests.support.kube import bind, condition, create_run, events, kubectl, patch_spec, pods, run_status
 from tests.support.operator_proc import OperatorHandle
+from tests.support.specs import APPROVAL
 from tests.support.waiting import wait_for, wait_phase
 
 LOOP = "tests.graphs.deadline_graphs:loop"
 STUCK = "tests.graphs.deadline_graphs:stuck"
-APPROVAL = "tests.integration.test_operator_graphs:approval"
 MARGIN = 30.0  # seconds past the deadline a loaded 2-core machine may take: a Pod start, noticing, recording
 
 

@@ -21,6 +21,7 @@ from agentrun_core import store
 from agentrun_dev import smtp_sink
 from tests.support.kube import bind, condition, create_run, get_run, kubectl, run_status
 from tests.support.operator_proc import OperatorHandle
+from tests.support.specs import run_spec, smtp_env
 from tests.support.waiting import wait_for, wait_phase
 
 GRAPH = "agentrun_examples.support_ticket:graph"
@@ -56,18 +57,7 @@ def people(
 
 
 def ticket_spec(sink: smtp_sink.SmtpSink) -> dict[str, Any]:
-    env = {
-        "SUPPORT_SMTP_HOST": sink.host,
-        "SUPPORT_SMTP_PORT": str(sink.port),
-        "SUPPORT_SMTP_API": sink.api_url,
-    }
-    return {
-        "graph": GRAPH,
-        "input": {"ticket": TICKET},
-        "lease": {"durationSeconds": 8},
-        "retry": {"backoffSeconds": 0},
-        "worker": {"env": [{"name": k, "value": v} for k, v in env.items()]},
-    }
+    return run_spec(GRAPH, {"ticket": TICKET}, env=smtp_env("SUPPORT", sink))
 
 
 def bodies(sink: smtp_sink.SmtpSink) -> list[str]:

@@ -30,10 +30,9 @@ from agentrun_core.store import notifications
 from agentrun_dev.webhook_receiver import Receiver
 from tests.support.kube import condition, create_run, events, kubectl, run_status
 from tests.support.operator_proc import OperatorHandle
+from tests.support.specs import STEPS, approval_spec
 from tests.support.waiting import wait_for, wait_phase
 
-APPROVAL = "tests.integration.test_operator_graphs:approval"
-STEPS = "tests.integration.test_operator_graphs:steps"
 VENV_BIN = Path(sys.executable).parent
 TOKEN = "s3cr3t-t0ken-for-the-receiver"
 
@@ -68,13 +67,7 @@ def token_secret(kube: kubernetes.client.ApiClient, namespace: str, name: str = 
 
 
 def spec(path: Path, notify_: dict[str, Any], **approval: Any) -> dict[str, Any]:
-    return {
-        "graph": APPROVAL,
-        "input": {"path": str(path), "line": "approved-line"},
-        "lease": {"durationSeconds": 8},
-        "retry": {"backoffSeconds": 0},
-        "approval": {**approval, "notify": notify_},
-    }
+    return approval_spec(path, **approval, notify=notify_)
 
 
 def pending(kube: kubernetes.client.ApiClient, op: OperatorHandle, name: str) -> str:

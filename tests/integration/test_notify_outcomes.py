@@ -28,9 +28,8 @@ from agentrun_core.store import rows as effect_rows
 from agentrun_dev.webhook_receiver import Receiver
 from tests.support.kube import condition, create_run, events, run_status
 from tests.support.operator_proc import OperatorHandle
+from tests.support.specs import approval_spec
 from tests.support.waiting import wait_for, wait_phase
-
-APPROVAL = "tests.integration.test_operator_graphs:approval"
 
 
 @pytest.fixture
@@ -49,13 +48,7 @@ def receiver(started: list[Receiver], answers: list[int], **kw: Any) -> Receiver
 
 
 def spec(path: Path, hook: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "graph": APPROVAL,
-        "input": {"path": str(path), "line": "x"},
-        "lease": {"durationSeconds": 8},
-        "retry": {"backoffSeconds": 0},
-        "approval": {"notify": hook},
-    }
+    return approval_spec(path, "x", notify=hook)
 
 
 def requested_key(kube: kubernetes.client.ApiClient, op: OperatorHandle, name: str, uid: str) -> str:

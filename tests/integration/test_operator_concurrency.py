@@ -13,9 +13,9 @@ import kubernetes
 
 from tests.support.kube import create_run, run_status, sampling_live_pods
 from tests.support.operator_proc import OperatorHandle
+from tests.support.specs import STEPS
 from tests.support.waiting import wait_for, wait_phase
 
-STEPS = "tests.integration.test_operator_graphs:steps"
 LIMIT = 2
 KEYED = 5
 

@@ -21,9 +21,9 @@ from agent_operator.decide import phases
 from agentrun_dev import input_policy
 from tests.support.kube import condition, create_run, kubectl, run_status
 from tests.support.operator_proc import OperatorHandle
+from tests.support.specs import STEPS
 from tests.support.waiting import wait_for, wait_phase
 
-STEPS = "tests.integration.test_operator_graphs:steps"
 DEPTH = 10_000
 
 

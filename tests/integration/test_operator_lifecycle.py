@@ -18,18 +18,12 @@ from agentrun_core import store
 from agentrun_dev.podruntime import control
 from tests.support.kube import condition, create_run, events, kubectl, pods
 from tests.support.operator_proc import OperatorHandle
+from tests.support.specs import steps_spec
 from tests.support.waiting import wait_for, wait_phase
-
-STEPS = "tests.integration.test_operator_graphs:steps"
 
 
 def spec(path: Path, lease: int = 8, **input_: Any) -> dict[str, Any]:
-    return {
-        "graph": STEPS,
-        "input": {"path": str(path), **input_},
-        "lease": {"durationSeconds": lease},
-        "retry": {"backoffSeconds": 0, "maxAttempts": 4},
-    }
+    return steps_spec(path, max_attempts=4, lease=lease, **input_)
 
 
 def lines(path: Path) -> list[str]:

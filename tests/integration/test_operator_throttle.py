@@ -15,9 +15,9 @@ import kubernetes
 
 from tests.support.kube import create_run, pods, run_status, sampling_live_pods
 from tests.support.operator_proc import OperatorHandle
+from tests.support.specs import STEPS
 from tests.support.waiting import wait_for, wait_phase
 
-STEPS = "tests.integration.test_operator_graphs:steps"
 LIMIT = 3
 RUNS = 8
 RETENTION = 5

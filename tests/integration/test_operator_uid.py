@@ -12,19 +12,13 @@ import kubernetes
 
 from tests.support.kube import create_run, kubectl, pods
 from tests.support.operator_proc import OperatorHandle
+from tests.support.specs import STEPS, run_spec
 from tests.support.waiting import wait_for, wait_phase
-
-STEPS = "tests.integration.test_operator_graphs:steps"
 
 
 def spec(path: Path, **extra: Any) -> dict[str, Any]:
-    return {
-        "graph": STEPS,
-        "input": {"path": str(path), **extra.pop("input", {})},
-        "lease": {"durationSeconds": 8},
-        "retry": {"backoffSeconds": 0, "maxAttempts": 1},
-        **extra,
-    }
+    input_ = {"path": str(path), **extra.pop("input", {})}
+    return run_spec(STEPS, input_, retry={"backoffSeconds": 0, "maxAttempts": 1}, **extra)
 
 
 def lines(path: Path) -> list[str]:

@@ -30,10 +30,10 @@ from agentrun import client
 from agentrun_core import store
 from agentrun_dev import read_api
 from tests.support.kube import bind, create_run
-from tests.support.operator_proc import OperatorHandle, operator_env
+from tests.support.operator_proc import OperatorHandle, closing, operator_env
+from tests.support.specs import STEPS
 from tests.support.waiting import wait_phase
 
-STEPS = "tests.integration.test_operator_graphs:steps"
 VENV_BIN = Path(sys.executable).parent
 
 
@@ -67,19 +67,16 @@ def read_operator(
         }
     )
     handle = OperatorHandle(namespace, pg_dsn, env, tmp_path)
-    handle.start()
-    try:
-        handle.wait_leader(kube, timeout=60)
-        read_api.register(dev_cluster.settings, port)
-        read_api.wait_available(dev_cluster.settings, port, timeout=60)
-        yield handle
-    finally:
-        # Never left pointing at a dead port: the API server would keep answering 503 for the group.
-        read_api.unregister(dev_cluster.settings)
-        handle.close()
-        rep = getattr(request.node, "rep_call", None)
-        if rep is not None and rep.failed:
-            print(handle.logs()[-20000:], file=sys.stderr)
+    with closing(handle, request):
+        handle.start()
+        try:
+            handle.wait_leader(kube, timeout=60)
+            read_api.register(dev_cluster.settings, port)
+            read_api.wait_available(dev_cluster.settings, port, timeout=60)
+            yield handle
+        finally:
+            # Never left pointing at a dead port: the API server would keep answering 503 for the group.
+            read_api.unregister(dev_cluster.settings)
 
 
 def agentrun(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:

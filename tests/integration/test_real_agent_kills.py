@@ -35,6 +35,7 @@ from agentrun_dev import http_provider
 from tests.graphs import real_agents
 from tests.support.kube import create_run, pods
 from tests.support.operator_proc import OperatorHandle
+from tests.support.specs import run_spec
 from tests.support.waiting import wait_for, wait_phase
 
 AGENTS = {
@@ -54,13 +55,7 @@ def provider(tmp_path: Path) -> Iterator[str]:
 
 def _spec(graph: str, url: str) -> dict[str, Any]:
     env = {"TEST_HTTP_URL": url, "TEST_JITTER_MS": "1000"}  # AGENTRUN_* names are the operator's
-    return {
-        "graph": graph,
-        "input": START,
-        "lease": {"durationSeconds": 8},
-        "retry": {"backoffSeconds": 0, "maxAttempts": 6},
-        "worker": {"env": [{"name": k, "value": v} for k, v in env.items()]},
-    }
+    return run_spec(graph, START, retry={"backoffSeconds": 0, "maxAttempts": 6}, env=env)
 
 
 class Deliveries:

@@ -23,7 +23,7 @@ import pytest
 
 from agentrun_core.api import schedules
 from tests.support.kube import events, get_run, kubectl
-from tests.support.operator_proc import REPO, OperatorHandle, operator_env
+from tests.support.operator_proc import REPO, OperatorHandle, closing, operator_env
 from tests.support.waiting import wait_for, wait_phase
 
 GROUP, VERSION, PLURAL = "agentrun.dev", "v1alpha1", "agentrunschedules"
@@ -118,13 +118,8 @@ def ops(
 ) -> Iterator[OperatorHandle]:
     """Operator replicas of the test's own, started by the test (with its clock)."""
     handle = OperatorHandle(namespace, pg_dsn, operator_env(dev_cluster, namespace, pg_dsn), tmp_path)
-    try:
+    with closing(handle, request):
         yield handle
-    finally:
-        handle.close()
-        failed = getattr(request.node, "rep_call", None)
-        if failed is not None and failed.failed:
-            print(handle.logs()[-20000:], file=sys.stderr)
 
 
 def test_ticks_at_their_times_and_a_manual_trigger(

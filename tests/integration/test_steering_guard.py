@@ -19,7 +19,7 @@ import pytest
 
 from agentrun_dev import smtp_sink
 from tests.integration.test_fork_flow import bodies, ticket_spec
-from tests.support.kube import bind, condition, create_run, events, get_run, kubectl, run_status
+from tests.support.kube import Team, bind, condition, create_run, events, get_run, kubectl, run_status
 from tests.support.operator_proc import REPO, OperatorHandle
 from tests.support.waiting import wait_for, wait_phase
 
@@ -28,19 +28,15 @@ UNAPPROVED = "Dear Ada, here is a reply the manager never saw."
 
 
 @pytest.fixture
-def people(
-    kube: kubernetes.client.ApiClient, namespace: str, identity: Callable[..., Path]
-) -> dict[str, Path]:
+def people(team: Team) -> dict[str, Path]:
     """dev: editor (create, get; no approve); manager: approver; lead: editor and approver."""
-    bind(kube, namespace, "dev", "agentrun-editor")
-    bind(kube, namespace, "manager", "agentrun-approver")
-    bind(kube, namespace, "lead", "agentrun-editor")
-    bind(kube, namespace, "lead", "agentrun-approver")
-    return {
-        "dev": identity("dev", ["devs"]),
-        "manager": identity("manager", ["managers"]),
-        "lead": identity("lead", ["leads"]),
-    }
+    return team(
+        {
+            "dev": ("devs", "agentrun-editor"),
+            "manager": ("managers", "agentrun-approver"),
+            "lead": ("leads", "agentrun-editor", "agentrun-approver"),
+        }
+    )
 
 
 def _absent(kube: kubernetes.client.ApiClient, ns: str, name: str) -> bool:

@@ -17,9 +17,8 @@ import pytest
 
 from tests.support.kube import condition, create_run, events
 from tests.support.operator_proc import OperatorHandle
+from tests.support.specs import STEPS
 from tests.support.waiting import wait_for, wait_phase
-
-STEPS = "tests.integration.test_operator_graphs:steps"
 
 
 @pytest.mark.parametrize(

@@ -152,6 +152,35 @@ def bind(
     kubernetes.client.RbacAuthorizationV1Api(kube).create_namespaced_role_binding(namespace, body)
 
 
+# Who's who in the approval tests: manager approves; mallory edits AgentRuns (patch too) but may not approve;
+# alice creates runs and may approve too (so only the self-approval rule stops her).
+APPROVAL_PEOPLE: dict[str, tuple[str, ...]] = {
+    "manager": ("managers", "agentrun-approver"),
+    "mallory": ("devs", "agentrun-editor"),
+    "alice": ("devs", "agentrun-editor", "agentrun-approver"),
+}
+
+
+# The ``team`` fixture: people by name -> their kubeconfigs.
+Team = Callable[[dict[str, tuple[str, ...]]], dict[str, Path]]
+
+
+def team(
+    kube: kubernetes.client.ApiClient,
+    namespace: str,
+    identity: Callable[..., Path],
+    people: dict[str, tuple[str, ...]],
+) -> dict[str, Path]:
+    """Each person (``name: (group, ClusterRole, ...)``) bound to their ClusterRoles in ``namespace``;
+    their kubeconfigs (real client certificates of the dev CA, via the ``identity`` fixture) by name."""
+    found: dict[str, Path] = {}
+    for user, (group, *roles) in people.items():
+        for role in roles:
+            bind(kube, namespace, user, role)
+        found[user] = identity(user, [group])
+    return found
+
+
 def create_worker_account(api: kubernetes.client.ApiClient, namespace: str, name: str = WORKER_SA) -> str:
     """ServiceAccount + Role + RoleBinding of a worker: Leases get/create/update, in this namespace only."""
     core = kubernetes.client.CoreV1Api(api)

@@ -13,10 +13,12 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import kubernetes
+import pytest
 
 from tests.support.kube import WORKER_SA
 
@@ -153,3 +155,16 @@ def operator_env(dev_cluster: Any, namespace: str, dsn: str) -> dict[str, str]:
         }
     )
     return env
+
+
+@contextlib.contextmanager
+def closing(handle: OperatorHandle, request: pytest.FixtureRequest) -> Iterator[OperatorHandle]:
+    """The handle, its replicas stopped afterwards; when the test failed, their logs go to stderr (the
+    conftest's ``pytest_runtest_makereport`` hook records the outcome as ``rep_call``)."""
+    try:
+        yield handle
+    finally:
+        handle.close()
+        failed = getattr(request.node, "rep_call", None)
+        if failed is not None and failed.failed:
+            print(handle.logs()[-20000:], file=sys.stderr)
