@@ -33,6 +33,7 @@ from langgraph.prebuilt import ToolNode, tools_condition
 
 from agent_worker import effects
 from tests.graphs import effect_graph
+from tests.support.graphs import chain
 
 TURNS: tuple[tuple[str, ...], ...] = (("ann", "bob", "cy"), ("dee", "eve"))
 
@@ -219,11 +220,7 @@ def settle(state: Log) -> dict[str, Any]:
 
 
 def build_nested() -> StateGraph[Log]:
-    g: StateGraph[Log] = StateGraph(Log)
-    g.add_node("settle", settle)
-    g.add_edge(START, "settle")
-    g.add_edge("settle", END)
-    return g
+    return chain(Log, settle=settle)
 
 
 nested = build_nested()

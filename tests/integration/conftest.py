@@ -14,6 +14,7 @@ The helpers for tests that drive AgentRuns (``create_run``, ``wait_for``, ``wait
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,7 +26,7 @@ import pytest
 from agentrun_dev import smtp_sink
 from tests.support import kube as kube_support
 from tests.support.kube import create_worker_account
-from tests.support.operator_proc import OperatorHandle, closing, operator_env
+from tests.support.operator_proc import OperatorHandle, Operators, closing, operator_env
 
 # --- worker service account -------------------------------------------------------------------------------
 
@@ -39,21 +40,32 @@ def worker_account(kube: kubernetes.client.ApiClient, namespace: str) -> str:
 
 
 @pytest.fixture
-def operator(
+def operators(
     dev_cluster: Any,
-    kube: kubernetes.client.ApiClient,
     namespace: str,
     pg_dsn: str,
     worker_account: str,
     tmp_path: Path,
     request: pytest.FixtureRequest,
-) -> Iterator[OperatorHandle]:
+) -> Iterator[Operators]:
+    """``operators(extra_env=None)`` -> a handle of operator replicas of the test's own, scoped to its
+    namespace and database, not started yet; stopped after the test (their logs shown when it failed)."""
+    with contextlib.ExitStack() as stack:
+
+        def make(extra_env: dict[str, str] | None = None) -> OperatorHandle:
+            env = {**operator_env(dev_cluster, namespace, pg_dsn), **(extra_env or {})}
+            return stack.enter_context(closing(OperatorHandle(namespace, pg_dsn, env, tmp_path), request))
+
+        yield make
+
+
+@pytest.fixture
+def operator(kube: kubernetes.client.ApiClient, operators: Operators) -> OperatorHandle:
     """One operator replica, leader of its namespace, already running when the test starts."""
-    handle = OperatorHandle(namespace, pg_dsn, operator_env(dev_cluster, namespace, pg_dsn), tmp_path)
-    with closing(handle, request):
-        handle.start()
-        handle.wait_leader(kube, timeout=60)
-        yield handle
+    handle = operators()
+    handle.start()
+    handle.wait_leader(kube, timeout=60)
+    return handle
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)

@@ -17,10 +17,11 @@ import os
 import time
 from typing import Any, TypedDict
 
-from langgraph.graph import END, START, StateGraph
+from langgraph.graph import StateGraph
 from langgraph.types import interrupt
 
 from agent_worker import effects
+from tests.support.graphs import chain
 
 
 class State(TypedDict, total=False):
@@ -69,15 +70,7 @@ def finish(state: State) -> State:
 
 
 def _steps() -> StateGraph[State]:
-    builder: StateGraph[State] = StateGraph(State)
-    builder.add_node("prepare", prepare)
-    builder.add_node("act", act)
-    builder.add_node("finish", finish)
-    builder.add_edge(START, "prepare")
-    builder.add_edge("prepare", "act")
-    builder.add_edge("act", "finish")
-    builder.add_edge("finish", END)
-    return builder
+    return chain(State, prepare=prepare, act=act, finish=finish)
 
 
 def ask(state: State) -> State:
@@ -96,15 +89,7 @@ def act_if_approved(state: State) -> State:
 
 
 def _approval() -> StateGraph[State]:
-    builder: StateGraph[State] = StateGraph(State)
-    builder.add_node("prepare", prepare)
-    builder.add_node("ask", ask)
-    builder.add_node("act", act_if_approved)
-    builder.add_edge(START, "prepare")
-    builder.add_edge("prepare", "ask")
-    builder.add_edge("ask", "act")
-    builder.add_edge("act", END)
-    return builder
+    return chain(State, prepare=prepare, ask=ask, act=act_if_approved)
 
 
 steps = _steps()

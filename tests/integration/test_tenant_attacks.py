@@ -19,10 +19,10 @@ import psycopg
 import psycopg.sql
 import pytest
 from langgraph.checkpoint.postgres import PostgresSaver
-from langgraph.graph import END, START, StateGraph
 
 from agent_operator.act import lockwatch, tenants
 from agentrun_core import keys, store
+from tests.support.graphs import chain
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.postgres
@@ -31,11 +31,7 @@ RUN_A, RUN_B = "run-a", "run-b"
 
 
 def _graph() -> Any:
-    g: StateGraph[dict[str, Any]] = StateGraph(dict)
-    g.add_node("one", lambda s: {"x": 1})
-    g.add_edge(START, "one")
-    g.add_edge("one", END)
-    return g
+    return chain(dict, one=lambda s: {"x": 1})
 
 
 def _seed(admin: psycopg.Connection[Any], namespace: str, run_id: str, dsn: str) -> None:

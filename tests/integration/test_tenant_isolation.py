@@ -17,12 +17,12 @@ import psycopg
 import psycopg.conninfo
 import pytest
 from langgraph.checkpoint.postgres import PostgresSaver
-from langgraph.graph import END, START, StateGraph
 
 from agent_operator.act import tenants
 from agentrun_core import store
 from agentrun_core.store import connect
 from tests.chaos import worker_harness
+from tests.support.graphs import chain
 
 pytestmark = pytest.mark.postgres
 
@@ -38,11 +38,7 @@ CHECKPOINT_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
 
 
 def _graph() -> Any:
-    g: StateGraph[dict[str, Any]] = StateGraph(dict)
-    g.add_node("one", lambda s: {"x": 1})
-    g.add_edge(START, "one")
-    g.add_edge("one", END)
-    return g
+    return chain(dict, one=lambda s: {"x": 1})
 
 
 def _seed(admin: psycopg.Connection[Any], namespace: str, run_id: str, dsn: str) -> None:

@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -168,3 +168,7 @@ def closing(handle: OperatorHandle, request: pytest.FixtureRequest) -> Iterator[
         failed = getattr(request.node, "rep_call", None)
         if failed is not None and failed.failed:
             print(handle.logs()[-20000:], file=sys.stderr)
+
+
+# The ``operators`` fixture: ``operators(extra_env=None)`` -> a new handle, not started yet.
+Operators = Callable[..., OperatorHandle]
