@@ -62,37 +62,23 @@ def _one_rep(worker: worker_harness.Worker, point: str, seed: str) -> dict[str, 
     )  # fmt: skip
     # The keeper renews every second: a run of 100 nodes with up to 40 ms each outlives a renewal.
     jitter = "40" if point == "before_lease_renew" else str(rng.choice([0, 5]))
-    killed = processes = 0
-    for attempt in range(1, 10):
-        pod = f"{run_id}-p{attempt if rng.random() < 0.25 else 0}"
-        proc = worker.run(
-            run_id,
-            pod=pod,
-            attempt=attempt,
-            faults=fault if not killed else "",
-            AGENTRUN_TEST_JITTER_MS=jitter,
-        )
-        processes += 1
-        if proc.returncode == -9:
-            assert f"fault point {point}" in proc.stderr, proc.stderr[-2000:]
-            killed += 1
-            continue
-        if worker_harness.fenced_itself(proc):
-            continue
-        if proc.returncode == 10:
-            with psycopg.connect(worker.dsn, autocommit=True) as conn:
-                (pending,) = [a for a in store.list_approvals(conn, run_id) if a.status == "pending"]
-                assert store.decide_approval(
-                    conn, approval_id=pending.approval_id, run_id=run_id, decision="approved", decided_by="t"
-                )
-            continue
-        assert proc.returncode == 0, (
-            f"{run_id} ({fault}, {durability}): exit {proc.returncode}\n{proc.stderr[-3000:]}"
-        )
-        break
-    else:
-        raise AssertionError(f"{run_id} ({fault}, {durability}): did not finish in 9 processes")
-    return {"run_id": run_id, "fault": fault, "mode": durability, "killed": killed, "processes": processes}
+    done = worker_harness.drive(
+        worker,
+        run_id,
+        fault,
+        processes=9,
+        pod=lambda attempt: f"{run_id}-p{attempt if rng.random() < 0.25 else 0}",
+        env=lambda killed: {"AGENTRUN_TEST_JITTER_MS": jitter},
+        approve=True,
+        what=f"{run_id} ({fault}, {durability})",
+    )
+    return {
+        "run_id": run_id,
+        "fault": fault,
+        "mode": durability,
+        "killed": done.killed,
+        "processes": done.processes,
+    }
 
 
 def test_a_delta_chat_killed_anywhere_ends_as_an_unkilled_one(

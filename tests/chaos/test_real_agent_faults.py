@@ -97,30 +97,21 @@ def _one_rep(worker: worker_harness.Worker, agent: str, point: str, rep: int) ->
     run_id = f"ra-{agent.replace('_', '-')}-{point.replace('_', '-')}-{rep}-{uuid.uuid4().hex[:6]}"
     worker_harness.admit(worker.dsn, run_id, graph=AGENTS[agent], durability=durability, **START)
     fault = f"{point}@{rng.choice(PLAN[point])}"
-    killed = 0
-    for attempt in range(1, 4):
-        proc = worker.run(
-            run_id,
-            pod=f"{run_id}-p{attempt}",
-            attempt=attempt,
-            faults=fault if not killed else "",
-            AGENTRUN_TEST_JITTER_MS=str(rng.choice([5, 30])),
-        )
-        if proc.returncode == -9:
-            assert f"fault point {point}" in proc.stderr, proc.stderr[-2000:]
-            killed += 1
-            continue
-        assert proc.returncode == 0, (
-            f"{run_id} ({fault}, {durability}): exit {proc.returncode}\n{proc.stderr[-3000:]}"
-        )
-        break
-    else:
-        raise AssertionError(f"{run_id}: did not finish in 3 processes")
+    done = worker_harness.drive(
+        worker,
+        run_id,
+        fault,
+        processes=3,
+        pod=lambda attempt: f"{run_id}-p{attempt}",
+        env=lambda killed: {"AGENTRUN_TEST_JITTER_MS": str(rng.choice([5, 30]))},
+        fenced_ok=False,
+        what=f"{run_id} ({fault}, {durability})",
+    )
     seconds = round(time.monotonic() - started, 1)
     return {
         "run_id": run_id,
         "point": point,
-        "killed": killed,
+        "killed": done.killed,
         "fault": fault,
         "mode": durability,
         "s": seconds,

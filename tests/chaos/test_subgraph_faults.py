@@ -49,28 +49,21 @@ def _one_rep(worker: worker_harness.Worker, point: str, rep: int) -> dict[str, o
     run_id = f"sub-{point.replace('_', '-')}-{rep}-{uuid.uuid4().hex[:8]}"
     worker_harness.admit(worker.dsn, run_id, graph=GRAPH, durability=durability, n=N)
     fault = f"{point}@{rng.choice(PLAN[point])}"
-    killed, processes = 0, 0
-    for attempt in range(1, 6):
-        pod = f"{run_id}-p{attempt if rng.random() < 0.25 else 0}"
-        proc = worker.run(
-            run_id,
-            pod=pod,
-            attempt=attempt,
-            faults=fault if not killed else "",
-            AGENTRUN_TEST_JITTER_MS=str(rng.choice([0, 20])),
-        )
-        processes += 1
-        if proc.returncode == -9:
-            assert f"fault point {point}" in proc.stderr, proc.stderr[-2000:]
-            killed += 1
-            continue
-        if worker_harness.fenced_itself(proc):
-            continue  # its Lease lapsed (renewals timed out under load): the operator would retry it
-        assert proc.returncode == 0, f"{run_id}: exit {proc.returncode}\n{proc.stderr[-3000:]}"
-        break
-    else:
-        raise AssertionError(f"{run_id}: did not finish in 5 processes")
-    return {"run_id": run_id, "killed": killed, "processes": processes, "fault": fault, "mode": durability}
+    done = worker_harness.drive(
+        worker,
+        run_id,
+        fault,
+        processes=5,
+        pod=lambda attempt: f"{run_id}-p{attempt if rng.random() < 0.25 else 0}",
+        env=lambda killed: {"AGENTRUN_TEST_JITTER_MS": str(rng.choice([0, 20]))},
+    )
+    return {
+        "run_id": run_id,
+        "killed": done.killed,
+        "processes": done.processes,
+        "fault": fault,
+        "mode": durability,
+    }
 
 
 # after_checkpoint under async once finished runs with 8 (or 0) of their 12 effects: the kill left a head

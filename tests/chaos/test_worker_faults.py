@@ -68,44 +68,32 @@ def _one_rep(worker: worker_harness.Worker, point: str, rep: int, durability: st
     # The keeper renews every duration/3 (1 s): a first step held 2.5 s guarantees a renewal inside the run,
     # whatever the jitter drew (a short run could otherwise end, or park, before its first renewal).
     hold = "2500" if point == "before_lease_renew" else "0"
-    killed, processes, parked = 0, 0, 0
-    pod = f"{run_id}-p0"
-    for attempt in range(1, 10):
+    pods = [f"{run_id}-p0"]
+
+    def pod(attempt: int) -> str:
         if rng.random() < 0.25:  # sometimes a new pod: it must wait for the dead holder's Lease to expire
-            pod = f"{run_id}-p{attempt}"
-        proc = worker.run(
-            run_id,
-            pod=pod,
-            attempt=attempt,
-            faults=fault if not killed else "",
-            AGENTRUN_TEST_JITTER_MS=jitter,
-            AGENTRUN_TEST_HOLD_MS=hold if not killed else "0",
-        )
-        processes += 1
-        if proc.returncode == -9:
-            assert f"fault point {point}" in proc.stderr, proc.stderr[-2000:]
-            killed += 1
-            continue
-        if worker_harness.fenced_itself(proc):
-            continue  # its Lease lapsed (renewals timed out under load): the operator would retry it
-        if proc.returncode == 10:
-            parked += 1
-            with psycopg.connect(worker.dsn, autocommit=True) as conn:
-                pending = [a for a in store.list_approvals(conn, run_id) if a.status == "pending"]
-                assert len(pending) == 1
-                assert store.decide_approval(
-                    conn,
-                    approval_id=pending[0].approval_id,
-                    run_id=run_id,
-                    decision="approved",
-                    decided_by="t",
-                )
-            continue
-        assert proc.returncode == 0, f"{run_id}: exit {proc.returncode}\n{proc.stderr[-3000:]}"
-        break
-    else:
-        raise AssertionError(f"{run_id}: did not finish in 9 processes")
-    return {"run_id": run_id, "killed": killed, "processes": processes, "parked": parked, "fault": fault}
+            pods.append(f"{run_id}-p{attempt}")
+        return pods[-1]
+
+    done = worker_harness.drive(
+        worker,
+        run_id,
+        fault,
+        processes=9,
+        pod=pod,
+        env=lambda killed: {
+            "AGENTRUN_TEST_JITTER_MS": jitter,
+            "AGENTRUN_TEST_HOLD_MS": "0" if killed else hold,
+        },
+        approve=True,
+    )
+    return {
+        "run_id": run_id,
+        "killed": done.killed,
+        "processes": done.processes,
+        "parked": done.parked,
+        "fault": fault,
+    }
 
 
 # A kill after the email's reservation and before act's result is kept makes act run again: with a fresh

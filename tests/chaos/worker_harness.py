@@ -9,6 +9,7 @@ import queue
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -166,3 +167,65 @@ def fenced_itself(proc: subprocess.CompletedProcess[str]) -> bool:
     if proc.returncode != 12:
         return False
     return "lease lost" in proc.stderr or "lease held by another worker" in proc.stderr
+
+
+@dataclasses.dataclass
+class Drive:
+    """What driving one run to its end took: processes killed at the fault point, processes in all, and
+    approvals given on the way."""
+
+    killed: int = 0
+    processes: int = 0
+    parked: int = 0
+
+
+def drive(
+    worker: Worker,
+    run_id: str,
+    fault: str,
+    *,
+    processes: int,
+    pod: Callable[[int], str],
+    env: Callable[[bool], dict[str, str]],
+    fenced_ok: bool = True,
+    approve: bool = False,
+    what: str = "",
+) -> Drive:
+    """Worker processes for ``run_id``, one after another (attempt 1, 2, ... in pod ``pod(attempt)``, with
+    ``env(killed yet)``), until one finishes the run. Until one is killed they carry ``fault``
+    ("point@hit"): the kill must be SIGKILL at that point. One that fenced itself (``fenced_itself``; when
+    ``fenced_ok``) is followed by another, as the operator would; with ``approve`` one that parked (exit 10)
+    has its pending approval approved first. Any other exit, or no finish in ``processes``, fails the test
+    (``what`` names the run in the message)."""
+    point, what, done = fault.split("@")[0], what or run_id, Drive()
+    for attempt in range(1, processes + 1):
+        proc = worker.run(
+            run_id,
+            pod=pod(attempt),
+            attempt=attempt,
+            faults="" if done.killed else fault,
+            **env(bool(done.killed)),
+        )
+        done.processes += 1
+        if proc.returncode == -9:
+            assert f"fault point {point}" in proc.stderr, proc.stderr[-2000:]
+            done.killed += 1
+            continue
+        if fenced_ok and fenced_itself(proc):
+            continue  # its Lease lapsed (renewals timed out under load): the operator would retry it
+        if approve and proc.returncode == 10:
+            done.parked += 1
+            approve_pending(worker.dsn, run_id)
+            continue
+        assert proc.returncode == 0, f"{what}: exit {proc.returncode}\n{proc.stderr[-3000:]}"
+        return done
+    raise AssertionError(f"{what}: did not finish in {processes} processes")
+
+
+def approve_pending(dsn: str, run_id: str) -> None:
+    """Approve the run's one pending approval, as the operator records a human's decision."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        (pending,) = [a for a in store.list_approvals(conn, run_id) if a.status == "pending"]
+        assert store.decide_approval(
+            conn, approval_id=pending.approval_id, run_id=run_id, decision="approved", decided_by="t"
+        )

@@ -131,12 +131,10 @@ def k134(request: pytest.FixtureRequest, dev_cluster: Any) -> Path:
 @pytest.fixture(scope="module")
 def arena(k134: Path, dev_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[K134Arena]:
     api = kubernetes.config.new_client_from_config(config_file=str(k134))  # type: ignore[no-untyped-call]
-    a = K134Arena(api, k134, dev_cluster.settings, tmp_path_factory.mktemp("k134-arena"))
-    a.setup()
     try:
-        yield a
+        with K134Arena.opened(api, k134, dev_cluster.settings, tmp_path_factory.mktemp("k134-arena")) as a:
+            yield a
     finally:
-        a.close()
         api.close()
 
 

@@ -210,10 +210,7 @@ def test_5xx_and_429_retried_with_backoff_under_one_key(
     pg_dsn: str,
 ) -> None:
     ns = operator.namespace
-    operator.close()
-    operator.env["AGENTRUN_NOTIFY_BACKOFF_SECONDS"] = "0.5"
-    operator.start()
-    operator.wait_leader(kube, timeout=60)
+    operator.reconfigure(kube, AGENTRUN_NOTIFY_BACKOFF_SECONDS="0.5")
     receiver.answers = [503, 429, 500]
     receiver.retry_after = "1"
     uid = create_run(kube, ns, "r", spec(tmp_path / "e", {"url": receiver.url}))["metadata"]["uid"]
@@ -244,10 +241,7 @@ def test_missing_secret_and_unreachable_url_do_not_block_the_approval(
     pg_dsn: str,
 ) -> None:
     ns = operator.namespace
-    operator.close()
-    operator.env.update({"AGENTRUN_NOTIFY_BACKOFF_SECONDS": "0.2", "AGENTRUN_NOTIFY_MAX_ATTEMPTS": "2"})
-    operator.start()
-    operator.wait_leader(kube, timeout=60)
+    operator.reconfigure(kube, AGENTRUN_NOTIFY_BACKOFF_SECONDS="0.2", AGENTRUN_NOTIFY_MAX_ATTEMPTS="2")
     missing = {"url": "http://127.0.0.1:9/none", "tokenSecretRef": {"name": "no-such-secret"}}
     uids = {
         "nosecret": create_run(kube, ns, "nosecret", spec(tmp_path / "a", missing))["metadata"]["uid"],

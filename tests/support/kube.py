@@ -50,6 +50,20 @@ def run_status(api: kubernetes.client.ApiClient, namespace: str, name: str) -> d
     return dict(get_run(api, namespace, name).get("status") or {})
 
 
+def gone(read: Callable[[], object]) -> bool:
+    """Whether ``read()`` (an API read of one object) answers 404 Not Found."""
+    try:
+        read()
+    except kubernetes.client.ApiException as exc:
+        return exc.status == 404
+    return False
+
+
+def run_gone(api: kubernetes.client.ApiClient, namespace: str, name: str) -> bool:
+    """Whether the AgentRun is gone from the API server."""
+    return gone(lambda: get_run(api, namespace, name))
+
+
 def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
     for cond in status.get("conditions") or ():
         if cond.get("type") == type_:

@@ -117,6 +117,13 @@ class OperatorHandle:
             self.stop()
         return self.start(extra_env=extra_env)
 
+    def reconfigure(self, api: kubernetes.client.ApiClient, **env: str) -> None:
+        """Stop every replica, then lead again with one started with ``env`` on top of the old settings."""
+        self.close()
+        self.env.update(env)
+        self.start()
+        self.wait_leader(api, timeout=60)
+
     def logs(self) -> str:
         return "\n".join(f"===== {r.identity} (rc={r.proc.poll()}) =====\n{r.logs()}" for r in self.replicas)
 
