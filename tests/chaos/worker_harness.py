@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 
 from agentrun_core import store
+from tests.support import pg
 
 REPO = Path(__file__).resolve().parents[2]
 GRAPH = "tests.graphs.effect_graph:builder"
@@ -146,11 +147,9 @@ class ZygotePool:
 
 def admit(dsn: str, run_id: str, graph: str = GRAPH, durability: str = "sync", **input_: Any) -> store.Run:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        return store.admit_run(
+        return pg.admit(
             conn,
             run_id=run_id,
-            namespace="ns",
-            name=run_id,
             graph=graph,
             input=input_,
             spec_hash="test",

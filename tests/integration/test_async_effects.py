@@ -21,6 +21,7 @@ from langgraph.graph import END, START, StateGraph
 from agent_worker import context, effects
 from agentrun_core import store
 from agentrun_dev import http_provider
+from tests.support import pg
 
 pytestmark = pytest.mark.postgres
 
@@ -51,7 +52,7 @@ def _deliveries(url: str) -> collections.Counter[Any]:
 
 
 def _ctx(pool: psycopg_pool.ConnectionPool[Any]) -> context.RunContext:
-    run = store.admit_run(pool, run_id="t", namespace="ns", name="t", graph="x:y", input={}, spec_hash="h")
+    run = pg.admit(pool, run_id="t", graph="x:y")
     store.claim_run(pool, run_id="t", epoch=1, holder="p")
     return context.RunContext(conn=pool, run_id="t", attempt=1, epoch=1, key_version=run.key_version)
 

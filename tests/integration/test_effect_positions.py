@@ -25,6 +25,7 @@ from agent_worker import context, effects
 from agentrun_core import canonical, errors, keys, store
 from agentrun_core.store import metrics_sql
 from agentrun_dev import http_provider
+from tests.support import pg
 
 pytestmark = pytest.mark.postgres
 
@@ -47,7 +48,7 @@ def pool(pg_dsn: str) -> Iterator[psycopg_pool.ConnectionPool[Any]]:
 
 
 def _ctx(pool: psycopg_pool.ConnectionPool[Any], **kw: Any) -> context.RunContext:
-    run = store.admit_run(pool, run_id="r", namespace="ns", name="r", graph="x:y", input={}, spec_hash="h")
+    run = pg.admit(pool, run_id="r", graph="x:y")
     assert run.key_version == keys.KEY_VERSION == 3  # new runs get position keys (v3: agent_worker.identity)
     store.claim_run(pool, run_id="r", epoch=1, holder="p")
     return context.RunContext(conn=pool, run_id="r", attempt=1, epoch=1, **kw)

@@ -20,6 +20,7 @@ from langgraph.graph import END, START, StateGraph
 from agent_worker import context, effects
 from agentrun_core import errors, store
 from agentrun_dev import http_provider
+from tests.support import pg
 
 pytestmark = pytest.mark.postgres
 
@@ -81,7 +82,7 @@ def pay_graph(tool: effects.Tool[Any, Any], n: int = 1) -> Any:
 
 
 def _setup(pool: psycopg_pool.ConnectionPool[Any], epoch: int = 1) -> context.RunContext:
-    store.admit_run(pool, run_id="r", namespace="ns", name="r", graph="x:y", input={}, spec_hash="h")
+    pg.admit(pool, run_id="r", graph="x:y")
     store.claim_run(pool, run_id="r", epoch=epoch, holder="p")
     return context.RunContext(conn=pool, run_id="r", attempt=1, epoch=epoch, sleep=lambda s: None)
 

@@ -8,6 +8,7 @@ import psycopg
 import pytest
 
 from agentrun_core import errors, store
+from tests.support import pg
 
 pytestmark = pytest.mark.postgres
 
@@ -33,18 +34,7 @@ def _admit(conn: psycopg.Connection[object], run_id: str = "r1") -> store.Run:
 
 
 def _reserve(conn: psycopg.Connection[object], key: str = "k1", epoch: int = 1) -> store.Reservation:
-    return store.reserve_effect(
-        conn,
-        key=key,
-        run_id="r1",
-        epoch=epoch,
-        step="n:1",
-        action="a",
-        tool="t",
-        occurrence=0,
-        args_hash="x",
-        args={"to": "x"},
-    )
+    return pg.reserve(conn, key=key, run_id="r1", epoch=epoch, args={"to": "x"})
 
 
 def test_migrate_is_idempotent(conn: psycopg.Connection[object]) -> None:

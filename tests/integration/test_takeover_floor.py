@@ -22,6 +22,7 @@ import pytest
 from agentrun_core import store
 from agentrun_dev import http_provider
 from tests.chaos import worker_harness
+from tests.support import pg
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.postgres
@@ -32,7 +33,7 @@ POD_LATE_BY = "10 seconds"  # between the operator's attempt row and the worker'
 
 
 def _reserve(conn: psycopg.Connection, epoch: int) -> store.Reservation:
-    return store.reserve_effect(
+    return pg.reserve(
         conn,
         key="k",
         run_id="r",
@@ -40,9 +41,7 @@ def _reserve(conn: psycopg.Connection, epoch: int) -> store.Reservation:
         step="post",
         action="post_late",
         tool="post_late",
-        occurrence=0,
         args_hash="h",
-        args={},
         timeout_seconds=TIMEOUT,
     )
 

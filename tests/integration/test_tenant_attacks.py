@@ -22,6 +22,7 @@ from langgraph.checkpoint.postgres import PostgresSaver
 
 from agent_operator.act import lockwatch, tenants
 from agentrun_core import keys, store
+from tests.support import pg
 from tests.support.graphs import chain
 from tests.support.waiting import wait_for
 
@@ -36,22 +37,16 @@ def _graph() -> Any:
 
 def _seed(admin: psycopg.Connection[Any], namespace: str, run_id: str, dsn: str) -> None:
     """A run of ``namespace`` with a row in every table (input holding a secret), written by the admin."""
-    store.admit_run(
+    pg.admit(
         admin,
         run_id=run_id,
         namespace=namespace,
-        name=run_id,
-        graph="m:g",
         input={"secret": f"secret-of-{run_id}"},
-        spec_hash="h",
         approval_policy={"timeoutSeconds": 3600},
     )
     store.claim_run(admin, run_id=run_id, epoch=1, holder="p")
     store.record_attempt_start(admin, run_id=run_id, attempt=1, pod="p", epoch=1)
-    store.reserve_effect(
-        admin, key=f"k-{run_id}", run_id=run_id, epoch=1, step="s:1", action="a", tool="t",
-        occurrence=0, args_hash="x", args={},
-    )
+    pg.reserve(admin, key=f"k-{run_id}", run_id=run_id, step="s:1")
     store.heartbeat(admin, run_id=run_id, key="worker", details={})
     store.record_step_event(
         admin, run_id=run_id, attempt=1, step="s:1", checkpoint_id=None,
@@ -210,9 +205,15 @@ def test_a_squatting_bs_next_effect_key_does_not_fence_b(
         (key,),
     ) == ""
     with psycopg.connect(two["dsn_b"], autocommit=True) as b:
-        res = store.reserve_effect(
-            b, key=key, run_id=RUN_B, epoch=1, step="send:2", action="send_email", tool="smtp",
-            occurrence=0, args_hash="h", args={"to": "x"},
+        res = pg.reserve(
+            b,
+            key=key,
+            run_id=RUN_B,
+            step="send:2",
+            action="send_email",
+            tool="smtp",
+            args_hash="h",
+            args={"to": "x"},
         )
         assert res.outcome == "reserved"
         store.record_effect(b, key=key, run_id=RUN_B, epoch=1, status="sent", calls=1)

@@ -55,7 +55,7 @@ def gone(read: Callable[[], object]) -> bool:
     try:
         read()
     except kubernetes.client.ApiException as exc:
-        return exc.status == 404
+        return bool(exc.status == 404)
     return False
 
 
