@@ -14,7 +14,6 @@ import concurrent.futures
 import os
 import random
 import uuid
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -83,14 +82,10 @@ def _one_rep(worker: worker_harness.Worker, point: str, seed: str) -> dict[str, 
 
 def test_a_delta_chat_killed_anywhere_ends_as_an_unkilled_one(
     pg_dsn: str,
-    namespace: str,
-    admin_kubeconfig: Path,
     providers: worker_harness.Providers,
-    zygotes: worker_harness.ZygotePool,
+    leased_worker: worker_harness.Worker,
 ) -> None:
-    worker = worker_harness.Worker(
-        pg_dsn, providers, kubeconfig=admin_kubeconfig, namespace=namespace, lease_duration=3, zygotes=zygotes
-    )
+    worker = leased_worker
     base = uuid.uuid4().hex
     plan = sorted(HITS) + [random.Random(f"{base}-{i}").choice(sorted(HITS)) for i in range(RANDOM_REPS)]
     with concurrent.futures.ThreadPoolExecutor(worker_harness.CONCURRENCY) as pool:
@@ -98,11 +93,7 @@ def test_a_delta_chat_killed_anywhere_ends_as_an_unkilled_one(
     performed = http_provider.stats(providers.http_url)["effects_performed"]
     expected = delta_chat.expected_messages(TURNS, charge_every=CHARGE_EVERY, approve_at=APPROVE_AT)
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        for rep in reps:
-            run_id = str(rep["run_id"])
-            assert rep["killed"] == 1, rep
-            run = store.get_run(conn, run_id)
-            assert run is not None and run.status == "succeeded", (rep, run)
+        for rep, run_id in worker_harness.finished_runs(conn, reps):
             effects = store.list_effects(conn, run_id)
             assert len(effects) == TURNS // CHARGE_EVERY, (rep, effects)
             for effect in effects:

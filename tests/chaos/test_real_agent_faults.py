@@ -31,13 +31,12 @@ from typing import Any
 
 import psycopg
 import pytest
-from langgraph.checkpoint.postgres import PostgresSaver
 
-from agent_worker import graphs
 from agentrun_core import faults, store
 from agentrun_dev import http_provider
 from tests.chaos import worker_harness
 from tests.graphs import real_agents
+from tests.support import pg
 
 pytestmark = [pytest.mark.chaos, pytest.mark.postgres, pytest.mark.slow]
 
@@ -82,14 +81,6 @@ def _deliveries(url: str) -> dict[str, collections.Counter[str]]:
     return found
 
 
-def _final(dsn: str, ref: str, run_id: str) -> list[tuple[str, Any]]:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        graph = graphs.compile_graph(graphs.load(ref), PostgresSaver(conn), ref=ref)
-        state = graph.get_state({"configurable": {"thread_id": run_id}})
-    assert state.next == (), (run_id, state.next)
-    return [(m.type, m.content) for m in state.values["messages"]]
-
-
 def _one_rep(worker: worker_harness.Worker, agent: str, point: str, rep: int) -> dict[str, Any]:
     started = time.monotonic()
     rng = random.Random(f"{agent}-{point}-{rep}-{uuid.uuid4()}")
@@ -127,7 +118,7 @@ def test_every_tool_call_is_delivered_once_whatever_point_kills_the_worker(
     worker_harness.admit(pg_dsn, reference, graph=AGENTS[agent], **START)
     unkilled = worker.run(reference, pod=f"{reference}-p")
     assert unkilled.returncode == 0, unkilled.stderr[-3000:]
-    expected_final = _final(pg_dsn, AGENTS[agent], reference)
+    expected_final = pg.final_messages(pg_dsn, AGENTS[agent], reference)
 
     jobs = [(point, rep) for point in sorted(PLAN) for rep in range(REPS)]
     with concurrent.futures.ThreadPoolExecutor(worker_harness.CONCURRENCY) as pool:
@@ -145,7 +136,7 @@ def test_every_tool_call_is_delivered_once_whatever_point_kills_the_worker(
             assert len(rows) == len(everyone) and all(
                 e.status == "sent" and e.divergences == 0 for e in rows
             ), r
-            assert _final(pg_dsn, AGENTS[agent], r["run_id"]) == expected_final, r
+            assert pg.final_messages(pg_dsn, AGENTS[agent], r["run_id"]) == expected_final, r
     killed_at = {r["point"] for r in reps if r["killed"]}
     assert killed_at >= {"after_admission_read", "after_lease_acquired"}, reps  # the kills did happen
     assert sum(r["killed"] for r in reps) >= len(jobs) // 2, reps

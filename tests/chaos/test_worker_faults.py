@@ -20,13 +20,11 @@ import os
 import random
 import time
 import uuid
-from pathlib import Path
 
 import psycopg
 import pytest
 
 from agentrun_core import faults, store
-from agentrun_dev import http_provider
 from tests.chaos import worker_harness
 
 pytestmark = [pytest.mark.chaos, pytest.mark.cluster, pytest.mark.postgres, pytest.mark.slow]
@@ -111,30 +109,20 @@ def test_kill_at_point_then_rerun_performs_each_effect_once(
     point: str,
     durability: str,
     pg_dsn: str,
-    namespace: str,
-    admin_kubeconfig: Path,
     providers: worker_harness.Providers,
-    zygotes: worker_harness.ZygotePool,
+    leased_worker: worker_harness.Worker,
 ) -> None:
     if point == "after_task_writes" and durability == "exit":
         pytest.skip("exit durability saves no task writes before the run ends: the point is never reached")
-    worker = worker_harness.Worker(
-        pg_dsn, providers, kubeconfig=admin_kubeconfig, namespace=namespace, lease_duration=3, zygotes=zygotes
-    )
+    worker = leased_worker
     started = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(CONCURRENCY) as pool:
         reps = list(pool.map(lambda i: _one_rep(worker, point, i, durability), range(REPS)))
     TIMINGS[f"{point}/{durability}"] = time.monotonic() - started
-    http_counts = http_provider.stats(providers.http_url)["effects_performed"]
-    _, smtp_stats, _ = http_provider.request(providers.smtp_api + "/stats")
-    mail_counts: dict[str, int] = smtp_stats["by_message_id"]
+    http_counts, mail_counts = worker_harness.delivered(providers)
     divergences = 0
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        for rep in reps:
-            run_id = str(rep["run_id"])
-            assert rep["killed"] == 1, rep
-            run = store.get_run(conn, run_id)
-            assert run is not None and run.status == "succeeded", (rep, run)
+        for rep, run_id in worker_harness.finished_runs(conn, reps):
             effects = store.list_effects(conn, run_id)
             assert len(effects) == 3, (rep, effects)
             for effect in effects:

@@ -9,13 +9,14 @@ import queue
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
 from agentrun_core import store
+from agentrun_dev import http_provider
 from tests.support import pg
 
 REPO = Path(__file__).resolve().parents[2]
@@ -228,3 +229,24 @@ def approve_pending(dsn: str, run_id: str) -> None:
         assert store.decide_approval(
             conn, approval_id=pending.approval_id, run_id=run_id, decision="approved", decided_by="t"
         )
+
+
+def finished_runs(
+    conn: psycopg.Connection[Any], reps: list[dict[str, Any]]
+) -> Iterator[tuple[dict[str, Any], str]]:
+    """Each rep with its run id, once checked that its run was killed once (at the planned point) and then
+    succeeded anyway."""
+    for rep in reps:
+        run_id = str(rep["run_id"])
+        assert rep["killed"] == 1, rep
+        run = store.get_run(conn, run_id)
+        assert run is not None and run.status == "succeeded", (rep, run)
+        yield rep, run_id
+
+
+def delivered(providers: Providers) -> tuple[dict[str, int], dict[str, int]]:
+    """Effects performed at the HTTP provider (by idempotency key) and mails stored by the sink (by
+    Message-ID): counted where they arrive."""
+    http_counts: dict[str, int] = http_provider.stats(providers.http_url)["effects_performed"]
+    _, smtp_stats, _ = http_provider.request(providers.smtp_api + "/stats")
+    return http_counts, smtp_stats["by_message_id"]

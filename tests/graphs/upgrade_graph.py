@@ -25,7 +25,7 @@ from langgraph.graph import StateGraph
 from langgraph.types import interrupt
 
 from agent_worker import effects
-from tests.support.graphs import chain
+from tests.support.graphs import chain, unless_404
 
 
 class State(TypedDict, total=False):
@@ -47,12 +47,7 @@ def _http(method: str, url: str, body: Any = None, key: str = "") -> Any:
 
 
 def find_charge(key: str, args: dict[str, Any]) -> Any:
-    try:
-        return _http("GET", f"{os.environ['UPGRADE_HTTP_URL']}/effects/{key}")["response"]
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404:
-            return None
-        raise
+    return unless_404(lambda: _http("GET", f"{os.environ['UPGRADE_HTTP_URL']}/effects/{key}")["response"])
 
 
 @effects.tool(name="charge", dedupes_by_key=True, lookup=find_charge)

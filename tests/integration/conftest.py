@@ -6,7 +6,8 @@
   (``AGENTRUN_WATCH_NAMESPACES``, leader Lease in that namespace), against the dev cluster and the test's
   ``pg_dsn`` (``tests.support.operator_proc.OperatorHandle``).
 * ``team`` — people of the test (kubeconfigs of real identities) bound to their ClusterRoles.
-* ``sink`` — a real SMTP sink of the test's own.
+* ``provider_url``, ``sink`` — a real HTTP provider and a real SMTP sink of the test's own; ``pool``: a
+  connection pool on the test's database.
 
 The helpers for tests that drive AgentRuns (``create_run``, ``wait_for``, ``wait_phase``, ``run_status``,
 ``events``, ``pods``, ``kubectl`` …) are in ``tests.support``.
@@ -21,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 import kubernetes
+import psycopg_pool
 import pytest
 
-from agentrun_dev import smtp_sink
+from agentrun_dev import http_provider, smtp_sink
 from tests.support import kube as kube_support
 from tests.support.kube import create_worker_account
 from tests.support.operator_proc import OperatorHandle, Operators, closing, operator_env
@@ -82,6 +84,20 @@ def team(
     """``team({"manager": ("managers", "agentrun-approver"), ...})`` -> each person's kubeconfig, bound to
     their ClusterRoles in the test's namespace (``tests.support.kube.team``)."""
     return functools.partial(kube_support.team, kube, namespace, identity)
+
+
+@pytest.fixture
+def provider_url(tmp_path: Path) -> Iterator[str]:
+    """The URL of a real HTTP provider of the test's own (effects are counted where they arrive)."""
+    with http_provider.HttpProvider(tmp_path / "http-provider") as provider:
+        yield provider.url
+
+
+@pytest.fixture
+def pool(pg_dsn: str) -> Iterator[psycopg_pool.ConnectionPool[Any]]:
+    """A small autocommit pool on the test's database (what the worker's graph and ledger run on)."""
+    with psycopg_pool.ConnectionPool(pg_dsn, min_size=1, max_size=4, kwargs={"autocommit": True}) as p:
+        yield p
 
 
 @pytest.fixture

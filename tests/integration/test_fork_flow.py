@@ -21,16 +21,10 @@ from agentrun_core import store
 from agentrun_dev import smtp_sink
 from tests.support.kube import bind, condition, create_run, get_run, kubectl, run_status
 from tests.support.operator_proc import OperatorHandle
-from tests.support.specs import run_spec, smtp_env
+from tests.support.specs import TICKET, TICKET_GRAPH, run_spec, smtp_env
 from tests.support.waiting import wait_for, wait_phase
 
-GRAPH = "agentrun_examples.support_ticket:graph"
-TICKET = {
-    "id": "T-7",
-    "customer": {"name": "Ada", "email": "ada@example.com"},
-    "subject": "Charged twice",
-    "body": "My card was charged twice for the Team plan; please refund the duplicate charge.",
-}
+GRAPH = TICKET_GRAPH
 EDITED = "Dear Ada, we refunded the duplicate charge today. (edited in the fork)"
 
 

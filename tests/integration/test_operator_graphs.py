@@ -21,7 +21,7 @@ from langgraph.graph import StateGraph
 from langgraph.types import interrupt
 
 from agent_worker import effects
-from tests.support.graphs import chain
+from tests.support.graphs import chain, pause
 
 
 class State(TypedDict, total=False):
@@ -41,21 +41,13 @@ def append_line(call: effects.Call, *, path: str, line: str) -> dict[str, Any]:
     return {"path": path, "line": line}
 
 
-def _pause(state: State, step: str) -> None:
-    seconds = float((state.get("pause") or {}).get(step, 0))
-    deadline = time.monotonic() + seconds
-    while (left := deadline - time.monotonic()) > 0:
-        effects.heartbeat({"step": step, "left": round(left, 1)})
-        time.sleep(min(0.5, left))
-
-
 def prepare(state: State) -> State:
-    _pause(state, "prepare")
+    pause(state, "prepare")
     return {}
 
 
 def act(state: State) -> State:
-    _pause(state, "act")
+    pause(state, "act")
     written = append_line(path=state["path"], line=state.get("line", "hello"))
     if state.get("oom_attempt") == int(os.environ.get("AGENTRUN_ATTEMPT", "0")):
         hog = [b"x" * (64 << 20) for _ in range(16)]  # 1 GiB, touched
@@ -65,7 +57,7 @@ def act(state: State) -> State:
 
 
 def finish(state: State) -> State:
-    _pause(state, "finish")
+    pause(state, "finish")
     return {"outcome": "done"}
 
 

@@ -1,13 +1,19 @@
-"""The shape most test graphs have: START -> one step after another -> END."""
+"""What test graphs share: the shape most have (START -> one step after another -> END), and a pause."""
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
-from typing import Any
+import time
+import urllib.error
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.typing import StateT
+
+from agent_worker import effects
+
+T = TypeVar("T")
 
 
 def chain(schema: type[StateT], **steps: Callable[..., Any]) -> StateGraph[StateT]:
@@ -19,3 +25,22 @@ def chain(schema: type[StateT], **steps: Callable[..., Any]) -> StateGraph[State
     for a, b in itertools.pairwise(names):
         graph.add_edge(a, b)
     return graph
+
+
+def pause(state: Mapping[str, Any], step: str) -> None:
+    """Wait ``state["pause"][step]`` seconds (none when not given), heartbeating as a long node would: the
+    tests stop, kill or steer a run while it is inside ``step``."""
+    deadline = time.monotonic() + float((state.get("pause") or {}).get(step, 0))
+    while (left := deadline - time.monotonic()) > 0:
+        effects.heartbeat({"step": step, "left": round(left, 1)})
+        time.sleep(min(0.5, left))
+
+
+def unless_404(read: Callable[[], T]) -> T | None:
+    """``read()`` of a provider's record, or None when it answers 404 (no such effect: it never happened)."""
+    try:
+        return read()
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return None
+        raise

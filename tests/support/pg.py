@@ -6,8 +6,12 @@ a test names what it looks at.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
+import psycopg
+from langgraph.checkpoint.postgres import PostgresSaver
+
+from agent_worker import graphs
 from agentrun_core import store
 
 
@@ -62,3 +66,13 @@ def reserve(
         args={} if args is None else args,
         **more,
     )
+
+
+def final_messages(dsn: str, ref: str, thread_id: str) -> list[tuple[str, Any]]:
+    """The messages (type, content) of a finished run of the agent graph ``ref``, read from its checkpoints
+    as LangGraph reads them; fails the test when the run has nodes left to run."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        graph = graphs.compile_graph(graphs.load(ref), PostgresSaver(cast(Any, conn)), ref=ref)
+        state = graph.get_state({"configurable": {"thread_id": thread_id}})
+    assert state.next == (), (thread_id, state.next)
+    return [(m.type, m.content) for m in state.values["messages"]]

@@ -16,6 +16,14 @@ from agentrun_dev import http_provider, smtp_sink
 # then appends input.line).
 STEPS = "tests.integration.test_operator_graphs:steps"
 APPROVAL = "tests.integration.test_operator_graphs:approval"
+# agentrun_examples/support_ticket: drafts a reply to a ticket, asks for approval, sends it by email.
+TICKET_GRAPH = "agentrun_examples.support_ticket:graph"
+TICKET = {
+    "id": "T-7",
+    "customer": {"name": "Ada", "email": "ada@example.com"},
+    "subject": "Charged twice",
+    "body": "My card was charged twice for the Team plan; please refund the duplicate charge.",
+}
 
 
 def worker_env(env: Mapping[str, str]) -> dict[str, Any]:
