@@ -13,17 +13,16 @@ import operator
 import os
 from typing import Annotated, Any, TypedDict
 
-from langchain_core.callbacks import CallbackManagerForLLMRun
-from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
 from langgraph.graph import END, START, StateGraph
+
+from tests.support.models import ScriptModel
 
 INPUT_TOKENS, OUTPUT_TOKENS = 100, 50  # per call
 LOG_ENV = "BUDGET_MODEL_LOG"
 
 
-class FakeUsageModel(BaseChatModel):
+class FakeUsageModel(ScriptModel):
     model_name: str = "fake-usage-1"
 
     @property
@@ -34,13 +33,7 @@ class FakeUsageModel(BaseChatModel):
     def _identifying_params(self) -> dict[str, Any]:
         return {"model_name": self.model_name}
 
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
+    def reply(self, messages: list[BaseMessage]) -> AIMessage:
         text = f"answer to {messages[-1].content}"
         path = os.environ.get(LOG_ENV)
         if path:  # the provider bills the call: on disk before the answer leaves
@@ -61,7 +54,7 @@ class FakeUsageModel(BaseChatModel):
             usage_metadata=usage,
             response_metadata={"model_name": self.model_name},  # type: ignore[arg-type]
         )
-        return ChatResult(generations=[ChatGeneration(message=message)])
+        return message
 
 
 class State(TypedDict, total=False):

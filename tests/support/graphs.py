@@ -5,10 +5,11 @@ from __future__ import annotations
 import itertools
 import time
 import urllib.error
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from langgraph.graph import END, START, StateGraph
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.typing import StateT
 
 from agent_worker import effects
@@ -24,6 +25,18 @@ def chain(schema: type[StateT], **steps: Callable[..., Any]) -> StateGraph[State
     names = [START, *steps, END]
     for a, b in itertools.pairwise(names):
         graph.add_edge(a, b)
+    return graph
+
+
+def react_loop(model: Callable[..., Any], tools: Sequence[Any]) -> StateGraph[MessagesState]:
+    """The LangGraph tutorial's ReAct shape: ``agent`` (the model) -> ``tools`` (one ToolNode task runs a
+    turn's calls) -> ``agent``, until the model asks for no tool."""
+    graph: StateGraph[MessagesState] = StateGraph(MessagesState)
+    graph.add_node("agent", model)
+    graph.add_node("tools", ToolNode(tools))
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", tools_condition)
+    graph.add_edge("tools", "agent")
     return graph
 
 
