@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 import queue
+import signal
 import subprocess
 import sys
 import tempfile
@@ -18,6 +19,7 @@ import psycopg
 from agentrun_core import store
 from agentrun_dev import http_provider
 from tests.support import pg
+from tests.support.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 GRAPH = "tests.graphs.effect_graph:builder"
@@ -250,3 +252,13 @@ def delivered(providers: Providers) -> tuple[dict[str, int], dict[str, int]]:
     http_counts: dict[str, int] = http_provider.stats(providers.http_url)["effects_performed"]
     _, smtp_stats, _ = http_provider.request(providers.smtp_api + "/stats")
     return http_counts, smtp_stats["by_message_id"]
+
+
+def kill_mid_call(worker: Worker, run_id: str, provider_url: str) -> None:
+    """Attempt 1 of ``run_id`` in pod p1, SIGKILLed once its call reached the provider (which commits late:
+    the call is still in flight when the worker dies)."""
+    first = worker.start(run_id, pod="p1", attempt=1)
+    reached = lambda: http_provider.stats(provider_url)["late_accepted"] == 1  # noqa: E731
+    wait_for(reached, 60, "the call to reach the provider", interval=0.05)
+    first.send_signal(signal.SIGKILL)
+    first.communicate(timeout=30)

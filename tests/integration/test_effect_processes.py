@@ -64,15 +64,7 @@ def test_takeover_waits_for_the_deposed_attempts_call_before_trusting_a_lookup(
     http_provider.request(f"{provider}/control/faults", "POST", {"mode": "late", "count": 1, "delay": 3.0})
     worker_harness.admit(pg_dsn, "r", graph=LATE)
     worker = _worker(pg_dsn, provider)
-    first = worker.start("r", pod="p1", attempt=1)
-    wait_for(
-        lambda: http_provider.stats(provider)["late_accepted"] == 1,
-        60,
-        "the call to reach the provider",
-        interval=0.05,
-    )
-    first.send_signal(signal.SIGKILL)
-    first.communicate(timeout=30)
+    worker_harness.kill_mid_call(worker, "r", provider)
     assert http_provider.stats(provider)["effects_performed_total"] == 0  # still in flight
     started = time.monotonic()
     second = worker.run("r", pod="p2", attempt=2)

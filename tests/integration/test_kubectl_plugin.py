@@ -18,24 +18,14 @@ import kubernetes
 import psycopg
 import pytest
 
-from tests.support.kube import GROUP, PLURAL, VERSION, bind, kubectl
+from tests.support.kube import GROUP, PLURAL, VERSION, bind, create_run, kubectl
+from tests.support.specs import TICKET_GRAPH
 
 
 def seed_run(kube: kubernetes.client.ApiClient, namespace: str, dsn: str, name: str) -> dict[str, Any]:
     """An AgentRun evicted once and now waiting on an approval, with its ledger."""
     custom = kubernetes.client.CustomObjectsApi(kube)
-    obj = custom.create_namespaced_custom_object(
-        GROUP,
-        VERSION,
-        namespace,
-        PLURAL,
-        {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "AgentRun",
-            "metadata": {"name": name},
-            "spec": {"graph": "agentrun_examples.support_ticket:graph", "input": {"ticket": {"id": "T-1"}}},
-        },
-    )
+    obj = create_run(kube, namespace, name, {"graph": TICKET_GRAPH, "input": {"ticket": {"id": "T-1"}}})
     uid = obj["metadata"]["uid"]
     approval_id = "a-" + uid.replace("-", "")[:12]
     custom.patch_namespaced_custom_object_status(
@@ -222,18 +212,7 @@ def test_kubectl_agentrun_errors_are_clear(
 def test_no_pending_approval(
     kube: kubernetes.client.ApiClient, namespace: str, pg_dsn: str, admin_kubeconfig: pathlib.Path, cmd: str
 ) -> None:
-    kubernetes.client.CustomObjectsApi(kube).create_namespaced_custom_object(
-        GROUP,
-        VERSION,
-        namespace,
-        PLURAL,
-        {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "AgentRun",
-            "metadata": {"name": "idle"},
-            "spec": {"graph": "agentrun_examples.support_ticket:graph", "input": {}},
-        },
-    )
+    create_run(kube, namespace, "idle", {"graph": TICKET_GRAPH, "input": {}})
     result = kubectl(admin_kubeconfig, "agentrun", cmd, "idle", "-n", namespace, dsn=pg_dsn)
     assert result.returncode == 1
     assert "has no pending approval" in result.stderr

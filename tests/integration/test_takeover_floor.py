@@ -11,7 +11,6 @@ dedupe by key: a second call is a second commit, counted there).
 
 from __future__ import annotations
 
-import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -113,15 +112,7 @@ def test_a_worker_whose_pod_started_late_still_waits_out_the_deposed_call(
     zygotes = worker_harness.ZygotePool(1)
     request.addfinalizer(zygotes.close)
     late_starter = worker_harness.Worker(pg_dsn, providers, zygotes=zygotes)
-    first = worker.start("r", pod="p1", attempt=1)
-    wait_for(
-        lambda: http_provider.stats(provider)["late_accepted"] == 1,
-        60,
-        "the call to reach the provider",
-        interval=0.05,
-    )
-    first.send_signal(signal.SIGKILL)
-    first.communicate(timeout=30)
+    worker_harness.kill_mid_call(worker, "r", provider)
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         _deposed_holder_reserved_long_ago(conn)
         _pod_started_late(conn, 2, "p2")
