@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from agentrun_dev import http_provider, smtp_sink
 from tests.chaos import worker_harness
 
 
@@ -24,9 +23,8 @@ def zygotes() -> Iterator[worker_harness.ZygotePool]:
 
 @pytest.fixture(scope="module")
 def providers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[worker_harness.Providers]:
-    base = tmp_path_factory.mktemp("providers")
-    with http_provider.HttpProvider(base / "http") as hp, smtp_sink.SmtpSink(base / "smtp") as sink:
-        yield worker_harness.Providers(hp.url, sink.host, sink.port, sink.api_url)
+    with worker_harness.real_providers(tmp_path_factory.mktemp("providers")) as found:
+        yield found
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -17,7 +18,7 @@ from typing import Any
 import psycopg
 
 from agentrun_core import store
-from agentrun_dev import http_provider
+from agentrun_dev import http_provider, smtp_sink
 from tests.support import pg
 from tests.support.waiting import wait_for
 
@@ -33,6 +34,13 @@ class Providers:
     smtp_host: str
     smtp_port: int
     smtp_api: str
+
+
+@contextlib.contextmanager
+def real_providers(base: Path) -> Iterator[Providers]:
+    """A real HTTP provider and SMTP sink (agentrun_dev), their state under ``base``, for workers' tools."""
+    with http_provider.HttpProvider(base / "http") as hp, smtp_sink.SmtpSink(base / "smtp") as sink:
+        yield Providers(hp.url, sink.host, sink.port, sink.api_url)
 
 
 @dataclasses.dataclass

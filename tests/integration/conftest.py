@@ -6,7 +6,8 @@
   (``AGENTRUN_WATCH_NAMESPACES``, leader Lease in that namespace), against the dev cluster and the test's
   ``pg_dsn`` (``tests.support.operator_proc.OperatorHandle``).
 * ``team`` — people of the test (kubeconfigs of real identities) bound to their ClusterRoles.
-* ``provider_url``, ``sink`` — a real HTTP provider and a real SMTP sink of the test's own; ``pool``: a
+* ``provider_url``, ``sink``, ``providers`` (both, for workers) — a real HTTP provider and a real SMTP sink
+  of the test's own; ``pool``: a
   connection pool on the test's database.
 
 The helpers for tests that drive AgentRuns (``create_run``, ``wait_for``, ``wait_phase``, ``run_status``,
@@ -26,6 +27,7 @@ import psycopg_pool
 import pytest
 
 from agentrun_dev import http_provider, smtp_sink
+from tests.chaos import worker_harness
 from tests.support import kube as kube_support
 from tests.support.kube import create_worker_account
 from tests.support.operator_proc import OperatorHandle, Operators, closing, operator_env
@@ -91,6 +93,13 @@ def provider_url(tmp_path: Path) -> Iterator[str]:
     """The URL of a real HTTP provider of the test's own (effects are counted where they arrive)."""
     with http_provider.HttpProvider(tmp_path / "http-provider") as provider:
         yield provider.url
+
+
+@pytest.fixture
+def providers(tmp_path: Path) -> Iterator[worker_harness.Providers]:
+    """A real HTTP provider and SMTP sink of the test's own, as the workers' tools reach them."""
+    with worker_harness.real_providers(tmp_path / "providers") as found:
+        yield found
 
 
 @pytest.fixture

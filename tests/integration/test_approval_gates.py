@@ -18,14 +18,6 @@ from tests.chaos import worker_harness
 pytestmark = pytest.mark.postgres
 
 
-@pytest.fixture
-def providers(tmp_path: Path):  # type: ignore[no-untyped-def]
-    from agentrun_dev import http_provider, smtp_sink
-
-    with http_provider.HttpProvider(tmp_path / "h") as hp, smtp_sink.SmtpSink(tmp_path / "s") as sink:
-        yield worker_harness.Providers(hp.url, sink.host, sink.port, sink.api_url), sink
-
-
 def _approvals(dsn: str, run_id: str) -> list[store.Approval]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         return store.list_approvals(conn, run_id)

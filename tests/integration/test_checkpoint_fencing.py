@@ -16,7 +16,6 @@ import os
 import re
 import shutil
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ import pytest
 
 from agentrun import render, trace
 from agentrun_core import store
-from agentrun_dev import http_provider, smtp_sink
+from agentrun_dev import http_provider
 from agentrun_dev import settings as dev_settings
 from tests.chaos import worker_harness
 from tests.integration import pg_chaos
@@ -35,12 +34,6 @@ pytestmark = [pytest.mark.cluster, pytest.mark.postgres]
 
 _LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 _WRITE_LOG = re.compile(r"checkpoint write ns='' id=(\S+) seconds=(\S+)")
-
-
-@pytest.fixture
-def providers(tmp_path: Path) -> Iterator[worker_harness.Providers]:
-    with http_provider.HttpProvider(tmp_path / "h") as hp, smtp_sink.SmtpSink(tmp_path / "s") as sink:
-        yield worker_harness.Providers(hp.url, sink.host, sink.port, sink.api_url)
 
 
 @pytest.fixture

@@ -22,14 +22,6 @@ def _run(dsn: str, run_id: str) -> store.Run:
     return run
 
 
-@pytest.fixture
-def providers(tmp_path: Path):  # type: ignore[no-untyped-def]
-    from agentrun_dev import http_provider, smtp_sink
-
-    with http_provider.HttpProvider(tmp_path / "h") as hp, smtp_sink.SmtpSink(tmp_path / "s") as sink:
-        yield worker_harness.Providers(hp.url, sink.host, sink.port, sink.api_url)
-
-
 def test_graph_that_raises_fails_the_run_with_the_error(
     pg_dsn: str, providers: worker_harness.Providers
 ) -> None:

@@ -3,24 +3,17 @@
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 
 from agentrun_core import store
-from agentrun_dev import http_provider, smtp_sink
+from agentrun_dev import http_provider
 from tests.chaos import worker_harness
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.postgres]
-
-
-@pytest.fixture
-def providers(tmp_path: Path) -> Iterator[worker_harness.Providers]:
-    with http_provider.HttpProvider(tmp_path / "h") as hp, smtp_sink.SmtpSink(tmp_path / "s") as sink:
-        yield worker_harness.Providers(hp.url, sink.host, sink.port, sink.api_url)
 
 
 def test_frozen_zombie_is_fenced_and_never_calls_the_provider(
