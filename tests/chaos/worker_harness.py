@@ -209,12 +209,9 @@ def drive(
     (``what`` names the run in the message)."""
     point, what, done = fault.split("@")[0], what or run_id, Drive()
     for attempt in range(1, processes + 1):
+        extra: dict[str, Any] = env(bool(done.killed))  # environment variables only (str values)
         proc = worker.run(
-            run_id,
-            pod=pod(attempt),
-            attempt=attempt,
-            faults="" if done.killed else fault,
-            **env(bool(done.killed)),
+            run_id, pod=pod(attempt), attempt=attempt, faults="" if done.killed else fault, **extra
         )
         done.processes += 1
         if proc.returncode == -9:
