@@ -267,3 +267,28 @@ def kill_mid_call(worker: Worker, run_id: str, provider_url: str) -> None:
     wait_for(reached, 60, "the call to reach the provider", interval=0.05)
     first.send_signal(signal.SIGKILL)
     first.communicate(timeout=30)
+
+
+@dataclasses.dataclass
+class Blocked:
+    """A worker process held inside its graph's first node: ``block.unlink()`` lets the node go on."""
+
+    proc: subprocess.Popen[str]
+    block: Path
+    log: Path  # the nodes' log (AGENTRUN_TEST_NODE_LOG): one line per node entered
+
+
+def start_blocked(worker: Worker, run_id: str, tmp: Path, *, pod: str, timeout: float = 60) -> Blocked:
+    """A worker of ``run_id`` in ``pod`` (effect_graph: ``prepare`` waits while the block file exists),
+    returned once its node log says it is inside ``prepare``; killed if it does not get there in time."""
+    block, log = tmp / "block", tmp / "log"
+    block.touch()
+    proc = worker.start(run_id, pod=pod, AGENTRUN_TEST_BLOCK_FILE=str(block), AGENTRUN_TEST_NODE_LOG=str(log))
+    try:
+        inside = lambda: log.exists() and "prepare" in log.read_text()  # noqa: E731
+        wait_for(inside, timeout, f"{run_id}'s worker in {pod} inside prepare", interval=0.05)
+    except BaseException:
+        proc.kill()
+        proc.communicate()
+        raise
+    return Blocked(proc, block, log)

@@ -81,19 +81,10 @@ def test_zombie_blocked_in_a_node_cannot_write_its_checkpoint(
 ) -> None:
     """(Under ``exit`` nothing is written before the run ends: the zombie's first write is a ledger write,
     refused by the ledger's own fencing; tests/integration/test_checkpointer.py covers the exit-mode save.)"""
-    block, log = tmp_path / "block", tmp_path / "log"
-    block.touch()
     worker_harness.admit(pg_dsn, "r", durability=durability)
-    zombie = worker.start(
-        "r", pod="pod-a", AGENTRUN_TEST_BLOCK_FILE=str(block), AGENTRUN_TEST_NODE_LOG=str(log)
-    )
+    held = worker_harness.start_blocked(worker, "r", tmp_path, pod="pod-a")
+    zombie, block, log = held.proc, held.block, held.log
     try:
-        wait_for(
-            lambda: log.exists() and "prepare" in log.read_text(),
-            60,
-            what="the zombie inside prepare",
-            interval=0.05,
-        )
         with _db(pg_dsn) as conn:
             first_epoch = store.get_run(conn, "r").lease_epoch  # type: ignore[union-attr]
         zombie.send_signal(signal.SIGSTOP)  # a GC pause: it still believes it holds the Lease

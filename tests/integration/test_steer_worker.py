@@ -4,7 +4,6 @@ effects counted at the real HTTP provider or in the effect file (no Kubernetes: 
 from __future__ import annotations
 
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -40,13 +39,6 @@ def _run(dsn: str, run_id: str) -> store.Run:
 def _effects(dsn: str, run_id: str) -> list[store.Effect]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         return store.list_effects(conn, run_id)
-
-
-def _wait_file(path: Path, text: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not (path.exists() and text in path.read_text()):
-        assert time.monotonic() < deadline, f"{text!r} never appeared in {path}"
-        time.sleep(0.05)
 
 
 def test_read_only_run_never_performs_a_pending_row(
@@ -85,13 +77,11 @@ def test_read_only_pending_row_found_by_lookup_is_recorded_not_repeated(
 def test_frozen_worker_cannot_act_after_cancel(
     pg_dsn: str, provider: http_provider.HttpProvider, tmp_path: Path
 ) -> None:
-    block, log = tmp_path / "block", tmp_path / "log"
-    block.touch()
     worker = worker_harness.Worker(pg_dsn, _providers(provider, tmp_path))
     worker_harness.admit(pg_dsn, "r")
-    proc = worker.start("r", pod="p", AGENTRUN_TEST_BLOCK_FILE=str(block), AGENTRUN_TEST_NODE_LOG=str(log))
+    held = worker_harness.start_blocked(worker, "r", tmp_path, pod="p")
+    proc, block = held.proc, held.block
     try:
-        _wait_file(log, "prepare")
         proc.send_signal(signal.SIGSTOP)  # frozen inside the step before the charge
         epoch = _run(pg_dsn, "r").lease_epoch
         with psycopg.connect(pg_dsn, autocommit=True) as conn:

@@ -103,15 +103,10 @@ def test_unknown_outcome_without_lookup_stops_the_run(pg_dsn: str, tmp_path: Pat
 def test_sigterm_drains_at_the_next_step_boundary(
     pg_dsn: str, providers: worker_harness.Providers, tmp_path: Path
 ) -> None:
-    block = tmp_path / "block"
-    block.touch()
-    log = tmp_path / "log"
     worker = worker_harness.Worker(pg_dsn, providers)
     worker_harness.admit(pg_dsn, "r")
-    proc = worker.start("r", pod="p", AGENTRUN_TEST_BLOCK_FILE=str(block), AGENTRUN_TEST_NODE_LOG=str(log))
-    deadline = time.monotonic() + 30
-    while not (log.exists() and "prepare" in log.read_text()) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    held = worker_harness.start_blocked(worker, "r", tmp_path, pod="p", timeout=30)
+    proc, block, log = held.proc, held.block, held.log
     proc.send_signal(signal.SIGTERM)
     sent = time.monotonic()
     block.unlink()

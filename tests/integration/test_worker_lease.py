@@ -19,14 +19,10 @@ pytestmark = [pytest.mark.cluster, pytest.mark.postgres]
 def test_frozen_zombie_is_fenced_and_never_calls_the_provider(
     pg_dsn: str, namespace: str, admin_kubeconfig: Path, providers: worker_harness.Providers, tmp_path: Path
 ) -> None:
-    block, log = tmp_path / "block", tmp_path / "log"
-    block.touch()
     worker = worker_harness.Worker(pg_dsn, providers, kubeconfig=admin_kubeconfig, namespace=namespace)
     worker_harness.admit(pg_dsn, "r")
-    zombie = worker.start(
-        "r", pod="pod-a", AGENTRUN_TEST_BLOCK_FILE=str(block), AGENTRUN_TEST_NODE_LOG=str(log)
-    )
-    wait_for(lambda: log.exists() and "prepare" in log.read_text(), 30, interval=0.05)
+    held = worker_harness.start_blocked(worker, "r", tmp_path, pod="pod-a", timeout=30)
+    zombie, block, log = held.proc, held.block, held.log
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         wait_for(
             lambda: any(h.key == "worker" for h in store.list_heartbeats(conn, "r")), 30, interval=0.05
@@ -59,15 +55,11 @@ def test_frozen_zombie_is_fenced_and_never_calls_the_provider(
 def test_second_worker_waits_while_the_lease_is_renewed(
     pg_dsn: str, namespace: str, admin_kubeconfig: Path, providers: worker_harness.Providers, tmp_path: Path
 ) -> None:
-    block, log = tmp_path / "block", tmp_path / "log"
-    block.touch()
     worker = worker_harness.Worker(pg_dsn, providers, kubeconfig=admin_kubeconfig, namespace=namespace)
     worker_harness.admit(pg_dsn, "r")
-    holder = worker.start(
-        "r", pod="pod-a", AGENTRUN_TEST_BLOCK_FILE=str(block), AGENTRUN_TEST_NODE_LOG=str(log)
-    )
+    held = worker_harness.start_blocked(worker, "r", tmp_path, pod="pod-a", timeout=30)
+    holder, block = held.proc, held.block
     try:
-        wait_for(lambda: log.exists() and "prepare" in log.read_text(), 30, interval=0.05)
         other = worker.run("r", pod="pod-b", attempt=2, AGENTRUN_LEASE_WAIT_SECONDS="4")
         assert other.returncode == 12 and "held by" in other.stderr
     finally:
