@@ -292,3 +292,16 @@ def start_blocked(worker: Worker, run_id: str, tmp: Path, *, pod: str, timeout: 
         proc.communicate()
         raise
     return Blocked(proc, block, log)
+
+
+def performed_once(
+    effect: store.Effect, delivered: tuple[dict[str, int], dict[str, int]], why: object
+) -> None:
+    """The effect settled (sent or confirmed) and reached its provider exactly once: a charge at the HTTP
+    provider (by idempotency key), an email at the SMTP sink (by Message-ID)."""
+    http_counts, mail_counts = delivered
+    assert effect.status in ("sent", "confirmed"), (why, effect)
+    if effect.tool == "charge":
+        assert http_counts.get(effect.idempotency_key) == 1, (why, effect)
+    else:
+        assert mail_counts.get(f"{effect.idempotency_key}@test.invalid") == 1, (why, effect)
