@@ -36,6 +36,12 @@ class Providers:
     smtp_api: str
 
 
+def http_only(url: str) -> Providers:
+    """The HTTP provider at ``url``; the SMTP settings point nowhere (for graphs that send no email, or runs
+    that stop before their email node)."""
+    return Providers(url, "127.0.0.1", 1, "http://127.0.0.1:1")
+
+
 @contextlib.contextmanager
 def real_providers(base: Path) -> Iterator[Providers]:
     """A real HTTP provider and SMTP sink (agentrun_dev), their state under ``base``, for workers' tools."""

@@ -89,6 +89,13 @@ def team(
 
 
 @pytest.fixture
+def provider(tmp_path: Path) -> Iterator[http_provider.HttpProvider]:
+    """A real HTTP provider of the test's own (effects are counted where they arrive)."""
+    with http_provider.HttpProvider(tmp_path / "http") as found:
+        yield found
+
+
+@pytest.fixture
 def provider_url(tmp_path: Path) -> Iterator[str]:
     """The URL of a real HTTP provider of the test's own (effects are counted where they arrive)."""
     with http_provider.HttpProvider(tmp_path / "http-provider") as provider:

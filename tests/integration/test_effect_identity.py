@@ -40,7 +40,7 @@ def providers(tmp_path: Path) -> Iterator[tuple[str, str]]:
 
 
 def _worker(dsn: str, url: str) -> worker_harness.Worker:
-    return worker_harness.Worker(dsn, worker_harness.Providers(url, "127.0.0.1", 1, "http://127.0.0.1:1"))
+    return worker_harness.Worker(dsn, worker_harness.http_only(url))
 
 
 def deliveries(url: str, field: str) -> collections.Counter[Any]:

@@ -40,7 +40,7 @@ def provider(tmp_path: Path) -> Iterator[str]:
 
 
 def _worker(dsn: str, url: str) -> worker_harness.Worker:
-    return worker_harness.Worker(dsn, worker_harness.Providers(url, "127.0.0.1", 1, "http://127.0.0.1:1"))
+    return worker_harness.Worker(dsn, worker_harness.http_only(url))
 
 
 def test_late_commit_after_client_timeout_is_found_not_repeated(pg_dsn: str, provider: str) -> None:

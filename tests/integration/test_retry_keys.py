@@ -5,7 +5,6 @@ charges are counted in cents AT the provider (no Kubernetes: AGENTRUN_LEASE_MODE
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,15 +19,8 @@ pytestmark = pytest.mark.postgres
 BILL = "tests.integration.retry_graphs:bill_graph"
 
 
-@pytest.fixture
-def provider(tmp_path: Path) -> Iterator[http_provider.HttpProvider]:
-    with http_provider.HttpProvider(tmp_path / "http") as p:
-        yield p
-
-
 def _worker(dsn: str, p: http_provider.HttpProvider) -> worker_harness.Worker:
-    # The SMTP settings point nowhere: these graphs send no email.
-    return worker_harness.Worker(dsn, worker_harness.Providers(p.url, "127.0.0.1", 1, "http://127.0.0.1:1"))
+    return worker_harness.Worker(dsn, worker_harness.http_only(p.url))
 
 
 def _fault(p: http_provider.HttpProvider, **fault: Any) -> None:

@@ -36,6 +36,14 @@ def reserve(conn: Any, *, key: str, run_id: str, **given: Any) -> store.Reservat
     return store.reserve_effect(conn, key=key, run_id=run_id, **{**fields, **given})
 
 
+def run_row(dsn: str, run_id: str) -> store.Run:
+    """The run's row, which must exist."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        run = store.get_run(conn, run_id)
+    assert run is not None, run_id
+    return run
+
+
 def final_messages(dsn: str, ref: str, thread_id: str) -> list[tuple[str, Any]]:
     """The messages (type, content) of a finished run of the agent graph ``ref``, read from its checkpoints
     as LangGraph reads them; fails the test when the run has nodes left to run."""
