@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import psycopg
 import pytest
@@ -195,23 +196,16 @@ def test_confirm_effect_later(conn: psycopg.Connection[object]) -> None:
 def test_approvals_decided_exactly_once(conn: psycopg.Connection[object]) -> None:
     _admit(conn)
     store.claim_run(conn, run_id="r1", epoch=1, holder="a")
-    approval = store.record_approval(
-        conn,
-        run_id="r1",
-        epoch=1,
-        approval_id="a-1",
-        interrupt_id="i1",
-        prompt={"q": "ok?"},
-    )
+    asked: dict[str, Any] = {
+        "run_id": "r1",
+        "epoch": 1,
+        "approval_id": "a-1",
+        "interrupt_id": "i1",
+        "prompt": {"q": "ok?"},
+    }
+    approval = store.record_approval(conn, **asked)
     assert approval.status == "pending" and approval.deadline is not None
-    again = store.record_approval(
-        conn,
-        run_id="r1",
-        epoch=1,
-        approval_id="a-1",
-        interrupt_id="i1",
-        prompt={"q": "ok?"},
-    )
+    again = store.record_approval(conn, **asked)  # the same request again (a replayed interrupt)
     assert again.requested_at == approval.requested_at
     run = store.get_run(conn, "r1")
     assert run is not None and run.status == "parked"

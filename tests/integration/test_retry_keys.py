@@ -108,11 +108,12 @@ def test_unclassified_oserror_after_the_provider_committed_is_an_unknown_outcome
     assert _cents(provider) == {row.idempotency_key: 500}  # charged once
 
 
-def test_retry_rekeys_only_the_failure_proven_not_performed_and_says_which(
-    pg_dsn: str, provider: http_provider.HttpProvider
-) -> None:
-    worker = _worker(pg_dsn, provider)
-    worker_harness.admit(pg_dsn, "r", graph=BILL, shape="two")
+def _two_failures(
+    dsn: str, provider: http_provider.HttpProvider
+) -> tuple[worker_harness.Worker, dict[str, store.Effect]]:
+    """Run "r" (bill_graph, shape two) to its failure, both effects failed, and its rows by tool."""
+    worker = _worker(dsn, provider)
+    worker_harness.admit(dsn, "r", graph=BILL, shape="two")
     # gift_card: refused, Retry-After longer than the policy's bound -> failed, proven not performed.
     _fault(provider, mode="429", retry_after=1000)
     # charge_twice: call 1 times out and commits late (may have happened), call 2 is refused (503) and is the
@@ -122,7 +123,13 @@ def test_retry_rekeys_only_the_failure_proven_not_performed_and_says_which(
     proc = worker.run("r", pod="p")
     assert proc.returncode == 1, proc.stderr[-3000:]
     _wait_performed(provider, 1)
-    rows = _effects(pg_dsn, "r")
+    return worker, _effects(dsn, "r")
+
+
+def test_retry_rekeys_only_the_failure_proven_not_performed_and_says_which(
+    pg_dsn: str, provider: http_provider.HttpProvider
+) -> None:
+    worker, rows = _two_failures(pg_dsn, provider)
     gift, charge = rows["gift_card"], rows["charge_twice"]
     assert (gift.status, gift.not_performed) == ("failed", True), gift.error
     assert (charge.status, charge.not_performed) == ("failed", False), charge.error
@@ -151,14 +158,7 @@ def test_retry_rekeys_only_the_failure_proven_not_performed_and_says_which(
 def test_a_failed_effect_that_may_have_happened_can_be_resolved_one_proven_not_performed_cannot(
     pg_dsn: str, provider: http_provider.HttpProvider
 ) -> None:
-    worker = _worker(pg_dsn, provider)
-    worker_harness.admit(pg_dsn, "r", graph=BILL, shape="two")
-    _fault(provider, mode="429", retry_after=1000)
-    _fault(provider, mode="late", delay=2.0)
-    _fault(provider, mode="503", retry_after=0)
-    assert worker.run("r", pod="p").returncode == 1
-    _wait_performed(provider, 1)
-    rows = _effects(pg_dsn, "r")
+    worker, rows = _two_failures(pg_dsn, provider)
     gift, charge = rows["gift_card"], rows["charge_twice"]
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         gift_key = gift.idempotency_key
