@@ -18,6 +18,15 @@ from tests.chaos import worker_harness
 pytestmark = pytest.mark.postgres
 
 
+@pytest.fixture
+def providers(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """The providers and the SMTP sink itself (these tests count what reached it in its store)."""
+    from agentrun_dev import http_provider, smtp_sink
+
+    with http_provider.HttpProvider(tmp_path / "h") as hp, smtp_sink.SmtpSink(tmp_path / "s") as sink:
+        yield worker_harness.Providers(hp.url, sink.host, sink.port, sink.api_url), sink
+
+
 def _approvals(dsn: str, run_id: str) -> list[store.Approval]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         return store.list_approvals(conn, run_id)
@@ -94,7 +103,6 @@ def test_two_gates_end_to_end_with_the_cli(
 ) -> None:
     """Operator, worker Pods and `kubectl agentrun approve` as the approver: the second gate needs its own
     decision, and once the run has asked two approvals the CLI wants the id the human saw."""
-
     from tests.support.kube import bind, create_run, kubectl
     from tests.support.waiting import wait_for, wait_phase
 
