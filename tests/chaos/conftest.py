@@ -7,10 +7,10 @@ worker processes affordable) and count effects at the same providers, keyed per 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from agentrun_dev import http_provider, smtp_sink
 from tests.chaos import worker_harness
 
 
@@ -23,6 +23,20 @@ def zygotes() -> Iterator[worker_harness.ZygotePool]:
 
 @pytest.fixture(scope="module")
 def providers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[worker_harness.Providers]:
-    base = tmp_path_factory.mktemp("providers")
-    with http_provider.HttpProvider(base / "http") as hp, smtp_sink.SmtpSink(base / "smtp") as sink:
-        yield worker_harness.Providers(hp.url, sink.host, sink.port, sink.api_url)
+    with worker_harness.real_providers(tmp_path_factory.mktemp("providers")) as found:
+        yield found
+
+
+@pytest.fixture
+def leased_worker(
+    pg_dsn: str,
+    namespace: str,
+    admin_kubeconfig: Path,
+    providers: worker_harness.Providers,
+    zygotes: worker_harness.ZygotePool,
+) -> worker_harness.Worker:
+    """Workers of the test's database, holding real 3 s Leases in its namespace, forked from the module's
+    zygotes and calling the module's providers."""
+    return worker_harness.Worker(
+        pg_dsn, providers, kubeconfig=admin_kubeconfig, namespace=namespace, lease_duration=3, zygotes=zygotes
+    )

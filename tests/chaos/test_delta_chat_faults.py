@@ -14,7 +14,6 @@ import concurrent.futures
 import os
 import random
 import uuid
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -62,49 +61,31 @@ def _one_rep(worker: worker_harness.Worker, point: str, seed: str) -> dict[str, 
     )  # fmt: skip
     # The keeper renews every second: a run of 100 nodes with up to 40 ms each outlives a renewal.
     jitter = "40" if point == "before_lease_renew" else str(rng.choice([0, 5]))
-    killed = processes = 0
-    for attempt in range(1, 10):
-        pod = f"{run_id}-p{attempt if rng.random() < 0.25 else 0}"
-        proc = worker.run(
-            run_id,
-            pod=pod,
-            attempt=attempt,
-            faults=fault if not killed else "",
-            AGENTRUN_TEST_JITTER_MS=jitter,
-        )
-        processes += 1
-        if proc.returncode == -9:
-            assert f"fault point {point}" in proc.stderr, proc.stderr[-2000:]
-            killed += 1
-            continue
-        if worker_harness.fenced_itself(proc):
-            continue
-        if proc.returncode == 10:
-            with psycopg.connect(worker.dsn, autocommit=True) as conn:
-                (pending,) = [a for a in store.list_approvals(conn, run_id) if a.status == "pending"]
-                assert store.decide_approval(
-                    conn, approval_id=pending.approval_id, run_id=run_id, decision="approved", decided_by="t"
-                )
-            continue
-        assert proc.returncode == 0, (
-            f"{run_id} ({fault}, {durability}): exit {proc.returncode}\n{proc.stderr[-3000:]}"
-        )
-        break
-    else:
-        raise AssertionError(f"{run_id} ({fault}, {durability}): did not finish in 9 processes")
-    return {"run_id": run_id, "fault": fault, "mode": durability, "killed": killed, "processes": processes}
+    done = worker_harness.drive(
+        worker,
+        run_id,
+        fault,
+        processes=9,
+        pod=lambda attempt: f"{run_id}-p{attempt if rng.random() < 0.25 else 0}",
+        env=lambda killed: {"AGENTRUN_TEST_JITTER_MS": jitter},
+        approve=True,
+        what=f"{run_id} ({fault}, {durability})",
+    )
+    return {
+        "run_id": run_id,
+        "fault": fault,
+        "mode": durability,
+        "killed": done.killed,
+        "processes": done.processes,
+    }
 
 
 def test_a_delta_chat_killed_anywhere_ends_as_an_unkilled_one(
     pg_dsn: str,
-    namespace: str,
-    admin_kubeconfig: Path,
     providers: worker_harness.Providers,
-    zygotes: worker_harness.ZygotePool,
+    leased_worker: worker_harness.Worker,
 ) -> None:
-    worker = worker_harness.Worker(
-        pg_dsn, providers, kubeconfig=admin_kubeconfig, namespace=namespace, lease_duration=3, zygotes=zygotes
-    )
+    worker = leased_worker
     base = uuid.uuid4().hex
     plan = sorted(HITS) + [random.Random(f"{base}-{i}").choice(sorted(HITS)) for i in range(RANDOM_REPS)]
     with concurrent.futures.ThreadPoolExecutor(worker_harness.CONCURRENCY) as pool:
@@ -112,11 +93,7 @@ def test_a_delta_chat_killed_anywhere_ends_as_an_unkilled_one(
     performed = http_provider.stats(providers.http_url)["effects_performed"]
     expected = delta_chat.expected_messages(TURNS, charge_every=CHARGE_EVERY, approve_at=APPROVE_AT)
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        for rep in reps:
-            run_id = str(rep["run_id"])
-            assert rep["killed"] == 1, rep
-            run = store.get_run(conn, run_id)
-            assert run is not None and run.status == "succeeded", (rep, run)
+        for rep, run_id in worker_harness.finished_runs(conn, reps):
             effects = store.list_effects(conn, run_id)
             assert len(effects) == TURNS // CHARGE_EVERY, (rep, effects)
             for effect in effects:

@@ -31,13 +31,12 @@ from typing import Any
 
 import psycopg
 import pytest
-from langgraph.checkpoint.postgres import PostgresSaver
 
-from agent_worker import graphs
 from agentrun_core import faults, store
 from agentrun_dev import http_provider
 from tests.chaos import worker_harness
 from tests.graphs import real_agents
+from tests.support import pg
 
 pytestmark = [pytest.mark.chaos, pytest.mark.postgres, pytest.mark.slow]
 
@@ -82,14 +81,6 @@ def _deliveries(url: str) -> dict[str, collections.Counter[str]]:
     return found
 
 
-def _final(dsn: str, ref: str, run_id: str) -> list[tuple[str, Any]]:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        graph = graphs.compile_graph(graphs.load(ref), PostgresSaver(conn), ref=ref)
-        state = graph.get_state({"configurable": {"thread_id": run_id}})
-    assert state.next == (), (run_id, state.next)
-    return [(m.type, m.content) for m in state.values["messages"]]
-
-
 def _one_rep(worker: worker_harness.Worker, agent: str, point: str, rep: int) -> dict[str, Any]:
     started = time.monotonic()
     rng = random.Random(f"{agent}-{point}-{rep}-{uuid.uuid4()}")
@@ -97,30 +88,21 @@ def _one_rep(worker: worker_harness.Worker, agent: str, point: str, rep: int) ->
     run_id = f"ra-{agent.replace('_', '-')}-{point.replace('_', '-')}-{rep}-{uuid.uuid4().hex[:6]}"
     worker_harness.admit(worker.dsn, run_id, graph=AGENTS[agent], durability=durability, **START)
     fault = f"{point}@{rng.choice(PLAN[point])}"
-    killed = 0
-    for attempt in range(1, 4):
-        proc = worker.run(
-            run_id,
-            pod=f"{run_id}-p{attempt}",
-            attempt=attempt,
-            faults=fault if not killed else "",
-            AGENTRUN_TEST_JITTER_MS=str(rng.choice([5, 30])),
-        )
-        if proc.returncode == -9:
-            assert f"fault point {point}" in proc.stderr, proc.stderr[-2000:]
-            killed += 1
-            continue
-        assert proc.returncode == 0, (
-            f"{run_id} ({fault}, {durability}): exit {proc.returncode}\n{proc.stderr[-3000:]}"
-        )
-        break
-    else:
-        raise AssertionError(f"{run_id}: did not finish in 3 processes")
+    done = worker_harness.drive(
+        worker,
+        run_id,
+        fault,
+        processes=3,
+        pod=lambda attempt: f"{run_id}-p{attempt}",
+        env=lambda killed: {"AGENTRUN_TEST_JITTER_MS": str(rng.choice([5, 30]))},
+        fenced_ok=False,
+        what=f"{run_id} ({fault}, {durability})",
+    )
     seconds = round(time.monotonic() - started, 1)
     return {
         "run_id": run_id,
         "point": point,
-        "killed": killed,
+        "killed": done.killed,
         "fault": fault,
         "mode": durability,
         "s": seconds,
@@ -136,7 +118,7 @@ def test_every_tool_call_is_delivered_once_whatever_point_kills_the_worker(
     worker_harness.admit(pg_dsn, reference, graph=AGENTS[agent], **START)
     unkilled = worker.run(reference, pod=f"{reference}-p")
     assert unkilled.returncode == 0, unkilled.stderr[-3000:]
-    expected_final = _final(pg_dsn, AGENTS[agent], reference)
+    expected_final = pg.final_messages(pg_dsn, AGENTS[agent], reference)
 
     jobs = [(point, rep) for point in sorted(PLAN) for rep in range(REPS)]
     with concurrent.futures.ThreadPoolExecutor(worker_harness.CONCURRENCY) as pool:
@@ -154,7 +136,7 @@ def test_every_tool_call_is_delivered_once_whatever_point_kills_the_worker(
             assert len(rows) == len(everyone) and all(
                 e.status == "sent" and e.divergences == 0 for e in rows
             ), r
-            assert _final(pg_dsn, AGENTS[agent], r["run_id"]) == expected_final, r
+            assert pg.final_messages(pg_dsn, AGENTS[agent], r["run_id"]) == expected_final, r
     killed_at = {r["point"] for r in reps if r["killed"]}
     assert killed_at >= {"after_admission_read", "after_lease_acquired"}, reps  # the kills did happen
     assert sum(r["killed"] for r in reps) >= len(jobs) // 2, reps

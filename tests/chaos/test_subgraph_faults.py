@@ -16,13 +16,11 @@ import os
 import random
 import time
 import uuid
-from pathlib import Path
 
 import psycopg
 import pytest
 
 from agentrun_core import store
-from agentrun_dev import http_provider
 from tests.chaos import worker_harness
 
 pytestmark = [pytest.mark.chaos, pytest.mark.cluster, pytest.mark.postgres, pytest.mark.slow]
@@ -49,28 +47,21 @@ def _one_rep(worker: worker_harness.Worker, point: str, rep: int) -> dict[str, o
     run_id = f"sub-{point.replace('_', '-')}-{rep}-{uuid.uuid4().hex[:8]}"
     worker_harness.admit(worker.dsn, run_id, graph=GRAPH, durability=durability, n=N)
     fault = f"{point}@{rng.choice(PLAN[point])}"
-    killed, processes = 0, 0
-    for attempt in range(1, 6):
-        pod = f"{run_id}-p{attempt if rng.random() < 0.25 else 0}"
-        proc = worker.run(
-            run_id,
-            pod=pod,
-            attempt=attempt,
-            faults=fault if not killed else "",
-            AGENTRUN_TEST_JITTER_MS=str(rng.choice([0, 20])),
-        )
-        processes += 1
-        if proc.returncode == -9:
-            assert f"fault point {point}" in proc.stderr, proc.stderr[-2000:]
-            killed += 1
-            continue
-        if worker_harness.fenced_itself(proc):
-            continue  # its Lease lapsed (renewals timed out under load): the operator would retry it
-        assert proc.returncode == 0, f"{run_id}: exit {proc.returncode}\n{proc.stderr[-3000:]}"
-        break
-    else:
-        raise AssertionError(f"{run_id}: did not finish in 5 processes")
-    return {"run_id": run_id, "killed": killed, "processes": processes, "fault": fault, "mode": durability}
+    done = worker_harness.drive(
+        worker,
+        run_id,
+        fault,
+        processes=5,
+        pod=lambda attempt: f"{run_id}-p{attempt if rng.random() < 0.25 else 0}",
+        env=lambda killed: {"AGENTRUN_TEST_JITTER_MS": str(rng.choice([0, 20]))},
+    )
+    return {
+        "run_id": run_id,
+        "killed": done.killed,
+        "processes": done.processes,
+        "fault": fault,
+        "mode": durability,
+    }
 
 
 # after_checkpoint under async once finished runs with 8 (or 0) of their 12 effects: the kill left a head
@@ -81,27 +72,17 @@ def _one_rep(worker: worker_harness.Worker, point: str, rep: int) -> dict[str, o
 def test_subgraph_fan_out_and_loop_under_kills_perform_each_effect_once(
     point: str,
     pg_dsn: str,
-    namespace: str,
-    admin_kubeconfig: Path,
     providers: worker_harness.Providers,
-    zygotes: worker_harness.ZygotePool,
+    leased_worker: worker_harness.Worker,
 ) -> None:
-    worker = worker_harness.Worker(
-        pg_dsn, providers, kubeconfig=admin_kubeconfig, namespace=namespace, lease_duration=3, zygotes=zygotes
-    )
+    worker = leased_worker
     started = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(CONCURRENCY) as pool:
         reps = list(pool.map(lambda i: _one_rep(worker, point, i), range(REPS)))
     took = time.monotonic() - started
-    http_counts = http_provider.stats(providers.http_url)["effects_performed"]
-    _, smtp_stats, _ = http_provider.request(providers.smtp_api + "/stats")
-    mail_counts: dict[str, int] = smtp_stats["by_message_id"]
+    counts = worker_harness.delivered(providers)
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        for rep in reps:
-            run_id = str(rep["run_id"])
-            assert rep["killed"] == 1, rep
-            run = store.get_run(conn, run_id)
-            assert run is not None and run.status == "succeeded", (rep, run)
+        for rep, run_id in worker_harness.finished_runs(conn, reps):
             effects = store.list_effects(conn, run_id)
             assert len(effects) == 4 * N, (rep, [(e.step, e.tool) for e in effects])
             steps = {e.step for e in effects}
@@ -110,10 +91,6 @@ def test_subgraph_fan_out_and_loop_under_kills_perform_each_effect_once(
                 *(f"again:{4 + 2 * i}" for i in range(N)),
             }, (rep, steps)
             for effect in effects:
-                assert effect.status in ("sent", "confirmed"), (rep, effect)
-                if effect.tool == "charge":
-                    assert http_counts.get(effect.idempotency_key) == 1, (rep, effect)
-                else:
-                    assert mail_counts.get(f"{effect.idempotency_key}@test.invalid") == 1, (rep, effect)
+                worker_harness.performed_once(effect, counts, rep)
     total = sum(int(r["processes"]) for r in reps)  # type: ignore[call-overload]
     print(f"\nsubgraphs {point}: {REPS} reps, {total} worker processes, {took:.1f}s")

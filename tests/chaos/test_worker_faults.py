@@ -20,13 +20,11 @@ import os
 import random
 import time
 import uuid
-from pathlib import Path
 
 import psycopg
 import pytest
 
 from agentrun_core import faults, store
-from agentrun_dev import http_provider
 from tests.chaos import worker_harness
 
 pytestmark = [pytest.mark.chaos, pytest.mark.cluster, pytest.mark.postgres, pytest.mark.slow]
@@ -68,44 +66,32 @@ def _one_rep(worker: worker_harness.Worker, point: str, rep: int, durability: st
     # The keeper renews every duration/3 (1 s): a first step held 2.5 s guarantees a renewal inside the run,
     # whatever the jitter drew (a short run could otherwise end, or park, before its first renewal).
     hold = "2500" if point == "before_lease_renew" else "0"
-    killed, processes, parked = 0, 0, 0
-    pod = f"{run_id}-p0"
-    for attempt in range(1, 10):
+    pods = [f"{run_id}-p0"]
+
+    def pod(attempt: int) -> str:
         if rng.random() < 0.25:  # sometimes a new pod: it must wait for the dead holder's Lease to expire
-            pod = f"{run_id}-p{attempt}"
-        proc = worker.run(
-            run_id,
-            pod=pod,
-            attempt=attempt,
-            faults=fault if not killed else "",
-            AGENTRUN_TEST_JITTER_MS=jitter,
-            AGENTRUN_TEST_HOLD_MS=hold if not killed else "0",
-        )
-        processes += 1
-        if proc.returncode == -9:
-            assert f"fault point {point}" in proc.stderr, proc.stderr[-2000:]
-            killed += 1
-            continue
-        if worker_harness.fenced_itself(proc):
-            continue  # its Lease lapsed (renewals timed out under load): the operator would retry it
-        if proc.returncode == 10:
-            parked += 1
-            with psycopg.connect(worker.dsn, autocommit=True) as conn:
-                pending = [a for a in store.list_approvals(conn, run_id) if a.status == "pending"]
-                assert len(pending) == 1
-                assert store.decide_approval(
-                    conn,
-                    approval_id=pending[0].approval_id,
-                    run_id=run_id,
-                    decision="approved",
-                    decided_by="t",
-                )
-            continue
-        assert proc.returncode == 0, f"{run_id}: exit {proc.returncode}\n{proc.stderr[-3000:]}"
-        break
-    else:
-        raise AssertionError(f"{run_id}: did not finish in 9 processes")
-    return {"run_id": run_id, "killed": killed, "processes": processes, "parked": parked, "fault": fault}
+            pods.append(f"{run_id}-p{attempt}")
+        return pods[-1]
+
+    done = worker_harness.drive(
+        worker,
+        run_id,
+        fault,
+        processes=9,
+        pod=pod,
+        env=lambda killed: {
+            "AGENTRUN_TEST_JITTER_MS": jitter,
+            "AGENTRUN_TEST_HOLD_MS": "0" if killed else hold,
+        },
+        approve=True,
+    )
+    return {
+        "run_id": run_id,
+        "killed": done.killed,
+        "processes": done.processes,
+        "parked": done.parked,
+        "fault": fault,
+    }
 
 
 # A kill after the email's reservation and before act's result is kept makes act run again: with a fresh
@@ -123,38 +109,25 @@ def test_kill_at_point_then_rerun_performs_each_effect_once(
     point: str,
     durability: str,
     pg_dsn: str,
-    namespace: str,
-    admin_kubeconfig: Path,
     providers: worker_harness.Providers,
-    zygotes: worker_harness.ZygotePool,
+    leased_worker: worker_harness.Worker,
 ) -> None:
     if point == "after_task_writes" and durability == "exit":
         pytest.skip("exit durability saves no task writes before the run ends: the point is never reached")
-    worker = worker_harness.Worker(
-        pg_dsn, providers, kubeconfig=admin_kubeconfig, namespace=namespace, lease_duration=3, zygotes=zygotes
-    )
+    worker = leased_worker
     started = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(CONCURRENCY) as pool:
         reps = list(pool.map(lambda i: _one_rep(worker, point, i, durability), range(REPS)))
     TIMINGS[f"{point}/{durability}"] = time.monotonic() - started
-    http_counts = http_provider.stats(providers.http_url)["effects_performed"]
-    _, smtp_stats, _ = http_provider.request(providers.smtp_api + "/stats")
-    mail_counts: dict[str, int] = smtp_stats["by_message_id"]
+    counts = worker_harness.delivered(providers)
     divergences = 0
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        for rep in reps:
-            run_id = str(rep["run_id"])
-            assert rep["killed"] == 1, rep
-            run = store.get_run(conn, run_id)
-            assert run is not None and run.status == "succeeded", (rep, run)
+        for rep, run_id in worker_harness.finished_runs(conn, reps):
             effects = store.list_effects(conn, run_id)
             assert len(effects) == 3, (rep, effects)
             for effect in effects:
-                assert effect.status in ("sent", "confirmed"), (rep, effect)
-                if effect.tool == "charge":
-                    assert http_counts.get(effect.idempotency_key) == 1, (rep, effect)
-                else:
-                    assert mail_counts.get(f"{effect.idempotency_key}@test.invalid") == 1, (rep, effect)
+                worker_harness.performed_once(effect, counts, rep)
+                if effect.tool != "charge":
                     if rep["fault"] in EMAIL_IN_FLIGHT:
                         assert effect.divergences >= 1, (rep, effect)
                     divergences += effect.divergences

@@ -8,16 +8,15 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from agentrun_dev import cluster, postgres, state
 from agentrun_dev import settings as settings_mod
 from agentrun_dev.node import config, host, lifecycle
+from tests.support import kube
 
 ROOT = Path(__file__).resolve().parents[2]
 SYSTEM_NS, RUNS_NS = "agentrun-system", "agentrun-runs"
@@ -59,25 +58,10 @@ def kubectl(
     check: bool = True,
     show: bool = True,
 ) -> str:
-    cmd = ["kubectl", f"--kubeconfig={kubeconfig or s.kubeconfig}", *args]
+    """kubectl's stdout, the command shown first (the e2e log reads as a transcript of the walk-through)."""
     if show:
-        print("$ " + " ".join(cmd[:1] + cmd[2:]), flush=True)
-    env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])}
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False, env=env)
-    if check and res.returncode != 0:
-        raise AssertionError(f"kubectl {' '.join(args)} failed:\n{res.stderr or res.stdout}")
-    return res.stdout
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float, interval: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
+        print("$ kubectl " + " ".join(args), flush=True)
+    return kube.kubectl(kubeconfig or s.kubeconfig, *args, check=check).stdout
 
 
 def pod_dsn(s: settings_mod.Settings) -> str:

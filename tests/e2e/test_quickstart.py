@@ -30,6 +30,7 @@ import pytest
 from agentrun_dev import settings as settings_mod
 from agentrun_dev.node import config, lifecycle
 from tests.e2e import realnode_support as rs
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -101,14 +102,14 @@ def test_quickstart_verbatim_on_the_real_node(tmp_path: Path) -> None:
     rs.kubectl(s, "delete", "deployment", "agentrun-mail", "-n", rs.RUNS_NS, "--ignore-not-found")
     # Fresh operator Pods on the image just loaded: the page's install creates the Deployment.
     rs.kubectl(s, "delete", "deployment", "agentrun-operator", "-n", rs.SYSTEM_NS, "--ignore-not-found")
-    rs.wait_for(
-        "the old mail catcher Pods to go",
+    wait_for(
         lambda: (
             not rs.get_json(s, "pods", "-n", rs.RUNS_NS, "-l", "app.kubernetes.io/component=mailcatcher").get(
                 "items"
             )
         ),
         180,
+        "the old mail catcher Pods to go",
     )
 
     # The page runs where it says "from a checkout": deploy/ and scripts/ as they are, files it writes here.

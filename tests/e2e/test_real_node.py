@@ -24,6 +24,7 @@ import pytest
 from agentrun_dev import settings as settings_mod
 from agentrun_dev.node import config, lifecycle
 from tests.e2e import realnode_support as rs
+from tests.support.waiting import wait_for
 
 RUN = "support-ticket"
 pytestmark = pytest.mark.e2e
@@ -63,12 +64,10 @@ def test_support_ticket_on_the_real_node(tmp_path: Path) -> None:
     # Fresh operator Pods on the image just loaded (a re-run finds the previous run's Pods on the old one).
     rs.kubectl(s, "-n", rs.SYSTEM_NS, "rollout", "restart", "deployment/agentrun-operator")
     rs.kubectl(s, "-n", rs.SYSTEM_NS, "rollout", "status", "deployment/agentrun-operator", "--timeout=300s")
-    pods = rs.wait_for(
-        "exactly the two new operator Pods", lambda: len(x := _operator_pods(s)) == 2 and x, 120
-    )
+    pods = wait_for(lambda: len(x := _operator_pods(s)) == 2 and x, 120, "exactly the two new operator Pods")
     assert len(pods) == 2 and {p["spec"]["nodeName"] for p in pods} == {config.NODE_NAME}, pods
     names = {p["metadata"]["name"] for p in pods}
-    leader = rs.wait_for("one of them to lead", lambda: (x := _leader(s)) in names and x, 120)
+    leader = wait_for(lambda: (x := _leader(s)) in names and x, 120, "one of them to lead")
     print(f"[e2e] operator pods {[p['metadata']['name'] for p in pods]}; leader {leader}")
 
     phase("apply deploy/tenant and the example AgentRun")
@@ -92,30 +91,30 @@ def test_support_ticket_on_the_real_node(tmp_path: Path) -> None:
         holder = (lease.get("spec") or {}).get("holderIdentity")
         return bool(labels.get("agentrun.dev/run-uid") == uid and holder == pod1)
 
-    rs.wait_for(f"{pod1} to hold the run's Lease", holds_lease, 300, 0.2)
+    wait_for(holds_lease, 300, f"{pod1} to hold the run's Lease", interval=0.2)
     node = rs.get_json(s, "pod", pod1, "-n", rs.RUNS_NS)["spec"]["nodeName"]
     assert node == config.NODE_NAME, f"worker {pod1} ran on {node}, not the real node"
     meta = kubernetes.client.V1ObjectMeta(name=pod1, namespace=rs.RUNS_NS)
     core.create_namespaced_pod_eviction(pod1, rs.RUNS_NS, kubernetes.client.V1Eviction(metadata=meta))
-    st = rs.wait_for(
-        "attempt 2",
+    st = wait_for(
         lambda: (x := _run_status(s)).get("attempts", 0) >= 2 and x["workerPod"] != pod1 and x,
         180,
+        "attempt 2",
     )
     pod2 = st["workerPod"]
     print(f"[e2e] evicted {pod1}; attempt 2 in {pod2} (reason {st.get('attemptReason')})")
     assert str(st.get("attemptReason")).lower() == "evicted", st
 
     phase("push attempt 2's worker over its memory limit -> OOMKilled -> resume")
-    running = rs.wait_for(
-        f"{pod2} running",
+    running = wait_for(
         lambda: (
             (p := rs.get_json(s, "pod", pod2, "-n", rs.RUNS_NS))
             and ((p.get("status") or {}).get("containerStatuses") or [{}])[0].get("state", {}).get("running")
             and p
         ),
         180,
-        0.2,
+        f"{pod2} running",
+        interval=0.2,
     )
     # At once, not after attempt 2's worker takes the Lease: attempt 1 drained at a step boundary (retrieve
     # done), so attempt 2 only runs `draft` (4 s) before it parks, and under load (kubectl polls, the
@@ -125,8 +124,7 @@ def test_support_ticket_on_the_real_node(tmp_path: Path) -> None:
     limit = Path(rs.container_memory_cgroup(s, running), "memory.limit_in_bytes")
     ballast = rs.push_over_memory_limit(limit.parent, int(limit.read_text()) // (1 << 20) + 64)
     ballast.wait(timeout=120)
-    terminated = rs.wait_for(
-        f"{pod2} terminated",
+    terminated = wait_for(
         lambda: (
             (
                 (rs.get_json(s, "pod", pod2, "-n", rs.RUNS_NS).get("status") or {}).get("containerStatuses")
@@ -136,19 +134,20 @@ def test_support_ticket_on_the_real_node(tmp_path: Path) -> None:
             .get("terminated")
         ),
         120,
+        f"{pod2} terminated",
     )
     print(f"[e2e] {pod2} terminated: {terminated}")
     assert terminated["reason"] == "OOMKilled" and terminated["exitCode"] == 137, terminated
-    st = rs.wait_for(
-        "attempt 3",
+    st = wait_for(
         lambda: (x := _run_status(s)).get("attempts", 0) >= 3 and x["workerPod"] != pod2 and x,
         180,
+        "attempt 3",
     )
     print(f"[e2e] attempt 3 in {st['workerPod']} (reason {st.get('attemptReason')})")
     assert str(st.get("attemptReason")).lower() == "oomkilled", st
 
     phase("kill the leader operator Pod -> the standby leads")
-    rs.wait_for("WaitingApproval", lambda: _run_status(s).get("phase") == "WaitingApproval", 300)
+    wait_for(lambda: _run_status(s).get("phase") == "WaitingApproval", 300, "WaitingApproval")
     leader = _leader(s)
     standby = [p["metadata"]["name"] for p in _operator_pods(s) if p["metadata"]["name"] != leader]
     # An ordinary delete: kubelet SIGTERMs the leader, which releases its Lease, so the standby (already
@@ -157,7 +156,7 @@ def test_support_ticket_on_the_real_node(tmp_path: Path) -> None:
     # waits one lease duration from its first read, then expires the Lease at about the moment the standby
     # does — either may win, both are correct (tests/integration/test_operator_ha.py covers the hard kill).
     rs.kubectl(s, "delete", "pod", leader, "-n", rs.SYSTEM_NS, "--wait=false")
-    new = rs.wait_for("a new leader", lambda: (x := _leader(s)) != leader and x, 120)
+    new = wait_for(lambda: (x := _leader(s)) != leader and x, 120, "a new leader")
     # The standby usually wins; but when the old leader's shutdown (kopf stopping its daemons) releases the
     # Lease only after the Deployment's replacement Pod is up, both poll the free Lease every 2 s and either
     # may take it — both are live replicas, and the run must go on under whichever leads.

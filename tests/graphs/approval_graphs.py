@@ -9,6 +9,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import interrupt
 
 from tests.graphs import effect_graph
+from tests.support.graphs import chain
 
 
 class State(TypedDict, total=False):
@@ -26,11 +27,7 @@ def two_gates(state: State) -> State:
 
 
 def _two_gates() -> StateGraph[State]:
-    g: StateGraph[State] = StateGraph(State)
-    g.add_node("gates", two_gates)
-    g.add_edge(START, "gates")
-    g.add_edge("gates", END)
-    return g
+    return chain(State, gates=two_gates)
 
 
 def gate_a(state: State) -> State:
@@ -73,11 +70,7 @@ class LineState(TypedDict, total=False):
 
 
 def _two_gates_line() -> StateGraph[LineState]:
-    g: StateGraph[LineState] = StateGraph(LineState)
-    g.add_node("gates", two_gates_line)  # type: ignore[arg-type]
-    g.add_edge(START, "gates")
-    g.add_edge("gates", END)
-    return g
+    return chain(LineState, gates=two_gates_line)
 
 
 two_gates_line_graph = _two_gates_line()

@@ -17,11 +17,11 @@ import random
 from typing import Any
 
 from langchain_core.tools import tool
-from langgraph.graph import END, START, MessagesState, StateGraph
-from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.graph import MessagesState, StateGraph
 
 from agent_worker import effects
 from tests.graphs import effect_graph, real_agents
+from tests.support.graphs import chain, react_loop
 
 
 async def _draft() -> None:
@@ -69,11 +69,7 @@ async def _report(state: real_agents.Report) -> dict[str, Any]:
 
 
 def _reporter() -> Any:
-    g: StateGraph[real_agents.Report] = StateGraph(real_agents.Report)
-    g.add_node("report", _report)
-    g.add_edge(START, "report")
-    g.add_edge("report", END)
-    return g.compile()
+    return chain(real_agents.Report, report=_report).compile()
 
 
 reporter = _reporter()
@@ -94,13 +90,7 @@ async def _model(state: MessagesState) -> dict[str, Any]:
 
 def build_react() -> StateGraph[MessagesState]:
     """The tutorial's ReAct shape with async tools: one ToolNode task gathers a turn's calls."""
-    g: StateGraph[MessagesState] = StateGraph(MessagesState)
-    g.add_node("agent", _model)
-    g.add_node("tools", ToolNode(TOOLS))
-    g.add_edge(START, "agent")
-    g.add_conditional_edges("agent", tools_condition)
-    g.add_edge("tools", "agent")
-    return g
+    return react_loop(_model, TOOLS)
 
 
 react = build_react()

@@ -13,17 +13,18 @@ import operator
 import os
 from typing import Annotated, Any, TypedDict
 
-from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
-from langchain_core.language_models.chat_models import BaseChatModel
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langgraph.graph import END, START, StateGraph
+
+from tests.support.models import ScriptModel
 
 INPUT_TOKENS, OUTPUT_TOKENS = 100, 50  # per call
 LOG_ENV = "BUDGET_MODEL_LOG"
 
 
-class FakeUsageModel(BaseChatModel):
+class FakeUsageModel(ScriptModel):
     model_name: str = "fake-usage-1"
 
     @property
@@ -34,13 +35,7 @@ class FakeUsageModel(BaseChatModel):
     def _identifying_params(self) -> dict[str, Any]:
         return {"model_name": self.model_name}
 
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
+    def reply(self, messages: list[BaseMessage]) -> AIMessage:
         return self._answer(messages, asynchronous=False)
 
     async def _agenerate(
@@ -52,9 +47,9 @@ class FakeUsageModel(BaseChatModel):
     ) -> ChatResult:
         # A native async provider (not LangChain's default: _generate in a thread pool), as ainvoke of a
         # real async client runs: in the node's event loop.
-        return self._answer(messages, asynchronous=True)
+        return ChatResult(generations=[ChatGeneration(message=self._answer(messages, asynchronous=True))])
 
-    def _answer(self, messages: list[BaseMessage], asynchronous: bool) -> ChatResult:
+    def _answer(self, messages: list[BaseMessage], asynchronous: bool) -> AIMessage:
         text = f"answer to {messages[-1].content}"
         path = os.environ.get(LOG_ENV)
         if path:  # the provider bills the call: on disk before the answer leaves
@@ -76,7 +71,7 @@ class FakeUsageModel(BaseChatModel):
             usage_metadata=usage,
             response_metadata={"model_name": self.model_name},  # type: ignore[arg-type]
         )
-        return ChatResult(generations=[ChatGeneration(message=message)])
+        return message
 
 
 class State(TypedDict, total=False):

@@ -10,10 +10,11 @@ from __future__ import annotations
 import os
 import time
 
-from langgraph.graph import END, START, StateGraph
+from langgraph.graph import StateGraph
 
 from agent_worker import effects
 from tests.graphs import effect_graph
+from tests.support.graphs import chain
 
 
 def charge(state: effect_graph.State) -> effect_graph.State:
@@ -41,15 +42,7 @@ def mail(state: effect_graph.State) -> effect_graph.State:
 
 
 def _heartbeat() -> StateGraph[effect_graph.State]:
-    g: StateGraph[effect_graph.State] = StateGraph(effect_graph.State)
-    g.add_node("charge", charge)
-    g.add_node("beat", beat)
-    g.add_node("mail", mail)
-    g.add_edge(START, "charge")
-    g.add_edge("charge", "beat")
-    g.add_edge("beat", "mail")
-    g.add_edge("mail", END)
-    return g
+    return chain(effect_graph.State, charge=charge, beat=beat, mail=mail)
 
 
 heartbeat_graph = _heartbeat()

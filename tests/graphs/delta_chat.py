@@ -33,6 +33,7 @@ from langgraph.graph.message import add_messages
 from langgraph.types import interrupt
 
 from agent_worker import effects
+from tests.support.graphs import unless_404
 
 SNAPSHOT_FREQUENCY = int(os.environ.get("AGENTRUN_TEST_DELTA_SNAPSHOT", "7") or 7)
 
@@ -70,13 +71,12 @@ def _jitter() -> None:
 
 def find_charge(key: str, args: dict[str, Any]) -> Any:
     url = f"{os.environ['AGENTRUN_TEST_HTTP_URL']}/effects/{key}"
-    try:
+
+    def read() -> Any:
         with urllib.request.urlopen(url, timeout=10) as resp:
             return json.loads(resp.read())["response"]
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404:
-            return None
-        raise
+
+    return unless_404(read)
 
 
 @effects.tool(name="charge", dedupes_by_key=True, lookup=find_charge)

@@ -26,10 +26,11 @@ import urllib.error
 import urllib.request
 from typing import Annotated, Any, TypedDict
 
-from langgraph.graph import END, START, StateGraph
+from langgraph.graph import StateGraph
 from langgraph.types import interrupt
 
 from agent_worker import effects
+from tests.support.graphs import chain
 
 
 class State(TypedDict, total=False):
@@ -160,17 +161,7 @@ def finish(state: State) -> State:
 
 
 def build() -> StateGraph[State]:
-    g: StateGraph[State] = StateGraph(State)
-    g.add_node("prepare", prepare)
-    g.add_node("act", act)
-    g.add_node("approve", approve)
-    g.add_node("finish", finish)
-    g.add_edge(START, "prepare")
-    g.add_edge("prepare", "act")
-    g.add_edge("act", "approve")
-    g.add_edge("approve", "finish")
-    g.add_edge("finish", END)
-    return g
+    return chain(State, prepare=prepare, act=act, approve=approve, finish=finish)
 
 
 builder = build()

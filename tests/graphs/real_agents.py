@@ -23,21 +23,19 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from langchain_core.callbacks import CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
-from langgraph.graph import END, START, MessagesState, StateGraph
-from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.graph import MessagesState, StateGraph
 
 from agent_worker import effects
 from tests.graphs import effect_graph
+from tests.support.graphs import chain, react_loop
+from tests.support.models import ScriptModel
 
 TURNS: tuple[tuple[str, ...], ...] = (("ann", "bob", "cy"), ("dee", "eve"))
 
 
-class ScriptedModel(BaseChatModel):
+class ScriptedModel(ScriptModel):
     """Turn n (the n-th model call of the conversation, counted from its AI messages) asks for the calls of
     ``turns[n]`` of ``tool`` at once, ids ``call_<arg>``; after the last turn it answers. Deterministic on
     every replay."""
@@ -50,20 +48,14 @@ class ScriptedModel(BaseChatModel):
     def _llm_type(self) -> str:
         return "scripted"
 
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
+    def reply(self, messages: list[BaseMessage]) -> AIMessage:
         turn = sum(isinstance(m, AIMessage) for m in messages)
         if turn < len(self.turns):
             calls = [{"name": self.tool, "args": {self.arg: a}, "id": f"call_{a}"} for a in self.turns[turn]]
             message = AIMessage(content="", tool_calls=calls)
         else:
             message = AIMessage(content="all notes sent")
-        return ChatResult(generations=[ChatGeneration(message=message)])
+        return message
 
 
 _gate = threading.Condition()
@@ -120,13 +112,7 @@ def agent(state: MessagesState) -> dict[str, Any]:
 
 
 def build_react() -> StateGraph[MessagesState]:
-    g: StateGraph[MessagesState] = StateGraph(MessagesState)
-    g.add_node("agent", agent)
-    g.add_node("tools", ToolNode([send_note]))
-    g.add_edge(START, "agent")
-    g.add_conditional_edges("agent", tools_condition)
-    g.add_edge("tools", "agent")
-    return g
+    return react_loop(agent, [send_note])
 
 
 react = build_react()
@@ -152,11 +138,7 @@ def file_report(state: Report) -> dict[str, Any]:
 
 
 def _helper() -> Any:
-    g: StateGraph[Report] = StateGraph(Report)
-    g.add_node("file_report", file_report)
-    g.add_edge(START, "file_report")
-    g.add_edge("file_report", END)
-    return g.compile()
+    return chain(Report, file_report=file_report).compile()
 
 
 helper = _helper()
@@ -175,13 +157,7 @@ def helpers_agent(state: MessagesState) -> dict[str, Any]:
 
 
 def build_react_helpers() -> StateGraph[MessagesState]:
-    g: StateGraph[MessagesState] = StateGraph(MessagesState)
-    g.add_node("agent", helpers_agent)
-    g.add_node("tools", ToolNode([ask_helper]))
-    g.add_edge(START, "agent")
-    g.add_conditional_edges("agent", tools_condition)
-    g.add_edge("tools", "agent")
-    return g
+    return react_loop(helpers_agent, [ask_helper])
 
 
 react_helpers = build_react_helpers()
@@ -219,11 +195,7 @@ def settle(state: Log) -> dict[str, Any]:
 
 
 def build_nested() -> StateGraph[Log]:
-    g: StateGraph[Log] = StateGraph(Log)
-    g.add_node("settle", settle)
-    g.add_edge(START, "settle")
-    g.add_edge("settle", END)
-    return g
+    return chain(Log, settle=settle)
 
 
 nested = build_nested()
@@ -240,25 +212,14 @@ CHAOS_SCRIPT: tuple[tuple[tuple[str, str, str], ...], ...] = (
 CHAOS_DELIVERIES = ("ann", "o1-notice", "o1-refund", "o1-receipt", "pricing", "bob", "cy")
 
 
-class ChaosModel(BaseChatModel):
+class ChaosModel(ScriptModel):
     """Turn n asks for the calls of ``CHAOS_SCRIPT[n]`` at once (fresh random ids), then answers."""
 
     @property
     def _llm_type(self) -> str:
         return "scripted-chaos"
 
-    def bind_tools(
-        self, tools: Any, **kwargs: Any
-    ) -> Any:  # create_agent binds its tools: the script knows them
-        return self
-
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
+    def reply(self, messages: list[BaseMessage]) -> AIMessage:
         turn = sum(isinstance(m, AIMessage) for m in messages)
         if turn < len(CHAOS_SCRIPT):
             # Fresh ids on every generation, as a real model's: a model step re-run after a lost checkpoint
@@ -270,7 +231,7 @@ class ChaosModel(BaseChatModel):
             message = AIMessage(content="", tool_calls=calls)
         else:
             message = AIMessage(content="all done")
-        return ChatResult(generations=[ChatGeneration(message=message)])
+        return message
 
 
 @effects.tool(name="deliver", dedupes_by_key=True, lookup=effect_graph.find_charge)
@@ -316,11 +277,7 @@ def _report(state: Report) -> dict[str, Any]:
 
 
 def _reporter() -> Any:
-    g: StateGraph[Report] = StateGraph(Report)
-    g.add_node("report", _report)
-    g.add_edge(START, "report")
-    g.add_edge("report", END)
-    return g.compile()
+    return chain(Report, report=_report).compile()
 
 
 reporter = _reporter()
@@ -341,13 +298,7 @@ def _chaos_model_node(state: MessagesState) -> dict[str, Any]:
 
 def build_chaos_react() -> StateGraph[MessagesState]:
     """The tutorial's ReAct shape: one ToolNode task runs a turn's calls in parallel threads."""
-    g: StateGraph[MessagesState] = StateGraph(MessagesState)
-    g.add_node("agent", _chaos_model_node)
-    g.add_node("tools", ToolNode(CHAOS_TOOLS))
-    g.add_edge(START, "agent")
-    g.add_conditional_edges("agent", tools_condition)
-    g.add_edge("tools", "agent")
-    return g
+    return react_loop(_chaos_model_node, CHAOS_TOOLS)
 
 
 chaos_react = build_chaos_react()

@@ -17,6 +17,7 @@ from langgraph.graph import END, START, StateGraph
 
 from agent_worker import effects
 from tests.graphs import effect_graph
+from tests.support.graphs import chain
 
 
 class State(TypedDict, total=False):
@@ -34,11 +35,7 @@ def note(state: State) -> State:
 
 
 def _unknown() -> StateGraph[State]:
-    g: StateGraph[State] = StateGraph(State)
-    g.add_node("note", note)
-    g.add_edge(START, "note")
-    g.add_edge("note", END)
-    return g
+    return chain(State, note=note)
 
 
 unknown_outcome = _unknown()
@@ -100,11 +97,7 @@ def busy(state: State) -> State:
 
 
 def _busy() -> StateGraph[State]:
-    g: StateGraph[State] = StateGraph(State)
-    g.add_node("busy", busy)
-    g.add_edge(START, "busy")
-    g.add_edge("busy", END)
-    return g
+    return chain(State, busy=busy)
 
 
 busy_graph = _busy()
@@ -142,11 +135,7 @@ def post(state: State) -> State:
 
 
 def _late() -> StateGraph[State]:
-    g: StateGraph[State] = StateGraph(State)
-    g.add_node("post", post)
-    g.add_edge(START, "post")
-    g.add_edge("post", END)
-    return g
+    return chain(State, post=post)
 
 
 late_graph = _late()
@@ -163,11 +152,7 @@ def careless(state: State) -> State:
 
 
 def _careless() -> StateGraph[State]:
-    g: StateGraph[State] = StateGraph(State)
-    g.add_node("careless", careless)
-    g.add_edge(START, "careless")
-    g.add_edge("careless", END)
-    return g
+    return chain(State, careless=careless)
 
 
 careless_graph = _careless()

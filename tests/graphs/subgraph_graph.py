@@ -17,6 +17,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Send
 
 from tests.graphs import effect_graph
+from tests.support.graphs import chain
 
 
 class Sub(TypedDict, total=False):
@@ -38,11 +39,7 @@ def pay(state: Sub) -> Sub:
 
 
 def _sub() -> Any:
-    g: StateGraph[Sub] = StateGraph(Sub)
-    g.add_node("pay", pay)
-    g.add_edge(START, "pay")
-    g.add_edge("pay", END)
-    return g.compile()
+    return chain(Sub, pay=pay).compile()
 
 
 def plan(state: State) -> State:

@@ -21,10 +21,11 @@ import urllib.error
 import urllib.request
 from typing import Any, TypedDict
 
-from langgraph.graph import END, START, StateGraph
+from langgraph.graph import StateGraph
 from langgraph.types import interrupt
 
 from agent_worker import effects
+from tests.support.graphs import chain, unless_404
 
 
 class State(TypedDict, total=False):
@@ -46,12 +47,7 @@ def _http(method: str, url: str, body: Any = None, key: str = "") -> Any:
 
 
 def find_charge(key: str, args: dict[str, Any]) -> Any:
-    try:
-        return _http("GET", f"{os.environ['UPGRADE_HTTP_URL']}/effects/{key}")["response"]
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404:
-            return None
-        raise
+    return unless_404(lambda: _http("GET", f"{os.environ['UPGRADE_HTTP_URL']}/effects/{key}")["response"])
 
 
 @effects.tool(name="charge", dedupes_by_key=True, lookup=find_charge)
@@ -97,17 +93,7 @@ def mail(state: State) -> State:
 
 
 def build() -> StateGraph[State]:
-    g: StateGraph[State] = StateGraph(State)
-    g.add_node("hold", hold)
-    g.add_node("charge", charge_step)
-    g.add_node("gate", gate)
-    g.add_node("mail", mail)
-    g.add_edge(START, "hold")
-    g.add_edge("hold", "charge")
-    g.add_edge("charge", "gate")
-    g.add_edge("gate", "mail")
-    g.add_edge("mail", END)
-    return g
+    return chain(State, hold=hold, charge=charge_step, gate=gate, mail=mail)
 
 
 graph = build()

@@ -21,10 +21,11 @@ import os
 import urllib.request
 from typing import Any, TypedDict
 
-from langgraph.graph import END, START, StateGraph
+from langgraph.graph import StateGraph
 
 from agent_worker import effects
 from agentrun_core import errors
+from tests.support.graphs import chain
 
 
 class State(TypedDict, total=False):
@@ -90,11 +91,7 @@ def bill(state: State) -> State:
 
 
 def _bill() -> StateGraph[State]:
-    builder: StateGraph[State] = StateGraph(State)
-    builder.add_node("bill", bill)
-    builder.add_edge(START, "bill")
-    builder.add_edge("bill", END)
-    return builder
+    return chain(State, bill=bill)
 
 
 bill_graph = _bill()

@@ -10,12 +10,12 @@ in ``path``) → check → finish. ``check`` fails while the file ``flag`` does 
 from __future__ import annotations
 
 import os
-import time
 from typing import Any, TypedDict
 
 from langgraph.graph import END, START, StateGraph
 
 from agent_worker import effects
+from tests.support.graphs import pause
 
 
 class State(TypedDict, total=False):
@@ -49,20 +49,13 @@ def notify(call: effects.Call, *, path: str, flag: str) -> dict[str, Any]:
     return {"notified": True}
 
 
-def _pause(state: State, step: str) -> None:
-    deadline = time.monotonic() + float((state.get("pause") or {}).get(step, 0))
-    while (left := deadline - time.monotonic()) > 0:
-        effects.heartbeat({"step": step, "left": round(left, 1)})
-        time.sleep(min(0.5, left))
-
-
 def prepare(state: State) -> State:
-    _pause(state, "prepare")
+    pause(state, "prepare")
     return {}
 
 
 def act(state: State) -> State:
-    _pause(state, "act")
+    pause(state, "act")
     return {"written": append_line(path=state["path"], line="first")}
 
 

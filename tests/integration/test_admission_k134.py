@@ -131,12 +131,10 @@ def k134(request: pytest.FixtureRequest, dev_cluster: Any) -> Path:
 @pytest.fixture(scope="module")
 def arena(k134: Path, dev_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[K134Arena]:
     api = kubernetes.config.new_client_from_config(config_file=str(k134))  # type: ignore[no-untyped-call]
-    a = K134Arena(api, k134, dev_cluster.settings, tmp_path_factory.mktemp("k134-arena"))
-    a.setup()
     try:
-        yield a
+        with K134Arena.opened(api, k134, dev_cluster.settings, tmp_path_factory.mktemp("k134-arena")) as a:
+            yield a
     finally:
-        a.close()
         api.close()
 
 
@@ -317,7 +315,7 @@ def test_the_k8s_134_overlay_is_accepted_whole_by_134(arena: K134Arena, tmp_path
     """What a 1.34 user applies (deploy/overlays/k8s-1.34: CRD, admission, RBAC, operator) is accepted by a
     1.34 API server (server-side dry run, into the arena's namespace); deploy/base is not: it carries
     MutatingAdmissionPolicies, which 1.34 does not serve."""
-    import deploy_support as ds
+    from tests.support import deploy as ds
 
     (tmp_path / "k134").mkdir()
     (tmp_path / "base").mkdir()

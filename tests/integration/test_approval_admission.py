@@ -23,7 +23,7 @@ import secrets
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import kubernetes
 import pytest
@@ -195,20 +195,36 @@ class Arena:
         with contextlib.suppress(kubernetes.client.ApiException):
             kubernetes.client.CoreV1Api(self.kube).delete_namespace(self.ns)
 
+    @classmethod
+    @contextlib.contextmanager
+    def opened(
+        cls, kube: kubernetes.client.ApiClient, admin: Path, settings: Any, tmp: Path
+    ) -> Iterator[Self]:
+        arena = cls(kube, admin, settings, tmp)
+        arena.setup()
+        try:
+            yield arena
+        finally:
+            arena.close()
 
-@pytest.fixture(scope="module")
-def arena(
-    kube: kubernetes.client.ApiClient,
-    admin_kubeconfig: Path,
-    dev_cluster: Any,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[Arena]:
-    a = Arena(kube, admin_kubeconfig, dev_cluster.settings, tmp_path_factory.mktemp("arena"))
-    a.setup()
-    try:
-        yield a
-    finally:
-        a.close()
+
+def arena_fixture(cls: type[Arena], name: str) -> Any:
+    """The module's ``arena`` fixture: one arena of ``cls`` shared by the module's tests (a large matrix)."""
+
+    @pytest.fixture(scope="module")
+    def arena(
+        kube: kubernetes.client.ApiClient,
+        admin_kubeconfig: Path,
+        dev_cluster: Any,
+        tmp_path_factory: pytest.TempPathFactory,
+    ) -> Iterator[Arena]:
+        with cls.opened(kube, admin_kubeconfig, dev_cluster.settings, tmp_path_factory.mktemp(name)) as a:
+            yield a
+
+    return arena
+
+
+arena = arena_fixture(Arena, "arena")
 
 
 def _flip(a: Arena, actor: str) -> dict[str, Any]:

@@ -7,66 +7,33 @@ server itself (``kubectl annotate`` as each identity), and leave the approval pe
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import kubernetes
 import psycopg
 import pytest
-from conftest import OperatorHandle, bind, get_run, run_status, wait_for, wait_phase
-from test_fork_flow import bodies, ticket_spec
 
 from agentrun_core import store
 from agentrun_dev import smtp_sink
+from tests.integration.test_fork_flow import bodies, ticket_spec
+from tests.support.kube import APPROVAL_PEOPLE, Team, get_run, kubectl, run_body, run_status
+from tests.support.operator_proc import OperatorHandle
+from tests.support.waiting import wait_for, wait_phase
 
 EDITED_BODY = "Dear Ada, we refunded the duplicate charge; it shows within 3 days. (edited by the manager)"
 EDITED_SUBJECT = "Your refund for T-7"
-VENV_BIN = Path(sys.executable).parent
-
-
-def kubectl(
-    kubeconfig: Path, *args: str, stdin: str | None = None, dsn: str = ""
-) -> subprocess.CompletedProcess[str]:
-    env = {
-        **os.environ,
-        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-        "KUBECONFIG": str(kubeconfig),
-        "AGENTRUN_DSN": dsn,
-    }
-    return subprocess.run(
-        ["kubectl", *args], input=stdin, capture_output=True, text=True, timeout=120, env=env
-    )
 
 
 @pytest.fixture
-def people(
-    kube: kubernetes.client.ApiClient, namespace: str, identity: Callable[..., Path]
-) -> dict[str, Path]:
+def people(team: Team) -> dict[str, Path]:
     """manager approves; mallory edits AgentRuns (patch) but may not approve; alice creates runs and may
     approve too (so only the self-approval rule stops her)."""
-    bind(kube, namespace, "manager", "agentrun-approver")
-    bind(kube, namespace, "mallory", "agentrun-editor")
-    bind(kube, namespace, "alice", "agentrun-editor")
-    bind(kube, namespace, "alice", "agentrun-approver")
-    return {
-        "manager": identity("manager", ["managers"]),
-        "mallory": identity("mallory", ["devs"]),
-        "alice": identity("alice", ["devs"]),
-    }
+    return team(APPROVAL_PEOPLE)
 
 
 def create_as(who: Path, ns: str, name: str, spec: dict[str, Any]) -> None:
-    body = {
-        "apiVersion": "agentrun.dev/v1alpha1",
-        "kind": "AgentRun",
-        "metadata": {"name": name},
-        "spec": spec,
-    }
-    made = kubectl(who, "create", "-n", ns, "-f", "-", stdin=json.dumps(body))
+    made = kubectl(who, "create", "-n", ns, "-f", "-", stdin=json.dumps(run_body(name, spec)))
     assert made.returncode == 0, made.stderr
 
 

@@ -4,54 +4,27 @@ real identities; the operator applies the decision exactly once and the next att
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import kubernetes
 import psycopg
 import pytest
-from conftest import (
-    OperatorHandle,
-    bind,
-    condition,
-    create_run,
-    events,
-    kubectl,
-    pods,
-    run_status,
-    wait_for,
-    wait_phase,
-)
 
 from agentrun_core import store
-
-APPROVAL = "tests.integration.test_operator_graphs:approval"
+from tests.support.kube import APPROVAL_PEOPLE, Team, condition, create_run, events, kubectl, pods, run_status
+from tests.support.operator_proc import OperatorHandle
+from tests.support.specs import approval_spec
+from tests.support.waiting import wait_for, wait_phase
 
 
 def spec(path: Path, **approval: Any) -> dict[str, Any]:
-    return {
-        "graph": APPROVAL,
-        "input": {"path": str(path), "line": "approved-line"},
-        "lease": {"durationSeconds": 8},
-        "retry": {"backoffSeconds": 0},
-        "approval": approval,
-    }
+    return approval_spec(path, **approval)
 
 
 @pytest.fixture
-def people(
-    kube: kubernetes.client.ApiClient, namespace: str, identity: Callable[..., Path]
-) -> dict[str, Path]:
-    bind(kube, namespace, "manager", "agentrun-approver")
-    bind(kube, namespace, "mallory", "agentrun-editor")
-    bind(kube, namespace, "alice", "agentrun-editor")
-    bind(kube, namespace, "alice", "agentrun-approver")
-    return {
-        "manager": identity("manager", ["managers"]),
-        "mallory": identity("mallory", ["devs"]),
-        "alice": identity("alice", ["devs"]),
-    }
+def people(team: Team) -> dict[str, Path]:
+    return team(APPROVAL_PEOPLE)
 
 
 def annotate(kubeconfig: Path, ns: str, name: str, *pairs: str) -> tuple[int, str]:

@@ -20,6 +20,7 @@ pytestmark = pytest.mark.postgres
 
 @pytest.fixture
 def providers(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """The providers and the SMTP sink itself (these tests count what reached it in its store)."""
     from agentrun_dev import http_provider, smtp_sink
 
     with http_provider.HttpProvider(tmp_path / "h") as hp, smtp_sink.SmtpSink(tmp_path / "s") as sink:
@@ -102,8 +103,8 @@ def test_two_gates_end_to_end_with_the_cli(
 ) -> None:
     """Operator, worker Pods and `kubectl agentrun approve` as the approver: the second gate needs its own
     decision, and once the run has asked two approvals the CLI wants the id the human saw."""
-    from conftest import bind, create_run, wait_for, wait_phase
-    from test_kubectl_plugin import kubectl
+    from tests.support.kube import bind, create_run, kubectl
+    from tests.support.waiting import wait_for, wait_phase
 
     ns, out = operator.namespace, tmp_path / "effects.txt"
     bind(kube, ns, "manager", "agentrun-approver")
@@ -111,7 +112,7 @@ def test_two_gates_end_to_end_with_the_cli(
     spec = {"graph": "tests.graphs.approval_graphs:two_gates_line_graph", "input": {"path": str(out)}}
     uid = create_run(kube, ns, "gates", spec)["metadata"]["uid"]
     first = wait_phase(kube, ns, "gates", "WaitingApproval", 120, operator)["pendingApproval"]["id"]
-    ok = kubectl(manager, pg_dsn, "agentrun", "approve", "gates", "-n", ns)  # the only approval so far
+    ok = kubectl(manager, "agentrun", "approve", "gates", "-n", ns, dsn=pg_dsn)  # the only approval so far
     assert ok.returncode == 0 and first in ok.stdout, ok.stderr
 
     def second_gate() -> str | None:
@@ -120,13 +121,13 @@ def test_two_gates_end_to_end_with_the_cli(
 
     second = wait_for(second_gate, 120, "the second approval", on_timeout=operator.logs)
     assert not out.exists()  # one decision is not enough
-    refused = kubectl(manager, pg_dsn, "agentrun", "approve", "gates", "-n", ns)
+    refused = kubectl(manager, "agentrun", "approve", "gates", "-n", ns, dsn=pg_dsn)
     assert (
         refused.returncode == 1 and "asked 2 approvals: say which one you decide with --id" in refused.stderr
     )
-    stale = kubectl(manager, pg_dsn, "agentrun", "approve", "gates", "-n", ns, "--id", first)
+    stale = kubectl(manager, "agentrun", "approve", "gates", "-n", ns, "--id", first, dsn=pg_dsn)
     assert stale.returncode == 1 and "is not the pending approval" in stale.stderr
-    ok = kubectl(manager, pg_dsn, "agentrun", "approve", "gates", "-n", ns, "--id", second)
+    ok = kubectl(manager, "agentrun", "approve", "gates", "-n", ns, "--id", second, dsn=pg_dsn)
     assert ok.returncode == 0, ok.stderr
     status = wait_phase(kube, ns, "gates", "Succeeded", 120, operator)
     assert out.read_text().splitlines() == ["both approved"]

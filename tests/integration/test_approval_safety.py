@@ -17,21 +17,13 @@ from typing import Any
 import kubernetes
 import psycopg
 import pytest
-from conftest import (
-    REPO,
-    OperatorHandle,
-    bind,
-    condition,
-    create_run,
-    events,
-    kubectl,
-    run_status,
-    wait_for,
-    wait_phase,
-)
 from test_approval_flow import annotate, lines, spec
 
 from agentrun_core import store
+from tests.support import pg
+from tests.support.kube import bind, condition, create_run, events, kubectl, run_status
+from tests.support.operator_proc import REPO, OperatorHandle
+from tests.support.waiting import wait_for, wait_phase
 
 
 @pytest.fixture
@@ -98,16 +90,7 @@ def test_approve_and_expire_race_in_postgres(pg_dsn: str) -> None:
     with psycopg.connect(pg_dsn, autocommit=True) as admin:
         for i in range(reps):
             run_id = f"race-{i}"
-            store.admit_run(
-                admin,
-                run_id=run_id,
-                namespace="ns",
-                name=run_id,
-                graph="m:g",
-                input={},
-                spec_hash="h",
-                approval_policy={"timeoutSeconds": 0.3, "onTimeout": "cancel"},
-            )
+            pg.admit(admin, run_id=run_id, approval_policy={"timeoutSeconds": 0.3, "onTimeout": "cancel"})
             store.claim_run(admin, run_id=run_id, epoch=1, holder="p")
             approval = store.record_approval(
                 admin, run_id=run_id, epoch=1, approval_id=f"a-{i}", interrupt_id="i", prompt={}

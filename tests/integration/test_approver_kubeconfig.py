@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from tests.integration import deploy_support as ds
+from tests.support import deploy as ds
 
 pytestmark = pytest.mark.cluster
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any, TypedDict
 
 import psycopg_pool
@@ -21,6 +19,7 @@ from langgraph.graph import END, START, StateGraph
 from agent_worker import context, effects
 from agentrun_core import store
 from agentrun_dev import http_provider
+from tests.support import pg
 
 pytestmark = pytest.mark.postgres
 
@@ -29,34 +28,22 @@ class State(TypedDict, total=False):
     out: list[Any]
 
 
-@pytest.fixture
-def url(tmp_path: Path) -> Iterator[str]:
-    with http_provider.HttpProvider(tmp_path / "p") as provider:
-        yield provider.url
-
-
-@pytest.fixture
-def pool(pg_dsn: str) -> Iterator[psycopg_pool.ConnectionPool[Any]]:
-    with psycopg_pool.ConnectionPool(pg_dsn, min_size=1, max_size=4, kwargs={"autocommit": True}) as p:
-        yield p
-
-
-def _deliveries(url: str) -> collections.Counter[Any]:
+def _deliveries(provider_url: str) -> collections.Counter[Any]:
     found: collections.Counter[Any] = collections.Counter()
-    for key, performed in http_provider.stats(url)["effects_performed"].items():
-        status, entry, _ = http_provider.request(f"{url}/effects/{key}")
+    for key, performed in http_provider.stats(provider_url)["effects_performed"].items():
+        status, entry, _ = http_provider.request(f"{provider_url}/effects/{key}")
         assert status == 200, (status, entry)
         found[entry["request"].get("who")] += performed
     return found
 
 
 def _ctx(pool: psycopg_pool.ConnectionPool[Any]) -> context.RunContext:
-    run = store.admit_run(pool, run_id="t", namespace="ns", name="t", graph="x:y", input={}, spec_hash="h")
+    run = pg.admit(pool, run_id="t", graph="x:y")
     store.claim_run(pool, run_id="t", epoch=1, holder="p")
     return context.RunContext(conn=pool, run_id="t", attempt=1, epoch=1, key_version=run.key_version)
 
 
-def _gathering_graph(url: str, *, named: bool) -> Any:
+def _gathering_graph(provider_url: str, *, named: bool) -> Any:
     """An async node gathering ``ping`` for x and y; each call's body waits (bounded) until both calls are
     inside a body or the other one is over, so the two calls overlap in the ledger."""
     entered: asyncio.Event | None = None  # made in the node: an Event belongs to one event loop
@@ -72,7 +59,7 @@ def _gathering_graph(url: str, *, named: bool) -> Any:
         with contextlib.suppress(TimeoutError):  # the other call never got in (refused): go on alone
             await asyncio.wait_for(entered.wait(), timeout=2)
         status, body, _ = await asyncio.to_thread(
-            http_provider.request, f"{url}/effects", "POST", {"who": who}, {"Idempotency-Key": call}
+            http_provider.request, f"{provider_url}/effects", "POST", {"who": who}, {"Idempotency-Key": call}
         )
         assert status == 201, (status, body)
         return body
@@ -105,23 +92,23 @@ def _invoke(ctx: context.RunContext, graph: Any, thread: str) -> Any:
 
 
 def test_async_effects_gathered_in_one_task_without_a_position_are_refused(
-    pool: psycopg_pool.ConnectionPool[Any], url: str
+    pool: psycopg_pool.ConnectionPool[Any], provider_url: str
 ) -> None:
-    graph = _gathering_graph(url, named=False)
+    graph = _gathering_graph(provider_url, named=False)
     with pytest.raises(effects.UnstablePosition, match=r"threads or asyncio tasks"):
         _invoke(_ctx(pool), graph, "a")
-    assert sum(_deliveries(url).values()) == 1  # the first call went through; the racing one did not
+    assert sum(_deliveries(provider_url).values()) == 1  # the first call went through; the racing one did not
 
 
 def test_async_effects_gathered_with_positions_are_each_performed_once(
-    pool: psycopg_pool.ConnectionPool[Any], url: str
+    pool: psycopg_pool.ConnectionPool[Any], provider_url: str
 ) -> None:
-    graph = _gathering_graph(url, named=True)
+    graph = _gathering_graph(provider_url, named=True)
     ctx = _ctx(pool)
     first = _invoke(ctx, graph, "a")
     again = _invoke(ctx, graph, "b")  # a replay: the same positions, answered from the ledger
     assert first["out"] == again["out"] == ["x", "y"]
-    assert _deliveries(url) == {"x": 1, "y": 1}
+    assert _deliveries(provider_url) == {"x": 1, "y": 1}
     rows = store.list_effects(pool, "t")
     assert sorted(r.step for r in rows) == ["fan:1/pos:ping-x", "fan:1/pos:ping-y"]
     assert all(r.status == "sent" for r in rows)

@@ -8,6 +8,7 @@ import pytest
 
 from agentrun_core import store
 from bench import db
+from tests.support import pg
 
 RUN = "run-unguarded"
 STALE_WRITE = (  # a pending write under epoch 7 of a run whose epoch is 1 (test_checkpointer.py's WRITE_ROW)
@@ -31,7 +32,7 @@ def _rls_tables(dsn: str) -> list[str]:
 @pytest.mark.slow
 def test_unguard_turns_off_the_fence_and_rls_and_a_worker_still_runs(pg_dsn: str) -> None:
     with psycopg.connect(pg_dsn, autocommit=True) as admin:
-        store.admit_run(admin, run_id=RUN, namespace="ns", name=RUN, graph="g:g", input={}, spec_hash="h")
+        pg.admit(admin, run_id=RUN, graph="g:g")
         store.claim_run(admin, run_id=RUN, epoch=1, holder="pod-1")
     # Guarded, as migrated: the stale write is refused, and the tenant tables are under RLS.
     with pytest.raises(psycopg.Error, match="epoch 7 is not current"):

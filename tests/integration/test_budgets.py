@@ -20,12 +20,15 @@ from typing import Any
 import kubernetes
 import psycopg
 import pytest
-from conftest import OperatorHandle, bind, condition, create_run, get_run, run_status, wait_for, wait_phase
 
 from agentrun import trace, trace_cli
 from agentrun_core import store
 from agentrun_core.store import metrics_sql
 from tests.graphs import budget_graphs
+from tests.support.kube import bind, condition, create_run, get_run, run_status
+from tests.support.operator_proc import OperatorHandle
+from tests.support.specs import run_spec
+from tests.support.waiting import wait_for, wait_phase
 
 GRAPH = "tests.graphs.budget_graphs:graph"
 PER_CALL = budget_graphs.INPUT_TOKENS + budget_graphs.OUTPUT_TOKENS  # 150 total tokens per call
@@ -33,21 +36,19 @@ VENV_BIN = Path(sys.executable).parent
 
 
 def spec(log: Path, *, steps: int, limit: int, faults: dict[str, str] | None = None) -> dict[str, Any]:
-    env = [{"name": budget_graphs.LOG_ENV, "value": str(log)}]
-    env += [{"name": k, "value": v} for k, v in (faults or {}).items()]
-    return {
-        "graph": GRAPH,
-        "input": {"steps": steps, "calls": 1},
-        "lease": {"durationSeconds": 6},
-        "retry": {"backoffSeconds": 0, "maxAttempts": 10},
-        "worker": {"env": env},
-        "budget": {
+    return run_spec(
+        GRAPH,
+        {"steps": steps, "calls": 1},
+        lease=6,
+        retry={"backoffSeconds": 0, "maxAttempts": 10},
+        env={budget_graphs.LOG_ENV: str(log), **(faults or {})},
+        budget={
             "totalTokens": limit,
             "cost": "1",
             "currency": "USD",
             "price": {"inputPer1k": "0.003", "outputPer1k": "0.015"},
         },
-    }
+    )
 
 
 def billed(log: Path) -> int:

@@ -10,8 +10,11 @@ import json
 from pathlib import Path
 
 import kubernetes
-from conftest import OperatorHandle, create_run, run_status, wait_for
 from test_budgets import PER_CALL, agentrun, billed, counted, manager, spec
+
+from tests.support.kube import create_run, run_status
+from tests.support.operator_proc import OperatorHandle
+from tests.support.waiting import wait_for
 
 __all__ = ["manager"]  # the fixture, used by name below
 

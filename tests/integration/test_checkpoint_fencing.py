@@ -16,8 +16,6 @@ import os
 import re
 import shutil
 import signal
-import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +24,11 @@ import pytest
 
 from agentrun import render, trace
 from agentrun_core import store
-from agentrun_dev import http_provider, smtp_sink
+from agentrun_dev import http_provider
 from agentrun_dev import settings as dev_settings
 from tests.chaos import worker_harness
 from tests.integration import pg_chaos
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.postgres]
 
@@ -38,23 +37,10 @@ _WRITE_LOG = re.compile(r"checkpoint write ns='' id=(\S+) seconds=(\S+)")
 
 
 @pytest.fixture
-def providers(tmp_path: Path) -> Iterator[worker_harness.Providers]:
-    with http_provider.HttpProvider(tmp_path / "h") as hp, smtp_sink.SmtpSink(tmp_path / "s") as sink:
-        yield worker_harness.Providers(hp.url, sink.host, sink.port, sink.api_url)
-
-
-@pytest.fixture
 def worker(
     pg_dsn: str, namespace: str, admin_kubeconfig: Path, providers: worker_harness.Providers
 ) -> worker_harness.Worker:
     return worker_harness.Worker(pg_dsn, providers, kubeconfig=admin_kubeconfig, namespace=namespace)
-
-
-def _wait_for(predicate: Callable[[], bool], timeout: float = 60, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def _db(dsn: str) -> psycopg.Connection[Any]:
@@ -81,7 +67,7 @@ def _provider_counts(providers: worker_harness.Providers) -> tuple[dict[str, int
     may store a message just after answering the client)."""
     stats = http_provider.stats(providers.http_url)
     with contextlib.suppress(AssertionError):
-        _wait_for(lambda: _mail_count(providers) >= 1, timeout=10, what="the sink to store the mail")
+        wait_for(lambda: _mail_count(providers) >= 1, 10, what="the sink to store the mail", interval=0.05)
     return dict(stats["effects_performed"]), _mail_count(providers)
 
 
@@ -95,14 +81,10 @@ def test_zombie_blocked_in_a_node_cannot_write_its_checkpoint(
 ) -> None:
     """(Under ``exit`` nothing is written before the run ends: the zombie's first write is a ledger write,
     refused by the ledger's own fencing; tests/integration/test_checkpointer.py covers the exit-mode save.)"""
-    block, log = tmp_path / "block", tmp_path / "log"
-    block.touch()
     worker_harness.admit(pg_dsn, "r", durability=durability)
-    zombie = worker.start(
-        "r", pod="pod-a", AGENTRUN_TEST_BLOCK_FILE=str(block), AGENTRUN_TEST_NODE_LOG=str(log)
-    )
+    held = worker_harness.start_blocked(worker, "r", tmp_path, pod="pod-a")
+    zombie, block, log = held.proc, held.block, held.log
     try:
-        _wait_for(lambda: log.exists() and "prepare" in log.read_text(), what="the zombie inside prepare")
         with _db(pg_dsn) as conn:
             first_epoch = store.get_run(conn, "r").lease_epoch  # type: ignore[union-attr]
         zombie.send_signal(signal.SIGSTOP)  # a GC pause: it still believes it holds the Lease
@@ -245,11 +227,18 @@ def test_postgres_restart_while_a_node_heartbeats_is_an_infra_loss_then_succeeds
         "r", pod="pod-a", AGENTRUN_TEST_BEAT_FILE=str(beat_file), AGENTRUN_TEST_NODE_LOG=str(log)
     )
     try:
-        _wait_for(lambda: log.exists() and "beat" in log.read_text(), what="the node to heartbeat")
+        wait_for(
+            lambda: log.exists() and "beat" in log.read_text(),
+            60,
+            what="the node to heartbeat",
+            interval=0.05,
+        )
         with _db(pg_dsn) as conn:
-            _wait_for(
+            wait_for(
                 lambda: any(h.key.startswith("step:") for h in store.list_heartbeats(conn, "r")),
+                60,
                 what="a heartbeat row from inside the node",
+                interval=0.05,
             )
         pg_chaos.restart(dev_settings_, kill_postmaster=kill_postmaster)
         _, err = first.communicate(timeout=180)

@@ -19,6 +19,7 @@ from langgraph.graph import END, START, StateGraph
 
 from agent_worker import checkpointer
 from agentrun_core import errors, store
+from tests.support import pg
 
 pytestmark = [pytest.mark.postgres]
 
@@ -28,7 +29,7 @@ RUN = "run-ckpt"
 @pytest.fixture
 def pool(pg_dsn: str) -> Iterator[psycopg_pool.ConnectionPool[Any]]:
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        store.admit_run(conn, run_id=RUN, namespace="ns", name=RUN, graph="g:g", input={}, spec_hash="h")
+        pg.admit(conn, run_id=RUN, graph="g:g")
     p: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
         pg_dsn, min_size=1, max_size=4, kwargs={"autocommit": True}, open=True
     )
@@ -438,7 +439,7 @@ WRITE_ROW = (  # one pending write, as PostgresSaver's put_writes inserts it: (t
 
 def _claimed_by_epoch_1(pg_dsn: str) -> None:
     with psycopg.connect(pg_dsn, autocommit=True) as admin:
-        store.admit_run(admin, run_id=RUN, namespace="ns", name=RUN, graph="g:g", input={}, spec_hash="h")
+        pg.admit(admin, run_id=RUN, graph="g:g")
         store.claim_run(admin, run_id=RUN, epoch=1, holder="pod-1")
 
 

@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from agentrun import output
-from tests.integration.test_kubectl_plugin import GROUP, PLURAL, VERSION, kubectl, seed_run
+from tests.integration.test_kubectl_plugin import seed_run
+from tests.support.kube import GROUP, PLURAL, VERSION, kubectl
 
 READ = ("get", "list", "trace", "ledger")
 
@@ -24,7 +25,7 @@ def seeded(kube: kubernetes.client.ApiClient, namespace: str, pg_dsn: str) -> di
 
 def read(cfg: pathlib.Path, dsn: str, command: str, ns: str, fmt: str) -> str:
     args = ["agentrun", command, *([] if command == "list" else ["ticket-7"]), "-n", ns, "-o", fmt]
-    done = kubectl(cfg, dsn, *args)
+    done = kubectl(cfg, *args, dsn=dsn)
     assert done.returncode == 0, (command, fmt, done.stderr)
     return done.stdout
 
@@ -79,13 +80,13 @@ def test_kubectl_completes_run_names_from_the_cluster(
     seeded: dict[str, str], namespace: str, pg_dsn: str, admin_kubeconfig: pathlib.Path
 ) -> None:
     # kubectl's own completion entry point runs kubectl_complete-agentrun (kubectl 1.26+ plugin completion)
-    done = kubectl(admin_kubeconfig, pg_dsn, "__complete", "agentrun", "trace", "-n", namespace, "tic")
+    done = kubectl(admin_kubeconfig, "__complete", "agentrun", "trace", "-n", namespace, "tic", dsn=pg_dsn)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["ticket-7", ":4"], done.stdout
-    verbs = kubectl(admin_kubeconfig, pg_dsn, "__complete", "agentrun", "")
+    verbs = kubectl(admin_kubeconfig, "__complete", "agentrun", "", dsn=pg_dsn)
     assert {"get", "logs", "suspend", "resume", "completion"} <= set(verbs.stdout.splitlines())
     # another namespace has no such run
-    other = kubectl(admin_kubeconfig, pg_dsn, "__complete", "agentrun", "trace", "-n", "default", "tic")
+    other = kubectl(admin_kubeconfig, "__complete", "agentrun", "trace", "-n", "default", "tic", dsn=pg_dsn)
     assert other.stdout.splitlines() == [":4"], other.stdout
 
 
@@ -98,7 +99,6 @@ def test_the_worker_image_changes_only_with_a_retry(
 ) -> None:
     changed = kubectl(
         admin_kubeconfig,
-        pg_dsn,
         "patch",
         "agentrun",
         "ticket-7",
@@ -107,6 +107,7 @@ def test_the_worker_image_changes_only_with_a_retry(
         "--type=merge",
         "-p",
         '{"spec": {"worker": {"image": "registry.example/worker:2"}}}',
+        dsn=pg_dsn,
     )
     assert changed.returncode != 0
     assert "spec.worker.image is pinned for the run's attempts" in changed.stderr, changed.stderr
@@ -121,7 +122,6 @@ def test_the_worker_image_changes_only_with_a_retry(
     )
     retried = kubectl(
         admin_kubeconfig,
-        pg_dsn,
         "agentrun",
         "retry",
         "ticket-7",
@@ -129,6 +129,7 @@ def test_the_worker_image_changes_only_with_a_retry(
         namespace,
         "--image",
         "registry.example/worker:2",
+        dsn=pg_dsn,
     )
     assert retried.returncode == 0, retried.stderr
     spec = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "ticket-7")["spec"]

@@ -13,11 +13,14 @@ from pathlib import Path
 
 import kubernetes
 import psycopg
-from conftest import OperatorHandle, bind, create_run, pods, run_status, wait_for, wait_phase
 
 from agent_operator.decide import imagepin
 from agentrun_core import store
 from tests.integration.test_steer_flow import FLAKY, VENV_BIN, as_user, spec
+from tests.support.kube import bind, create_run, pods, run_status
+from tests.support.operator_proc import OperatorHandle
+from tests.support.specs import APPROVAL
+from tests.support.waiting import wait_for, wait_phase
 
 
 def follow_logs(
@@ -178,9 +181,6 @@ def test_logs_follow_goes_on_into_the_next_attempt_and_stops_when_no_attempt_wil
     reader.join(timeout=30)
     err = follow.stderr.read()  # type: ignore[union-attr]
     assert "following attempt 2 (pod hop-2)" in err and "hop is Cancelled: no further attempt" in err, err
-
-
-APPROVAL = "tests.integration.test_operator_graphs:approval"
 
 
 def test_as_impersonates_like_kubectl(

@@ -16,7 +16,7 @@ import kubernetes
 import pytest
 
 from agentrun import cluster, watching
-from tests.integration.test_kubectl_plugin import GROUP, PLURAL, VENV_BIN, VERSION, kubectl
+from tests.support.kube import GROUP, PLURAL, VENV_BIN, VERSION, kubectl
 
 
 def _create(custom: Any, ns: str, name: str, labels: dict[str, str], phase: str | None) -> None:
@@ -52,7 +52,7 @@ def test_list_filters_by_label_selector_and_phase(
     _create(custom, namespace, "d-new", {"team": "support"}, None)
 
     def names(*args: str) -> list[str]:
-        done = kubectl(admin_kubeconfig, "", "agentrun", "list", "-n", namespace, "-o", "name", *args)
+        done = kubectl(admin_kubeconfig, "agentrun", "list", "-n", namespace, "-o", "name", *args)
         assert done.returncode == 0, done.stderr
         return [line.rsplit("/", 1)[1] for line in done.stdout.split()]
 
@@ -61,9 +61,9 @@ def test_list_filters_by_label_selector_and_phase(
     assert names("-l", "team=support", "--phase", "Failed,WaitingApproval") == ["a-failed", "b-waiting"]
     assert names("--phase", "Pending") == ["d-new"]  # no status yet counts as Pending
     assert names("-l", "team in (nobody)") == []
-    bad = kubectl(admin_kubeconfig, "", "agentrun", "list", "-n", namespace, "--phase", "Done")
+    bad = kubectl(admin_kubeconfig, "agentrun", "list", "-n", namespace, "--phase", "Done")
     assert bad.returncode == 1 and "unknown phase Done: choose from Pending, Running" in bad.stderr
-    bad_selector = kubectl(admin_kubeconfig, "", "agentrun", "list", "-n", namespace, "-l", "team in (a")
+    bad_selector = kubectl(admin_kubeconfig, "agentrun", "list", "-n", namespace, "-l", "team in (a")
     assert bad_selector.returncode == 1 and "list agentruns failed (HTTP 400)" in bad_selector.stderr
 
 
@@ -129,7 +129,7 @@ def test_watch_prints_each_change_after_the_first_listing(
 
 
 def test_get_watch_of_a_missing_run_says_so(namespace: str, admin_kubeconfig: pathlib.Path) -> None:
-    done = kubectl(admin_kubeconfig, "", "agentrun", "get", "nope", "-n", namespace, "-w")
+    done = kubectl(admin_kubeconfig, "agentrun", "get", "nope", "-n", namespace, "-w")
     assert done.returncode == 1 and 'AgentRun "nope" not found' in done.stderr
 
 

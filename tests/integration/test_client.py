@@ -5,30 +5,25 @@ run finishes, and the client reads the effects and step events from the ledger."
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
-import kubernetes
 import pytest
-from conftest import OperatorHandle, bind
 
 from agentrun import client
-
-APPROVAL = "tests.integration.test_operator_graphs:approval"
+from tests.support.kube import Team
+from tests.support.operator_proc import OperatorHandle
+from tests.support.specs import APPROVAL
 
 
 @pytest.fixture
-def people(
-    kube: kubernetes.client.ApiClient, namespace: str, identity: Callable[..., Path]
-) -> dict[str, Path]:
-    bind(kube, namespace, "manager", "agentrun-approver")
-    bind(kube, namespace, "alice", "agentrun-editor")
-    bind(kube, namespace, "mallory", "agentrun-editor")
-    return {
-        "manager": identity("manager", ["managers"]),
-        "alice": identity("alice", ["devs"]),
-        "mallory": identity("mallory", ["devs"]),
-    }
+def people(team: Team) -> dict[str, Path]:
+    return team(
+        {
+            "manager": ("managers", "agentrun-approver"),
+            "alice": ("devs", "agentrun-editor"),
+            "mallory": ("devs", "agentrun-editor"),
+        }
+    )
 
 
 def test_create_wait_approve_and_read_the_ledger_from_python(

@@ -15,29 +15,26 @@ from typing import Any
 import kubernetes
 import psycopg
 import pytest
-from conftest import OperatorHandle, create_run, get_run, pods, wait_for, wait_phase
 
 from agentrun import render, trace, trace_cli
 from agentrun_core import store
 from agentrun_core.store import metrics_sql
 from agentrun_dev import cluster
+from tests.support.kube import create_run, get_run, pods
+from tests.support.operator_proc import OperatorHandle
+from tests.support.specs import steps_spec
+from tests.support.waiting import wait_for, wait_phase
 
 # serial: it stops the dev cluster's shared API server and Postgres, which every test running beside it would
 # feel (scripts/test runs it alone, after the rest).
 pytestmark = pytest.mark.serial
 
-STEPS = "tests.integration.test_operator_graphs:steps"
 RUNS = 3
 LEASE = 3
 
 
 def spec(path: Path) -> dict[str, Any]:
-    return {
-        "graph": STEPS,
-        "input": {"path": str(path), "pause": {"prepare": 8}},
-        "lease": {"durationSeconds": LEASE},
-        "retry": {"backoffSeconds": 0, "maxAttempts": 1},
-    }
+    return steps_spec(path, max_attempts=1, lease=LEASE, pause={"prepare": 8})
 
 
 def lines(path: Path) -> list[str]:

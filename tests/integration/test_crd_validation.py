@@ -9,7 +9,8 @@ from typing import Any
 
 import kubernetes
 import pytest
-from conftest import create_run, custom, get_run, kubectl
+
+from tests.support.kube import create_run, custom, get_run, kubectl
 
 GOOD = {"graph": "agentrun_examples.support_ticket:graph", "input": {"ticket": {"id": 1}}}
 

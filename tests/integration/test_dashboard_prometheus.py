@@ -301,8 +301,8 @@ def _evicted_and_approved_run(
 ) -> None:
     import kubernetes
 
-    from tests.integration import conftest as op
-    from tests.integration import test_kubectl_plugin as plugin
+    from tests.support import kube as op
+    from tests.support import waiting
 
     # the operator under test serves /metrics (restarted with a port; the fixture's replica had none)
     port = free_port()
@@ -317,7 +317,7 @@ def _evicted_and_approved_run(
         "agentrun-operator-nodb": broken_operator_metrics,
     }
     name = "ticket-obs"
-    plugin.bind(kube, namespace, "alice", "agentrun-approver")
+    op.bind(kube, namespace, "alice", "agentrun-approver")
     try:
         with running(tmp_path, targets, [fast_rules(tmp_path)]) as prom, psycopg.connect(pg_dsn) as conn:
             prom.wait_scraped(list(targets), timeout=60)
@@ -333,22 +333,24 @@ def _evicted_and_approved_run(
                 conn.commit()
                 return row is not None and op.run_status(kube, namespace, name).get("workerPod")
 
-            pod = op.wait_for(after_step, 90, f"attempt 1 past {evict_after}", on_timeout=operator.logs)
+            pod = waiting.wait_for(after_step, 90, f"attempt 1 past {evict_after}", on_timeout=operator.logs)
             time.sleep(1)
             kubernetes.client.CoreV1Api(kube).create_namespaced_pod_eviction(
                 pod, namespace, {"metadata": {"name": pod, "namespace": namespace}}
             )
-            status = op.wait_phase(kube, namespace, name, "WaitingApproval", timeout=120, handle=operator)
+            status = waiting.wait_phase(
+                kube, namespace, name, "WaitingApproval", timeout=120, handle=operator
+            )
             assert status["attempts"] >= 2
             time.sleep(2)
-            approved = plugin.kubectl(identity("alice"), pg_dsn, "agentrun", "approve", name, "-n", namespace)
+            approved = op.kubectl(identity("alice"), "agentrun", "approve", name, "-n", namespace, dsn=pg_dsn)
             assert approved.returncode == 0, approved.stderr
-            op.wait_phase(kube, namespace, name, "Succeeded", timeout=120, handle=operator)
+            waiting.wait_phase(kube, namespace, name, "Succeeded", timeout=120, handle=operator)
             time.sleep(4)  # a few scrapes of the final state
             end = time.time()
 
-            traced = plugin.kubectl(
-                dev_cluster.kubeconfig, pg_dsn, "agentrun", "trace", name, "-n", namespace
+            traced = op.kubectl(
+                dev_cluster.kubeconfig, "agentrun", "trace", name, "-n", namespace, dsn=pg_dsn
             )
             print(traced.stdout)
             assert traced.returncode == 0, traced.stderr

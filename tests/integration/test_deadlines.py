@@ -13,25 +13,15 @@ from typing import Any
 import kubernetes
 import psycopg
 import pytest
-from conftest import (
-    OperatorHandle,
-    bind,
-    condition,
-    create_run,
-    events,
-    kubectl,
-    patch_spec,
-    pods,
-    run_status,
-    wait_for,
-    wait_phase,
-)
 
 from agentrun_core import store
+from tests.support.kube import bind, condition, create_run, events, kubectl, patch_spec, pods, run_status
+from tests.support.operator_proc import OperatorHandle
+from tests.support.specs import APPROVAL
+from tests.support.waiting import wait_for, wait_phase
 
 LOOP = "tests.graphs.deadline_graphs:loop"
 STUCK = "tests.graphs.deadline_graphs:stuck"
-APPROVAL = "tests.integration.test_operator_graphs:approval"
 MARGIN = 30.0  # seconds past the deadline a loaded 2-core machine may take: a Pod start, noticing, recording
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,7 @@ import pytest
 
 from agent_worker import checkpointer
 from agentrun_core import store
-from agentrun_dev import http_provider, smtp_sink
+from agentrun_dev import http_provider
 from tests.chaos import worker_harness
 from tests.graphs import delta_chat
 
@@ -37,12 +36,6 @@ pytestmark = pytest.mark.postgres
 GRAPH = "tests.graphs.delta_chat:builder"
 TURNS = 12
 _LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
-
-
-@pytest.fixture
-def providers(tmp_path: Path) -> Iterator[worker_harness.Providers]:
-    with http_provider.HttpProvider(tmp_path / "h") as hp, smtp_sink.SmtpSink(tmp_path / "s") as sink:
-        yield worker_harness.Providers(hp.url, sink.host, sink.port, sink.api_url)
 
 
 @pytest.fixture

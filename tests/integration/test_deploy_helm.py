@@ -18,7 +18,7 @@ import yaml
 
 from agentrun_dev import helm, helmgen
 from agentrun_dev import settings as settings_mod
-from tests.integration import deploy_support as ds
+from tests.support import deploy as ds
 
 pytestmark = pytest.mark.cluster
 

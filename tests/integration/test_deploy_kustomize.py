@@ -12,7 +12,7 @@ import kubernetes.client
 import pytest
 import yaml
 
-from tests.integration import deploy_support as ds
+from tests.support import deploy as ds
 
 pytestmark = pytest.mark.cluster
 

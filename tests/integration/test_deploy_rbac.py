@@ -16,7 +16,7 @@ import secrets
 import kubernetes.client
 import pytest
 
-from tests.integration import deploy_support as ds
+from tests.support import deploy as ds
 
 pytestmark = pytest.mark.cluster
 

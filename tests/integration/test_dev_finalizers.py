@@ -7,12 +7,12 @@ from typing import Any
 
 import kubernetes
 import pytest
-from conftest import wait_for
 
 from agentrun_core.api import meta, protocol
 from agentrun_core.kube import errors as kube_errors
 from agentrun_core.kube import runs
 from agentrun_dev import finalizers
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -47,13 +47,10 @@ def test_sync_checkpoint_holds_the_step_writes(
     pg_dsn: str, tmp_path: Path, checkpoint_hit: int, killed_after: str
 ) -> None:
     """Would fail if ``sync`` reported a checkpoint before the step's writes were stored (issue 8039)."""
-    from agentrun_dev import http_provider, smtp_sink
 
     log = tmp_path / "nodes.log"
-    with http_provider.HttpProvider(tmp_path / "h") as hp, smtp_sink.SmtpSink(tmp_path / "s") as sink:
-        worker = worker_harness.Worker(
-            pg_dsn, worker_harness.Providers(hp.url, sink.host, sink.port, sink.api_url)
-        )
+    with worker_harness.real_providers(tmp_path) as providers:
+        worker = worker_harness.Worker(pg_dsn, providers)
         worker_harness.admit(pg_dsn, "r", durability="sync")
         proc = worker.run(
             "r", pod="p1", faults=f"after_checkpoint@{checkpoint_hit}", AGENTRUN_TEST_NODE_LOG=str(log)
@@ -76,13 +73,11 @@ def test_sync_keeps_a_finished_sibling_when_the_superstep_dies(pg_dsn: str, tmp_
 
 
 def test_exit_mode_reruns_from_the_input_after_a_mid_run_kill(pg_dsn: str, tmp_path: Path) -> None:
-    from agentrun_dev import http_provider, smtp_sink
+    from agentrun_dev import http_provider
 
     log = tmp_path / "nodes.log"
-    with http_provider.HttpProvider(tmp_path / "h") as hp, smtp_sink.SmtpSink(tmp_path / "s") as sink:
-        worker = worker_harness.Worker(
-            pg_dsn, worker_harness.Providers(hp.url, sink.host, sink.port, sink.api_url)
-        )
+    with worker_harness.real_providers(tmp_path) as providers:
+        worker = worker_harness.Worker(pg_dsn, providers)
         worker_harness.admit(pg_dsn, "r", durability="exit")
         proc = worker.run("r", pod="p1", faults="after_checkpoint@4", AGENTRUN_TEST_NODE_LOG=str(log))
         assert proc.returncode == -9
@@ -90,26 +85,24 @@ def test_exit_mode_reruns_from_the_input_after_a_mid_run_kill(pg_dsn: str, tmp_p
             saved = conn.execute("SELECT count(*) FROM checkpoints WHERE thread_id = 'r'").fetchone()
         assert saved is not None and saved[0] == 0  # exit: nothing persisted mid-run
         _finish(worker, "r", log)
-        stats = http_provider.stats(hp.url)
+        stats = http_provider.stats(providers.http_url)
     assert _counts(log) == {"prepare": 2, "act": 2, "approve": 1, "finish": 1}
     # The re-run of "act" found its effects in the ledger: the provider performed each once.
     assert set(stats["effects_performed"].values()) == {1}
 
 
 def test_async_mode_completes_with_single_effects(pg_dsn: str, tmp_path: Path) -> None:
-    from agentrun_dev import http_provider, smtp_sink
+    from agentrun_dev import http_provider
 
     log = tmp_path / "nodes.log"
-    with http_provider.HttpProvider(tmp_path / "h") as hp, smtp_sink.SmtpSink(tmp_path / "s") as sink:
-        worker = worker_harness.Worker(
-            pg_dsn, worker_harness.Providers(hp.url, sink.host, sink.port, sink.api_url)
-        )
+    with worker_harness.real_providers(tmp_path) as providers:
+        worker = worker_harness.Worker(pg_dsn, providers)
         worker_harness.admit(pg_dsn, "r", durability="async")
         proc = worker.run("r", pod="p1", faults="after_record@2", AGENTRUN_TEST_NODE_LOG=str(log))
         assert proc.returncode == -9
         _finish(worker, "r", log)
-        stats = http_provider.stats(hp.url)
-        _, mail, _ = http_provider.request(sink.api_url + "/stats")
+        stats = http_provider.stats(providers.http_url)
+        _, mail, _ = http_provider.request(providers.smtp_api + "/stats")
     assert set(stats["effects_performed"].values()) == {1} and mail["count"] == 1
     counts = _counts(log)
     assert counts["act"] == 2 and counts["prepare"] <= 2  # the killed step re-ran; effects did not
@@ -133,13 +126,11 @@ def test_a_kill_after_a_steps_writes_before_its_checkpoint_loses_no_later_step(
     as soon as the lock is free — no client round trip is left for the kill to fall before, and left alone
     the gap is (almost) never reached. Each try still checks which side it fell on, and the test insists
     the gap was reached."""
-    from agentrun_dev import http_provider, smtp_sink
+    from agentrun_dev import http_provider
 
     gaps = 0
-    with http_provider.HttpProvider(tmp_path / "h") as hp, smtp_sink.SmtpSink(tmp_path / "s") as sink:
-        worker = worker_harness.Worker(
-            pg_dsn, worker_harness.Providers(hp.url, sink.host, sink.port, sink.api_url)
-        )
+    with worker_harness.real_providers(tmp_path) as providers:
+        worker = worker_harness.Worker(pg_dsn, providers)
         for attempt in range(12):
             run_id, log = f"r{attempt}", tmp_path / f"nodes-{attempt}.log"
             worker_harness.admit(pg_dsn, run_id, durability="sync")
@@ -160,8 +151,8 @@ def test_a_kill_after_a_steps_writes_before_its_checkpoint_loses_no_later_step(
             gaps += in_gap
             if gaps:
                 break
-        stats = http_provider.stats(hp.url)
-        _, mail, _ = http_provider.request(sink.api_url + "/stats")
+        stats = http_provider.stats(providers.http_url)
+        _, mail, _ = http_provider.request(providers.smtp_api + "/stats")
     assert gaps, "the kill never fell between the task's writes and its step's checkpoint in 12 tries"
     assert set(stats["effects_performed"].values()) == {1} and set(mail["by_message_id"].values()) == {1}
 

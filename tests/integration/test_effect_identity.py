@@ -24,6 +24,7 @@ from agentrun_core import errors, keys, store
 from agentrun_dev import http_provider
 from tests.chaos import worker_harness
 from tests.graphs import real_agents
+from tests.support import pg
 
 pytestmark = pytest.mark.postgres
 
@@ -39,7 +40,7 @@ def providers(tmp_path: Path) -> Iterator[tuple[str, str]]:
 
 
 def _worker(dsn: str, url: str) -> worker_harness.Worker:
-    return worker_harness.Worker(dsn, worker_harness.Providers(url, "127.0.0.1", 1, "http://127.0.0.1:1"))
+    return worker_harness.Worker(dsn, worker_harness.http_only(url))
 
 
 def deliveries(url: str, field: str) -> collections.Counter[Any]:
@@ -178,7 +179,7 @@ def _racing_graph(url: str, *, named: bool) -> Any:
 
 
 def _ctx(pool: psycopg_pool.ConnectionPool[Any]) -> context.RunContext:
-    run = store.admit_run(pool, run_id="t", namespace="ns", name="t", graph="x:y", input={}, spec_hash="h")
+    run = pg.admit(pool, run_id="t", graph="x:y")
     store.claim_run(pool, run_id="t", epoch=1, holder="p")
     return context.RunContext(conn=pool, run_id="t", attempt=1, epoch=1, key_version=run.key_version)
 
@@ -213,7 +214,7 @@ def _in_process_agent(
 ) -> list[Any]:
     """Run ``builder`` once per order (a replay in the same process, each on a fresh LangGraph thread: as
     after a crash that lost the tools step's checkpoint); the final messages of each."""
-    run = store.admit_run(pool, run_id="t", namespace="ns", name="t", graph="x:y", input={}, spec_hash="h")
+    run = pg.admit(pool, run_id="t", graph="x:y")
     store.claim_run(pool, run_id="t", epoch=1, holder="p")
     assert run.key_version == 3
     ctx = context.RunContext(conn=pool, run_id="t", attempt=1, epoch=1, key_version=version)

@@ -10,8 +10,6 @@ from __future__ import annotations
 import operator
 import random
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import psycopg
@@ -25,6 +23,7 @@ from agent_worker import context, effects
 from agentrun_core import canonical, errors, keys, store
 from agentrun_core.store import metrics_sql
 from agentrun_dev import http_provider
+from tests.support import pg
 
 pytestmark = pytest.mark.postgres
 
@@ -34,20 +33,8 @@ class State(TypedDict, total=False):
     out: Annotated[list[Any], operator.add]
 
 
-@pytest.fixture
-def provider(tmp_path: Path) -> Iterator[str]:
-    with http_provider.HttpProvider(tmp_path / "h") as hp:
-        yield hp.url
-
-
-@pytest.fixture
-def pool(pg_dsn: str) -> Iterator[psycopg_pool.ConnectionPool[Any]]:
-    with psycopg_pool.ConnectionPool(pg_dsn, min_size=1, max_size=4, kwargs={"autocommit": True}) as p:
-        yield p
-
-
 def _ctx(pool: psycopg_pool.ConnectionPool[Any], **kw: Any) -> context.RunContext:
-    run = store.admit_run(pool, run_id="r", namespace="ns", name="r", graph="x:y", input={}, spec_hash="h")
+    run = pg.admit(pool, run_id="r", graph="x:y")
     assert run.key_version == keys.KEY_VERSION == 3  # new runs get position keys (v3: agent_worker.identity)
     store.claim_run(pool, run_id="r", epoch=1, holder="p")
     return context.RunContext(conn=pool, run_id="r", attempt=1, epoch=1, **kw)
@@ -78,11 +65,11 @@ def _single(node: Any) -> Any:
 
 @pytest.mark.parametrize("policy", ["return_stored", "needs_human"])
 def test_replay_with_other_arguments_does_not_repeat_the_effect(
-    pool: psycopg_pool.ConnectionPool[Any], provider: str, policy: str, pg_dsn: str
+    pool: psycopg_pool.ConnectionPool[Any], provider_url: str, policy: str, pg_dsn: str
 ) -> None:
     @effects.tool(name="notify", dedupes_by_key=False, on_divergence=policy)
     def notify(call: effects.Call, *, body: str) -> Any:
-        return _post(provider, {"body": body}, call.idempotency_key)
+        return _post(provider_url, {"body": body}, call.idempotency_key)
 
     def node(state: State) -> State:  # a "model" drafts the body in the same node as the send
         return {"out": [notify(body=f"draft {random.random()}")]}
@@ -95,7 +82,7 @@ def test_replay_with_other_arguments_does_not_repeat_the_effect(
     else:
         with pytest.raises(errors.NeedsHuman, match="other arguments"):
             _run(graph, ctx, "b")
-    assert http_provider.stats(provider)["effects_performed_total"] == 1
+    assert http_provider.stats(provider_url)["effects_performed_total"] == 1
     (row,) = store.list_effects(pool, "r")
     assert row.status == "sent" and row.divergences == 1 and row.key_version == 3
     assert row.diverged_args_hash and row.diverged_args_hash != row.args_hash
@@ -105,11 +92,11 @@ def test_replay_with_other_arguments_does_not_repeat_the_effect(
 
 
 def test_subgraph_node_in_a_loop_is_one_effect_per_iteration(
-    pool: psycopg_pool.ConnectionPool[Any], provider: str
+    pool: psycopg_pool.ConnectionPool[Any], provider_url: str
 ) -> None:
     @effects.tool(name="charge", dedupes_by_key=True)
     def charge(call: effects.Call, *, cents: int) -> Any:
-        return _post(provider, {"cents": cents}, call.idempotency_key)
+        return _post(provider_url, {"cents": cents}, call.idempotency_key)
 
     def pay(state: State) -> State:
         return {"out": [charge(cents=1)["id"]]}  # equal arguments in every iteration
@@ -135,15 +122,15 @@ def test_subgraph_node_in_a_loop_is_one_effect_per_iteration(
     assert len(set(first)) == 3 and again == first
     rows = store.list_effects(pool, "r")
     assert len(rows) == 3 and {r.step for r in rows} == {"sub:2/pay:1", "sub:4/pay:1", "sub:6/pay:1"}
-    assert http_provider.stats(provider)["effects_performed_total"] == 3
+    assert http_provider.stats(provider_url)["effects_performed_total"] == 3
 
 
 def test_send_fan_out_into_a_subgraph_with_equal_arguments_is_one_effect_per_branch(
-    pool: psycopg_pool.ConnectionPool[Any], provider: str
+    pool: psycopg_pool.ConnectionPool[Any], provider_url: str
 ) -> None:
     @effects.tool(name="charge", dedupes_by_key=True)
     def charge(call: effects.Call, *, cents: int) -> Any:
-        return _post(provider, {"cents": cents}, call.idempotency_key)
+        return _post(provider_url, {"cents": cents}, call.idempotency_key)
 
     def pay(state: State) -> State:
         return {"out": [charge(cents=5)["id"]]}
@@ -167,29 +154,31 @@ def test_send_fan_out_into_a_subgraph_with_equal_arguments_is_one_effect_per_bra
     rows = store.list_effects(pool, "r")
     assert len(rows) == 4 and all(r.status == "sent" for r in rows)
     assert {r.step for r in rows} == {f"branch:2:push{i}/pay:1" for i in range(4)}
-    assert http_provider.stats(provider)["effects_performed_total"] == 4
+    assert http_provider.stats(provider_url)["effects_performed_total"] == 4
 
 
 def test_negative_lookup_is_not_trusted_while_the_call_may_still_land(
-    pool: psycopg_pool.ConnectionPool[Any], provider: str
+    pool: psycopg_pool.ConnectionPool[Any], provider_url: str
 ) -> None:
     """The provider commits 1 s after the client's 0.1 s timeout; a lookup at once would say "never
     happened" and the tool would be called again (two commits). The tool's deadline (2 s) is waited out."""
-    http_provider.request(f"{provider}/control/config", "POST", {"honour_keys": False})
-    http_provider.request(f"{provider}/control/faults", "POST", {"mode": "late", "count": 1, "delay": 1.1})
+    http_provider.request(f"{provider_url}/control/config", "POST", {"honour_keys": False})
+    http_provider.request(
+        f"{provider_url}/control/faults", "POST", {"mode": "late", "count": 1, "delay": 1.1}
+    )
 
     def find(key: str, args: dict[str, Any]) -> Any:
-        status, body, _ = http_provider.request(f"{provider}/effects/{key}")
+        status, body, _ = http_provider.request(f"{provider_url}/effects/{key}")
         return body["response"] if status == 200 else None
 
     @effects.tool(name="post", lookup=find, timeout=2.0, retry=effects.RetryPolicy(max_attempts=3))
     def post(call: effects.Call, *, text: str) -> Any:
-        return _post(provider, {"text": text}, call.idempotency_key, timeout=0.1)
+        return _post(provider_url, {"text": text}, call.idempotency_key, timeout=0.1)
 
     ctx = _ctx(pool)
     started = time.monotonic()
     out = _run(_single(lambda s: {"out": [post(text="hi")]}), ctx, "a")["out"]
-    assert http_provider.stats(provider)["effects_performed_total"] == 1
+    assert http_provider.stats(provider_url)["effects_performed_total"] == 1
     assert out[0]["request"] == {"text": "hi"} and time.monotonic() - started >= 2.0
     (row,) = store.list_effects(pool, "r")
     assert row.status == "sent" and row.call_deadline is not None
@@ -202,10 +191,10 @@ def test_lookup_only_tool_must_declare_its_timeout() -> None:
         effects.tool(name="x", on_divergence="ignore")(lambda call: None)
 
 
-def test_a_v1_run_keeps_deriving_v1_keys(pool: psycopg_pool.ConnectionPool[Any], provider: str) -> None:
+def test_a_v1_run_keeps_deriving_v1_keys(pool: psycopg_pool.ConnectionPool[Any], provider_url: str) -> None:
     @effects.tool(name="charge", dedupes_by_key=True)
     def charge(call: effects.Call, *, cents: int) -> Any:
-        return _post(provider, {"cents": cents}, call.idempotency_key)
+        return _post(provider_url, {"cents": cents}, call.idempotency_key)
 
     ctx = _ctx(pool, key_version=1)
     _run(_single(lambda s: {"out": [charge(cents=7)]}), ctx, "a")

@@ -24,6 +24,7 @@ from agentrun_core import store
 from agentrun_dev import http_provider
 from tests.chaos import worker_harness
 from tests.graphs import special_graphs
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.postgres
 
@@ -39,15 +40,7 @@ def provider(tmp_path: Path) -> Iterator[str]:
 
 
 def _worker(dsn: str, url: str) -> worker_harness.Worker:
-    return worker_harness.Worker(dsn, worker_harness.Providers(url, "127.0.0.1", 1, "http://127.0.0.1:1"))
-
-
-def _wait(cond: object, what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+    return worker_harness.Worker(dsn, worker_harness.http_only(url))
 
 
 def test_late_commit_after_client_timeout_is_found_not_repeated(pg_dsn: str, provider: str) -> None:
@@ -55,7 +48,7 @@ def test_late_commit_after_client_timeout_is_found_not_repeated(pg_dsn: str, pro
     worker_harness.admit(pg_dsn, "r", graph=LATE)
     proc = _worker(pg_dsn, provider).run("r", pod="p", AGENTRUN_TEST_CLIENT_TIMEOUT="0.1")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    _wait(lambda: http_provider.stats(provider)["requests"] >= 1, "the late commit")
+    wait_for(lambda: http_provider.stats(provider)["requests"] >= 1, 60, "the late commit", interval=0.05)
     time.sleep(1.5)  # a second (wrong) call would also have committed by now: its delay is 0
     stats = http_provider.stats(provider)
     assert stats["effects_performed_total"] == 1, stats
@@ -71,10 +64,7 @@ def test_takeover_waits_for_the_deposed_attempts_call_before_trusting_a_lookup(
     http_provider.request(f"{provider}/control/faults", "POST", {"mode": "late", "count": 1, "delay": 3.0})
     worker_harness.admit(pg_dsn, "r", graph=LATE)
     worker = _worker(pg_dsn, provider)
-    first = worker.start("r", pod="p1", attempt=1)
-    _wait(lambda: http_provider.stats(provider)["late_accepted"] == 1, "the call to reach the provider")
-    first.send_signal(signal.SIGKILL)
-    first.communicate(timeout=30)
+    worker_harness.kill_mid_call(worker, "r", provider)
     assert http_provider.stats(provider)["effects_performed_total"] == 0  # still in flight
     started = time.monotonic()
     second = worker.run("r", pod="p2", attempt=2)

@@ -19,34 +19,19 @@ from typing import Any
 
 import kubernetes
 import psycopg
-from conftest import (
-    OperatorHandle,
-    condition,
-    create_run,
-    custom,
-    events,
-    pods,
-    run_status,
-    wait_for,
-    wait_phase,
-)
 
 from agentrun_core import store
+from tests.support.kube import GROUP, PLURAL, VERSION, condition, create_run, custom, events, pods, run_status
+from tests.support.operator_proc import OperatorHandle
+from tests.support.specs import STEPS, run_spec
+from tests.support.waiting import wait_for, wait_phase
 
-STEPS = "tests.integration.test_operator_graphs:steps"
-GROUP, VERSION, PLURAL = "agentrun.dev", "v1alpha1", "agentruns"
 HOLD = "test.agentrun.dev/hold"
 REFUSE = "test.agentrun.dev/refuse-delete"
 
 
 def spec(path: Path, **extra: Any) -> dict[str, Any]:
-    return {
-        "graph": STEPS,
-        "input": {"path": str(path)},
-        "lease": {"durationSeconds": 8},
-        "retry": {"backoffSeconds": 0, "maxAttempts": 4},
-        **extra,
-    }
+    return run_spec(STEPS, {"path": str(path)}, retry={"backoffSeconds": 0, "maxAttempts": 4}, **extra)
 
 
 def lines(path: Path) -> list[str]:

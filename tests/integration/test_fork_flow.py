@@ -9,7 +9,6 @@ import email.policy
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,31 +16,16 @@ from typing import Any
 import kubernetes
 import psycopg
 import pytest
-from conftest import OperatorHandle, bind, condition, create_run, get_run, run_status, wait_for, wait_phase
 
 from agentrun_core import store
 from agentrun_dev import smtp_sink
+from tests.support.kube import bind, condition, create_run, get_run, kubectl, run_status
+from tests.support.operator_proc import OperatorHandle
+from tests.support.specs import TICKET, TICKET_GRAPH, run_spec, smtp_env
+from tests.support.waiting import wait_for, wait_phase
 
-GRAPH = "agentrun_examples.support_ticket:graph"
-TICKET = {
-    "id": "T-7",
-    "customer": {"name": "Ada", "email": "ada@example.com"},
-    "subject": "Charged twice",
-    "body": "My card was charged twice for the Team plan; please refund the duplicate charge.",
-}
+GRAPH = TICKET_GRAPH
 EDITED = "Dear Ada, we refunded the duplicate charge today. (edited in the fork)"
-VENV_BIN = Path(sys.executable).parent
-
-
-def kubectl(kubeconfig: Path, *args: str, dsn: str = "") -> subprocess.CompletedProcess[str]:
-    """``kubectl ARGS`` as that identity; ``kubectl agentrun`` finds the project's plugin on PATH."""
-    env = {
-        **os.environ,
-        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-        "KUBECONFIG": str(kubeconfig),
-        "AGENTRUN_DSN": dsn,
-    }
-    return subprocess.run(["kubectl", *args], capture_output=True, text=True, timeout=300, env=env)
 
 
 @pytest.fixture
@@ -67,18 +51,7 @@ def people(
 
 
 def ticket_spec(sink: smtp_sink.SmtpSink) -> dict[str, Any]:
-    env = {
-        "SUPPORT_SMTP_HOST": sink.host,
-        "SUPPORT_SMTP_PORT": str(sink.port),
-        "SUPPORT_SMTP_API": sink.api_url,
-    }
-    return {
-        "graph": GRAPH,
-        "input": {"ticket": TICKET},
-        "lease": {"durationSeconds": 8},
-        "retry": {"backoffSeconds": 0},
-        "worker": {"env": [{"name": k, "value": v} for k, v in env.items()]},
-    }
+    return run_spec(GRAPH, {"ticket": TICKET}, env=smtp_env("SUPPORT", sink))
 
 
 def bodies(sink: smtp_sink.SmtpSink) -> list[str]:

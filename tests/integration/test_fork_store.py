@@ -9,10 +9,10 @@ from typing import Any, TypedDict
 import psycopg
 import pytest
 from langgraph.checkpoint.postgres import PostgresSaver
-from langgraph.graph import END, START, StateGraph
 from langgraph.types import interrupt
 
 from agentrun_core import store
+from tests.support.graphs import chain
 
 pytestmark = pytest.mark.postgres
 
@@ -23,13 +23,11 @@ class State(TypedDict, total=False):
 
 
 def _graph() -> Any:
-    g: StateGraph[State] = StateGraph(State)
-    g.add_node("draft", lambda s: {"draft": {"to": "ada@example.com", "body": "original"}})
-    g.add_node("review", lambda s: {"decision": interrupt({"body": s["draft"]["body"]})})
-    g.add_edge(START, "draft")
-    g.add_edge("draft", "review")
-    g.add_edge("review", END)
-    return g
+    return chain(
+        State,
+        draft=lambda s: {"draft": {"to": "ada@example.com", "body": "original"}},
+        review=lambda s: {"decision": interrupt({"body": s["draft"]["body"]})},
+    )
 
 
 def _admit(conn: psycopg.Connection[Any], run_id: str, namespace: str, name: str) -> None:

@@ -9,20 +9,22 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import kubernetes
 import psycopg
 import pytest
-from conftest import OperatorHandle, bind, events, get_run, run_status, wait_for, wait_phase
-from test_approval_edits import create_as, kubectl
-from test_fork_flow import bodies
 
 from agentrun_core import store
 from agentrun_dev import smtp_sink
 from agentrun_examples.outbox import model
+from tests.integration.test_approval_edits import create_as
+from tests.integration.test_fork_flow import bodies
+from tests.support.kube import APPROVAL_PEOPLE, Team, events, get_run, kubectl, run_status
+from tests.support.operator_proc import OperatorHandle
+from tests.support.specs import run_spec, smtp_env
+from tests.support.waiting import wait_for, wait_phase
 
 GRAPH = "agentrun_examples.outbox:graph"
 ASK = "Send the outage notice to ada@example.com, bob@example.com, eve@example.com"
@@ -30,35 +32,14 @@ EDITED = "Dear Bob, the outage lasted 40 minutes; your credit is on its way. (ed
 
 
 def outbox_spec(sink: smtp_sink.SmtpSink) -> dict[str, Any]:
-    env = {
-        "SUPPORT_SMTP_HOST": sink.host,
-        "SUPPORT_SMTP_PORT": str(sink.port),
-        "SUPPORT_SMTP_API": sink.api_url,
-    }
-    return {
-        "graph": GRAPH,
-        "input": {"messages": [{"role": "user", "content": ASK}]},
-        "lease": {"durationSeconds": 8},
-        "retry": {"backoffSeconds": 0},
-        "worker": {"env": [{"name": k, "value": v} for k, v in env.items()]},
-    }
+    return run_spec(GRAPH, {"messages": [{"role": "user", "content": ASK}]}, env=smtp_env("SUPPORT", sink))
 
 
 @pytest.fixture
-def people(
-    kube: kubernetes.client.ApiClient, namespace: str, identity: Callable[..., Path]
-) -> dict[str, Path]:
+def people(team: Team) -> dict[str, Path]:
     """alice creates the run (and may approve, so only the self-approval rule stops her); manager approves;
     mallory may edit AgentRuns but not approve."""
-    bind(kube, namespace, "manager", "agentrun-approver")
-    bind(kube, namespace, "mallory", "agentrun-editor")
-    bind(kube, namespace, "alice", "agentrun-editor")
-    bind(kube, namespace, "alice", "agentrun-approver")
-    return {
-        "manager": identity("manager", ["managers"]),
-        "mallory": identity("mallory", ["devs"]),
-        "alice": identity("alice", ["devs"]),
-    }
+    return team(APPROVAL_PEOPLE)
 
 
 def parked(kube: kubernetes.client.ApiClient, ns: str, name: str) -> dict[str, Any]:

@@ -9,10 +9,7 @@ policies (the approver is a second real identity; a user without the `approve` v
 from __future__ import annotations
 
 import json
-import os
 import pathlib
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -20,37 +17,15 @@ from typing import Any
 import kubernetes
 import psycopg
 import pytest
-from conftest import bind
 
-GROUP, VERSION, PLURAL = "agentrun.dev", "v1alpha1", "agentruns"
-VENV_BIN = pathlib.Path(sys.executable).parent
-
-
-def kubectl(kubeconfig: pathlib.Path | str, dsn: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {
-        **os.environ,
-        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-        "KUBECONFIG": str(kubeconfig),
-        "AGENTRUN_DSN": dsn,
-    }
-    return subprocess.run(["kubectl", *args], capture_output=True, text=True, timeout=60, env=env)
+from tests.support.kube import GROUP, PLURAL, VERSION, bind, create_run, kubectl
+from tests.support.specs import TICKET_GRAPH
 
 
 def seed_run(kube: kubernetes.client.ApiClient, namespace: str, dsn: str, name: str) -> dict[str, Any]:
     """An AgentRun evicted once and now waiting on an approval, with its ledger."""
     custom = kubernetes.client.CustomObjectsApi(kube)
-    obj = custom.create_namespaced_custom_object(
-        GROUP,
-        VERSION,
-        namespace,
-        PLURAL,
-        {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "AgentRun",
-            "metadata": {"name": name},
-            "spec": {"graph": "agentrun_examples.support_ticket:graph", "input": {"ticket": {"id": "T-1"}}},
-        },
-    )
+    obj = create_run(kube, namespace, name, {"graph": TICKET_GRAPH, "input": {"ticket": {"id": "T-1"}}})
     uid = obj["metadata"]["uid"]
     approval_id = "a-" + uid.replace("-", "")[:12]
     custom.patch_namespaced_custom_object_status(
@@ -145,12 +120,12 @@ def test_kubectl_agentrun_list_trace_ledger_approve(
     name = "ticket-1"
     seeded = seed_run(kube, namespace, pg_dsn, name)
 
-    listed = kubectl(admin_kubeconfig, pg_dsn, "agentrun", "list", "-n", namespace)
+    listed = kubectl(admin_kubeconfig, "agentrun", "list", "-n", namespace, dsn=pg_dsn)
     assert listed.returncode == 0, listed.stderr
     row = next(line.split() for line in listed.stdout.splitlines() if line.startswith(name))
     assert row[:5] == [name, "WaitingApproval", "review", "2", seeded["approval_id"]]
 
-    traced = kubectl(admin_kubeconfig, pg_dsn, "agentrun", "trace", name, "-n", namespace)
+    traced = kubectl(admin_kubeconfig, "agentrun", "trace", name, "-n", namespace, dsn=pg_dsn)
     assert traced.returncode == 0, traced.stderr
     for fragment in (
         f"{name}-1",
@@ -163,7 +138,7 @@ def test_kubectl_agentrun_list_trace_ledger_approve(
     ):
         assert fragment in traced.stdout, (fragment, traced.stdout)
 
-    ledger = kubectl(admin_kubeconfig, pg_dsn, "agentrun", "ledger", name, "-n", namespace, "-o", "json")
+    ledger = kubectl(admin_kubeconfig, "agentrun", "ledger", name, "-n", namespace, "-o", "json", dsn=pg_dsn)
     assert ledger.returncode == 0, ledger.stderr
     (eff,) = json.loads(ledger.stdout)
     assert (eff["key"], eff["status"], eff["attempts"], eff["providerRef"]) == (
@@ -175,20 +150,28 @@ def test_kubectl_agentrun_list_trace_ledger_approve(
 
     # a user who may edit runs but lacks the `approve` verb: the API server's refusal is shown as it is
     bind(kube, namespace, "eve", "agentrun-editor")
-    refused = kubectl(identity("eve"), pg_dsn, "agentrun", "approve", name, "-n", namespace)
+    refused = kubectl(identity("eve"), "agentrun", "approve", name, "-n", namespace, dsn=pg_dsn)
     assert refused.returncode == 1
     assert "agentrun: the API server refused" in refused.stderr or "denied" in refused.stderr, refused.stderr
     print("refusal shown to eve:", refused.stderr.strip())
 
     # no RBAC at all: even reading the run is refused, with the server's words
-    nobody = kubectl(identity("mallory"), pg_dsn, "agentrun", "trace", name, "-n", namespace)
+    nobody = kubectl(identity("mallory"), "agentrun", "trace", name, "-n", namespace, dsn=pg_dsn)
     assert nobody.returncode == 1
     assert 'User "mallory" cannot get resource "agentruns"' in nobody.stderr, nobody.stderr
 
     # the approver: annotated with the current pending approval id, stamped by the admission policy
     bind(kube, namespace, "alice", "agentrun-approver")
     approved = kubectl(
-        identity("alice"), pg_dsn, "agentrun", "approve", name, "-n", namespace, "--comment", "looks right"
+        identity("alice"),
+        "agentrun",
+        "approve",
+        name,
+        "-n",
+        namespace,
+        "--comment",
+        "looks right",
+        dsn=pg_dsn,
     )
     assert approved.returncode == 0, approved.stderr
     annotations = kubernetes.client.CustomObjectsApi(kube).get_namespaced_custom_object(
@@ -199,12 +182,12 @@ def test_kubectl_agentrun_list_trace_ledger_approve(
     assert annotations.get("agentrun.dev/decided-by") == "alice"
 
     apply_decision(kube, namespace, pg_dsn, name, seeded, by=annotations["agentrun.dev/decided-by"])
-    final = kubectl(admin_kubeconfig, pg_dsn, "agentrun", "trace", name, "-n", namespace)
+    final = kubectl(admin_kubeconfig, "agentrun", "trace", name, "-n", namespace, dsn=pg_dsn)
     assert final.returncode == 0, final.stderr
     assert "alice" in final.stdout and "approved" in final.stdout
     print(final.stdout)
 
-    again = kubectl(identity("alice"), pg_dsn, "agentrun", "approve", name, "-n", namespace)
+    again = kubectl(identity("alice"), "agentrun", "approve", name, "-n", namespace, dsn=pg_dsn)
     assert again.returncode == 1
     assert f"AgentRun {namespace}/{name} has no pending approval (phase Succeeded)" in again.stderr
 
@@ -212,15 +195,15 @@ def test_kubectl_agentrun_list_trace_ledger_approve(
 def test_kubectl_agentrun_errors_are_clear(
     kube: kubernetes.client.ApiClient, namespace: str, pg_dsn: str, admin_kubeconfig: pathlib.Path
 ) -> None:
-    missing = kubectl(admin_kubeconfig, pg_dsn, "agentrun", "trace", "nope", "-n", namespace)
+    missing = kubectl(admin_kubeconfig, "agentrun", "trace", "nope", "-n", namespace, dsn=pg_dsn)
     assert missing.returncode == 1
     assert missing.stderr.strip() == f'agentrun: AgentRun "nope" not found in namespace "{namespace}"'
-    empty = kubectl(admin_kubeconfig, pg_dsn, "agentrun", "list", "-n", namespace)
+    empty = kubectl(admin_kubeconfig, "agentrun", "list", "-n", namespace, dsn=pg_dsn)
     assert empty.returncode == 0 and "No AgentRuns found" in empty.stdout
-    usage = kubectl(admin_kubeconfig, pg_dsn, "agentrun", "trace")
+    usage = kubectl(admin_kubeconfig, "agentrun", "trace", dsn=pg_dsn)
     assert usage.returncode == 2 and "usage" in usage.stderr
     started = time.monotonic()
-    nodb = kubectl(admin_kubeconfig, "postgresql://x@127.0.0.1:1/x", "agentrun", "list", "-n", namespace)
+    nodb = kubectl(admin_kubeconfig, "agentrun", "list", "-n", namespace, dsn="postgresql://x@127.0.0.1:1/x")
     assert nodb.returncode == 0  # list needs only the API server
     assert time.monotonic() - started < 30
 
@@ -229,18 +212,7 @@ def test_kubectl_agentrun_errors_are_clear(
 def test_no_pending_approval(
     kube: kubernetes.client.ApiClient, namespace: str, pg_dsn: str, admin_kubeconfig: pathlib.Path, cmd: str
 ) -> None:
-    kubernetes.client.CustomObjectsApi(kube).create_namespaced_custom_object(
-        GROUP,
-        VERSION,
-        namespace,
-        PLURAL,
-        {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "AgentRun",
-            "metadata": {"name": "idle"},
-            "spec": {"graph": "agentrun_examples.support_ticket:graph", "input": {}},
-        },
-    )
-    result = kubectl(admin_kubeconfig, pg_dsn, "agentrun", cmd, "idle", "-n", namespace)
+    create_run(kube, namespace, "idle", {"graph": TICKET_GRAPH, "input": {}})
+    result = kubectl(admin_kubeconfig, "agentrun", cmd, "idle", "-n", namespace, dsn=pg_dsn)
     assert result.returncode == 1
     assert "has no pending approval" in result.stderr

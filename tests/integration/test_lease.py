@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import kubernetes.client
@@ -27,6 +27,7 @@ import pytest
 from agentrun_core import kube as wkube
 from agentrun_core import lease, lease_math
 from agentrun_dev import tcpproxy
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -63,16 +64,6 @@ def keeper(
     **kw: object,
 ) -> lease.LeaseKeeper:
     return lease.LeaseKeeper(api, lease.LeaseConfig(namespace, name, holder, duration_seconds=duration), **kw)  # type: ignore[arg-type]
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float, step: float = 0.01) -> float:
-    """Poll until true; return the monotonic time it became true. Fails the test on timeout."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return time.monotonic()
-        time.sleep(step)
-    raise AssertionError(f"condition not met within {timeout}s")
 
 
 def spec(api: kubernetes.client.ApiClient, namespace: str, name: str = "lease-a") -> dict:
@@ -245,9 +236,10 @@ def test_may_act_turns_false_past_the_renew_deadline_when_partitioned(
     a = keeper(via(kube, proxy), namespace, "pod-a", duration=3, on_lost=lost.append)
     a.acquire(wait_seconds=1)
     a.start()
-    wait_for(lambda: a.renewals >= 1, timeout=3)
+    wait_for(lambda: a.renewals >= 1, 3, interval=0.01)
     proxy.blackhole()
-    went_false = wait_for(lambda: not a.may_act(), timeout=4)
+    wait_for(lambda: not a.may_act(), 4, interval=0.01)
+    went_false = time.monotonic()
     last_ok = a.last_renewed  # read after: a renewal in flight at the cut may still have got through
     assert last_ok is not None
     # Within the renew deadline of the last renewal that got through, and not before it.
@@ -256,12 +248,12 @@ def test_may_act_turns_false_past_the_renew_deadline_when_partitioned(
         a.check()
     # Healed before the full duration: nobody else wrote, so the next CAS renewal succeeds and we act again.
     proxy.heal()
-    wait_for(a.may_act, timeout=3)
+    wait_for(a.may_act, 3, interval=0.01)
     a.check()
     assert lost == []
     # Partitioned for longer than the duration: the keeper gives up and reports the loss.
     proxy.blackhole()
-    wait_for(lambda: bool(lost), timeout=6)
+    wait_for(lambda: bool(lost), 6, interval=0.01)
     assert "full lease duration" in lost[0]
     assert not a.may_act()
     with pytest.raises(lease.LeaseLost):
@@ -280,7 +272,8 @@ def test_split_brain_the_deposed_holder_stopped_acting_first(
     stopped_acting: list[float] = []
 
     def watch() -> None:
-        stopped_acting.append(wait_for(lambda: not a.may_act(), timeout=10, step=0.005))
+        wait_for(lambda: not a.may_act(), 10, interval=0.005)
+        stopped_acting.append(time.monotonic())
 
     watcher = threading.Thread(target=watch)
     proxy.blackhole()
@@ -296,7 +289,7 @@ def test_split_brain_the_deposed_holder_stopped_acting_first(
     proxy.heal()
     # a gives up on its own once a full duration passed without renewal (before or just after b took
     # over); had it renewed later, its stale resourceVersion would get a 409 and it would see pod-b.
-    wait_for(lambda: bool(lost), timeout=5)
+    wait_for(lambda: bool(lost), 5, interval=0.01)
     assert "full lease duration" in lost[0] or "pod-b" in lost[0]
     assert a.renewals == renewals_while_cut
     with pytest.raises(lease.LeaseLost):
@@ -316,7 +309,7 @@ def test_a_stale_renewal_is_refused_and_reported(kube: kubernetes.client.ApiClie
     body["spec"]["leaseTransitions"] = epoch + 1
     wkube.replace_lease(kube, namespace, "lease-a", body)
     a.start()
-    wait_for(lambda: bool(lost), timeout=3)
+    wait_for(lambda: bool(lost), 3, interval=0.01)
     assert "intruder" in lost[0] and not a.may_act()
     assert spec(kube, namespace)["holderIdentity"] == "intruder"
 
@@ -327,7 +320,7 @@ def test_a_lease_deleted_under_the_keeper_is_lost(kube: kubernetes.client.ApiCli
     a.acquire(wait_seconds=1)
     a.start()
     wkube.delete_lease(kube, namespace, "lease-a")
-    wait_for(lambda: bool(lost), timeout=3)
+    wait_for(lambda: bool(lost), 3, interval=0.01)
     assert "deleted" in lost[0]
     with pytest.raises(lease.LeaseLost, match="deleted"):
         a.check()

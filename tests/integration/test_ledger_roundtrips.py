@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import psycopg
@@ -20,6 +19,7 @@ from langgraph.graph import END, START, StateGraph
 from agent_worker import context, effects
 from agentrun_core import errors, store
 from agentrun_dev import http_provider
+from tests.support import pg
 
 pytestmark = pytest.mark.postgres
 
@@ -35,12 +35,6 @@ class CountingCursor(psycopg.Cursor[Any]):
 
 class State(TypedDict, total=False):
     out: Annotated[list[Any], operator.add]
-
-
-@pytest.fixture
-def provider(tmp_path: Path) -> Iterator[str]:
-    with http_provider.HttpProvider(tmp_path / "h") as hp:
-        yield hp.url
 
 
 @pytest.fixture
@@ -81,18 +75,18 @@ def pay_graph(tool: effects.Tool[Any, Any], n: int = 1) -> Any:
 
 
 def _setup(pool: psycopg_pool.ConnectionPool[Any], epoch: int = 1) -> context.RunContext:
-    store.admit_run(pool, run_id="r", namespace="ns", name="r", graph="x:y", input={}, spec_hash="h")
+    pg.admit(pool, run_id="r", graph="x:y")
     store.claim_run(pool, run_id="r", epoch=epoch, holder="p")
     return context.RunContext(conn=pool, run_id="r", attempt=1, epoch=epoch, sleep=lambda s: None)
 
 
 def test_happy_path_is_two_round_trips_and_replay_two(
-    pool: psycopg_pool.ConnectionPool[Any], provider: str
+    pool: psycopg_pool.ConnectionPool[Any], provider_url: str
 ) -> None:
     global EXECUTES
     ctx = _setup(pool)
     calls: list[str] = []
-    graph = pay_graph(charge_tool(provider, calls), n=5)
+    graph = pay_graph(charge_tool(provider_url, calls), n=5)
     with context.activate(ctx):
         EXECUTES = 0
         graph.invoke({}, {"configurable": {"thread_id": "a"}})
@@ -114,11 +108,11 @@ def test_happy_path_is_two_round_trips_and_replay_two(
 
 
 def test_two_identical_calls_in_one_step_are_two_effects(
-    pool: psycopg_pool.ConnectionPool[Any], provider: str
+    pool: psycopg_pool.ConnectionPool[Any], provider_url: str
 ) -> None:
     ctx = _setup(pool)
     calls: list[str] = []
-    tool = charge_tool(provider, calls)
+    tool = charge_tool(provider_url, calls)
 
     def node(state: State) -> State:
         return {"out": [tool(cents=1), tool(cents=1)]}
@@ -134,43 +128,43 @@ def test_two_identical_calls_in_one_step_are_two_effects(
 
 
 def test_zombie_epoch_write_is_refused_before_any_provider_call(
-    pool: psycopg_pool.ConnectionPool[Any], provider: str
+    pool: psycopg_pool.ConnectionPool[Any], provider_url: str
 ) -> None:
     zombie = _setup(pool, epoch=1)
     store.claim_run(pool, run_id="r", epoch=2, holder="newer")  # a newer attempt took the run
     calls: list[str] = []
-    graph = pay_graph(charge_tool(provider, calls))
+    graph = pay_graph(charge_tool(provider_url, calls))
     with context.activate(zombie), pytest.raises(errors.Fenced):
         graph.invoke({}, {"configurable": {"thread_id": "a"}})
     assert calls == []
-    assert http_provider.stats(provider)["requests"] == 0
+    assert http_provider.stats(provider_url)["requests"] == 0
     assert store.list_effects(pool, "r") == []
     assert zombie.stop is not None  # sticky: every later effect refuses at once
 
 
 def test_lease_past_renew_deadline_stops_effects(
-    pool: psycopg_pool.ConnectionPool[Any], provider: str
+    pool: psycopg_pool.ConnectionPool[Any], provider_url: str
 ) -> None:
     ctx = _setup(pool)
     ctx.may_act = lambda: False
     calls: list[str] = []
     with context.activate(ctx), pytest.raises(errors.Fenced, match="lease not held"):
-        pay_graph(charge_tool(provider, calls)).invoke({}, {"configurable": {"thread_id": "a"}})
+        pay_graph(charge_tool(provider_url, calls)).invoke({}, {"configurable": {"thread_id": "a"}})
     assert calls == [] and store.list_effects(pool, "r") == []
 
 
 def test_retry_after_429_is_honoured_and_attempts_are_in_the_ledger(
-    pool: psycopg_pool.ConnectionPool[Any], provider: str
+    pool: psycopg_pool.ConnectionPool[Any], provider_url: str
 ) -> None:
     ctx = _setup(pool)
     slept: list[float] = []
     ctx.sleep = slept.append
     http_provider.request(
-        f"{provider}/control/faults", "POST", {"mode": "429", "count": 2, "retry_after": 1.5}
+        f"{provider_url}/control/faults", "POST", {"mode": "429", "count": 2, "retry_after": 1.5}
     )
     calls: list[str] = []
     with context.activate(ctx):
-        pay_graph(charge_tool(provider, calls)).invoke({}, {"configurable": {"thread_id": "a"}})
+        pay_graph(charge_tool(provider_url, calls)).invoke({}, {"configurable": {"thread_id": "a"}})
     (effect,) = store.list_effects(pool, "r")
     assert effect.status == "sent" and effect.attempts == 3 and effect.provider_ref
     assert len(calls) == 3 and len(slept) == 2 and all(1.5 <= s <= 1.66 for s in slept)
@@ -191,12 +185,12 @@ def test_non_retryable_error_fails_fast(pool: psycopg_pool.ConnectionPool[Any]) 
     assert calls == [0] and effect.status == "failed" and effect.attempts == 1
 
 
-def test_read_only_run_refuses_new_effects(pool: psycopg_pool.ConnectionPool[Any], provider: str) -> None:
+def test_read_only_run_refuses_new_effects(pool: psycopg_pool.ConnectionPool[Any], provider_url: str) -> None:
     ctx = _setup(pool)
     store.set_read_only(pool, "r", True)
     calls: list[str] = []
     with context.activate(ctx), pytest.raises(errors.ReadOnlyRun):
-        pay_graph(charge_tool(provider, calls)).invoke({}, {"configurable": {"thread_id": "a"}})
+        pay_graph(charge_tool(provider_url, calls)).invoke({}, {"configurable": {"thread_id": "a"}})
     assert calls == []
 
 

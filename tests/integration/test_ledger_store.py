@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import psycopg
 import pytest
 
 from agentrun_core import errors, store
+from tests.support import pg
 
 pytestmark = pytest.mark.postgres
 
@@ -33,18 +35,7 @@ def _admit(conn: psycopg.Connection[object], run_id: str = "r1") -> store.Run:
 
 
 def _reserve(conn: psycopg.Connection[object], key: str = "k1", epoch: int = 1) -> store.Reservation:
-    return store.reserve_effect(
-        conn,
-        key=key,
-        run_id="r1",
-        epoch=epoch,
-        step="n:1",
-        action="a",
-        tool="t",
-        occurrence=0,
-        args_hash="x",
-        args={"to": "x"},
-    )
+    return pg.reserve(conn, key=key, run_id="r1", epoch=epoch, args={"to": "x"})
 
 
 def test_migrate_is_idempotent(conn: psycopg.Connection[object]) -> None:
@@ -205,23 +196,16 @@ def test_confirm_effect_later(conn: psycopg.Connection[object]) -> None:
 def test_approvals_decided_exactly_once(conn: psycopg.Connection[object]) -> None:
     _admit(conn)
     store.claim_run(conn, run_id="r1", epoch=1, holder="a")
-    approval = store.record_approval(
-        conn,
-        run_id="r1",
-        epoch=1,
-        approval_id="a-1",
-        interrupt_id="i1",
-        prompt={"q": "ok?"},
-    )
+    asked: dict[str, Any] = {
+        "run_id": "r1",
+        "epoch": 1,
+        "approval_id": "a-1",
+        "interrupt_id": "i1",
+        "prompt": {"q": "ok?"},
+    }
+    approval = store.record_approval(conn, **asked)
     assert approval.status == "pending" and approval.deadline is not None
-    again = store.record_approval(
-        conn,
-        run_id="r1",
-        epoch=1,
-        approval_id="a-1",
-        interrupt_id="i1",
-        prompt={"q": "ok?"},
-    )
+    again = store.record_approval(conn, **asked)  # the same request again (a replayed interrupt)
     assert again.requested_at == approval.requested_at
     run = store.get_run(conn, "r1")
     assert run is not None and run.status == "parked"

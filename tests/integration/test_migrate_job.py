@@ -10,10 +10,10 @@ from pathlib import Path
 import kubernetes
 import psycopg
 import yaml
-from conftest import wait_for
-from deploy_support import kubectl
 
 from agentrun_core import store
+from tests.support.deploy import kubectl
+from tests.support.waiting import wait_for
 
 
 def test_the_migrate_job_migrates_a_fresh_database(

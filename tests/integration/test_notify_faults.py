@@ -23,17 +23,19 @@ from typing import Any
 import kubernetes
 import psycopg
 import pytest
-from conftest import OperatorHandle, condition, create_run, events, run_status, wait_for
 
 from agent_operator.decide import notify
 from agentrun_core import faults
 from agentrun_core.store import notifications
 from agentrun_dev.webhook_receiver import Receiver
+from tests.support.kube import condition, create_run, events, run_status
+from tests.support.operator_proc import OperatorHandle
+from tests.support.specs import APPROVAL
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 
 REPS = int(os.environ.get("AGENTRUN_CHAOS_REPS", "1"))
-APPROVAL = "tests.integration.test_operator_graphs:approval"
 POINTS = tuple(faults.NOTIFY_POINTS)  # every point of the notifier
 EVENTS = {1: "requested", 2: "escalated"}
 CASES = [(p, h, f) for p in POINTS for h in EVENTS for f in ("json", "slack")]

@@ -23,15 +23,16 @@ from typing import Any
 import kubernetes
 import psycopg
 import pytest
-from conftest import OperatorHandle, condition, create_run, events, kubectl, run_status, wait_for, wait_phase
 
 from agent_operator.decide import notify
 from agentrun_core import store
 from agentrun_core.store import notifications
 from agentrun_dev.webhook_receiver import Receiver
+from tests.support.kube import condition, create_run, events, kubectl, run_status
+from tests.support.operator_proc import OperatorHandle
+from tests.support.specs import STEPS, approval_spec
+from tests.support.waiting import wait_for, wait_phase
 
-APPROVAL = "tests.integration.test_operator_graphs:approval"
-STEPS = "tests.integration.test_operator_graphs:steps"
 VENV_BIN = Path(sys.executable).parent
 TOKEN = "s3cr3t-t0ken-for-the-receiver"
 
@@ -66,13 +67,7 @@ def token_secret(kube: kubernetes.client.ApiClient, namespace: str, name: str = 
 
 
 def spec(path: Path, notify_: dict[str, Any], **approval: Any) -> dict[str, Any]:
-    return {
-        "graph": APPROVAL,
-        "input": {"path": str(path), "line": "approved-line"},
-        "lease": {"durationSeconds": 8},
-        "retry": {"backoffSeconds": 0},
-        "approval": {**approval, "notify": notify_},
-    }
+    return approval_spec(path, **approval, notify=notify_)
 
 
 def pending(kube: kubernetes.client.ApiClient, op: OperatorHandle, name: str) -> str:
@@ -215,10 +210,7 @@ def test_5xx_and_429_retried_with_backoff_under_one_key(
     pg_dsn: str,
 ) -> None:
     ns = operator.namespace
-    operator.close()
-    operator.env["AGENTRUN_NOTIFY_BACKOFF_SECONDS"] = "0.5"
-    operator.start()
-    operator.wait_leader(kube, timeout=60)
+    operator.reconfigure(kube, AGENTRUN_NOTIFY_BACKOFF_SECONDS="0.5")
     receiver.answers = [503, 429, 500]
     receiver.retry_after = "1"
     uid = create_run(kube, ns, "r", spec(tmp_path / "e", {"url": receiver.url}))["metadata"]["uid"]
@@ -249,10 +241,7 @@ def test_missing_secret_and_unreachable_url_do_not_block_the_approval(
     pg_dsn: str,
 ) -> None:
     ns = operator.namespace
-    operator.close()
-    operator.env.update({"AGENTRUN_NOTIFY_BACKOFF_SECONDS": "0.2", "AGENTRUN_NOTIFY_MAX_ATTEMPTS": "2"})
-    operator.start()
-    operator.wait_leader(kube, timeout=60)
+    operator.reconfigure(kube, AGENTRUN_NOTIFY_BACKOFF_SECONDS="0.2", AGENTRUN_NOTIFY_MAX_ATTEMPTS="2")
     missing = {"url": "http://127.0.0.1:9/none", "tokenSecretRef": {"name": "no-such-secret"}}
     uids = {
         "nosecret": create_run(kube, ns, "nosecret", spec(tmp_path / "a", missing))["metadata"]["uid"],

@@ -21,14 +21,15 @@ from typing import Any
 import kubernetes
 import psycopg
 import pytest
-from conftest import OperatorHandle, condition, create_run, events, run_status, wait_for, wait_phase
 
 from agent_operator.decide import notify
 from agentrun_core.store import notifications
 from agentrun_core.store import rows as effect_rows
 from agentrun_dev.webhook_receiver import Receiver
-
-APPROVAL = "tests.integration.test_operator_graphs:approval"
+from tests.support.kube import condition, create_run, events, run_status
+from tests.support.operator_proc import OperatorHandle
+from tests.support.specs import approval_spec
+from tests.support.waiting import wait_for, wait_phase
 
 
 @pytest.fixture
@@ -47,13 +48,7 @@ def receiver(started: list[Receiver], answers: list[int], **kw: Any) -> Receiver
 
 
 def spec(path: Path, hook: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "graph": APPROVAL,
-        "input": {"path": str(path), "line": "x"},
-        "lease": {"durationSeconds": 8},
-        "retry": {"backoffSeconds": 0},
-        "approval": {"notify": hook},
-    }
+    return approval_spec(path, "x", notify=hook)
 
 
 def requested_key(kube: kubernetes.client.ApiClient, op: OperatorHandle, name: str, uid: str) -> str:
@@ -84,10 +79,7 @@ def test_an_ambiguous_answer_is_resent_only_to_a_receiver_that_dedupes(
     pg_dsn: str,
 ) -> None:
     ns = operator.namespace
-    operator.close()
-    operator.env.update({"AGENTRUN_NOTIFY_BACKOFF_SECONDS": "0.3", "AGENTRUN_NOTIFY_MAX_ATTEMPTS": "3"})
-    operator.start()
-    operator.wait_leader(kube, timeout=60)
+    operator.reconfigure(kube, AGENTRUN_NOTIFY_BACKOFF_SECONDS="0.3", AGENTRUN_NOTIFY_MAX_ATTEMPTS="3")
     # name: (the receiver's answers, it dedupes by Idempotency-Key, requests expected, settles as)
     cases = {
         "a500": ([500, 200], False, 1, "unknown"),
@@ -136,11 +128,8 @@ def test_a_forbidden_target_is_refused_before_any_connection_and_a_redirect_is_n
     pg_dsn: str,
 ) -> None:
     ns = operator.namespace
-    operator.close()
     # Only 127.0.0.2 may be reached: 127.0.0.1 (where `hidden` listens) is loopback and not allowed.
-    operator.env["AGENTRUN_NOTIFY_ALLOWED_NETWORKS"] = "127.0.0.2/32"
-    operator.start()
-    operator.wait_leader(kube, timeout=60)
+    operator.reconfigure(kube, AGENTRUN_NOTIFY_ALLOWED_NETWORKS="127.0.0.2/32")
     hidden = receiver(receivers, [])
     port = hidden.server.server_address[1]
     allowed = receiver(receivers, [302], host="127.0.0.2")

@@ -10,6 +10,7 @@ import psycopg
 import pytest
 
 from agentrun_core import store
+from tests.support import pg
 
 pytestmark = pytest.mark.postgres
 
@@ -24,32 +25,12 @@ def conn(pg_dsn: str) -> Any:
 
 
 def _admit(conn: Any, run_id: str) -> None:
-    store.admit_run(
-        conn,
-        run_id=run_id,
-        namespace="ns",
-        name=run_id,
-        graph="m:g",
-        input={},
-        spec_hash="h",
-        approval_policy=POLICY,
-    )
+    pg.admit(conn, run_id=run_id, approval_policy=POLICY)
     store.claim_run(conn, run_id=run_id, epoch=1, holder="pod-1")
 
 
 def _effect(conn: Any, run_id: str, key: str, status: str, needs_human: bool = False) -> None:
-    store.reserve_effect(
-        conn,
-        key=key,
-        run_id=run_id,
-        epoch=1,
-        step="n:1",
-        action="a",
-        tool="t",
-        occurrence=0,
-        args_hash="x",
-        args={"to": key},
-    )
+    pg.reserve(conn, key=key, run_id=run_id, args={"to": key})
     if status != "pending" or needs_human:
         store.record_effect(conn, key=key, run_id=run_id, epoch=1, status=status, needs_human=needs_human)
 

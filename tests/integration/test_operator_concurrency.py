@@ -10,9 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import kubernetes
-from conftest import OperatorHandle, create_run, run_status, sampling_live_pods, wait_for, wait_phase
 
-STEPS = "tests.integration.test_operator_graphs:steps"
+from tests.support.kube import create_run, run_status, sampling_live_pods
+from tests.support.operator_proc import OperatorHandle
+from tests.support.specs import STEPS
+from tests.support.waiting import wait_for, wait_phase
+
 LIMIT = 2
 KEYED = 5
 

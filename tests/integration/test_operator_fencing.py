@@ -16,13 +16,15 @@ import time
 import kubernetes
 import psycopg
 import pytest
-from conftest import OperatorHandle, create_run, get_run, pods, wait_for
 
 from agent_operator import kube as op_kube
 from agent_operator import settings as settings_
 from agent_operator.decide import actions, model
 from agent_operator.observe import memory as memory_
 from agent_operator.serve import runner
+from tests.support.kube import create_run, get_run, pods
+from tests.support.operator_proc import OperatorHandle
+from tests.support.waiting import wait_for
 
 RUNS = 10  # more than the event loop's default thread pool (min(32, cpus + 4)) on the CI machines
 LOCK_SECONDS = 25

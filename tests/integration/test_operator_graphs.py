@@ -17,10 +17,11 @@ import os
 import time
 from typing import Any, TypedDict
 
-from langgraph.graph import END, START, StateGraph
+from langgraph.graph import StateGraph
 from langgraph.types import interrupt
 
 from agent_worker import effects
+from tests.support.graphs import chain, pause
 
 
 class State(TypedDict, total=False):
@@ -40,21 +41,13 @@ def append_line(call: effects.Call, *, path: str, line: str) -> dict[str, Any]:
     return {"path": path, "line": line}
 
 
-def _pause(state: State, step: str) -> None:
-    seconds = float((state.get("pause") or {}).get(step, 0))
-    deadline = time.monotonic() + seconds
-    while (left := deadline - time.monotonic()) > 0:
-        effects.heartbeat({"step": step, "left": round(left, 1)})
-        time.sleep(min(0.5, left))
-
-
 def prepare(state: State) -> State:
-    _pause(state, "prepare")
+    pause(state, "prepare")
     return {}
 
 
 def act(state: State) -> State:
-    _pause(state, "act")
+    pause(state, "act")
     written = append_line(path=state["path"], line=state.get("line", "hello"))
     if state.get("oom_attempt") == int(os.environ.get("AGENTRUN_ATTEMPT", "0")):
         hog = [b"x" * (64 << 20) for _ in range(16)]  # 1 GiB, touched
@@ -64,20 +57,12 @@ def act(state: State) -> State:
 
 
 def finish(state: State) -> State:
-    _pause(state, "finish")
+    pause(state, "finish")
     return {"outcome": "done"}
 
 
 def _steps() -> StateGraph[State]:
-    builder: StateGraph[State] = StateGraph(State)
-    builder.add_node("prepare", prepare)
-    builder.add_node("act", act)
-    builder.add_node("finish", finish)
-    builder.add_edge(START, "prepare")
-    builder.add_edge("prepare", "act")
-    builder.add_edge("act", "finish")
-    builder.add_edge("finish", END)
-    return builder
+    return chain(State, prepare=prepare, act=act, finish=finish)
 
 
 def ask(state: State) -> State:
@@ -96,15 +81,7 @@ def act_if_approved(state: State) -> State:
 
 
 def _approval() -> StateGraph[State]:
-    builder: StateGraph[State] = StateGraph(State)
-    builder.add_node("prepare", prepare)
-    builder.add_node("ask", ask)
-    builder.add_node("act", act_if_approved)
-    builder.add_edge(START, "prepare")
-    builder.add_edge("prepare", "ask")
-    builder.add_edge("ask", "act")
-    builder.add_edge("act", END)
-    return builder
+    return chain(State, prepare=prepare, ask=ask, act=act_if_approved)
 
 
 steps = _steps()

@@ -5,7 +5,10 @@ from __future__ import annotations
 import time
 
 import kubernetes
-from conftest import OperatorHandle, Replica, create_run, pods, wait_for
+
+from tests.support.kube import create_run, pods
+from tests.support.operator_proc import OperatorHandle, Replica
+from tests.support.waiting import wait_for
 
 DURATION = 4  # seconds: leader Lease of these tests (short, to measure failover quickly)
 

@@ -16,11 +16,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import kubernetes
-from conftest import OperatorHandle, condition, create_run, kubectl, run_status, wait_for, wait_phase
 
 from agentrun_core.api import limits
+from tests.support.kube import condition, create_run, kubectl, run_gone, run_status
+from tests.support.operator_proc import OperatorHandle
+from tests.support.specs import STEPS
+from tests.support.waiting import wait_for, wait_phase
 
-STEPS = "tests.integration.test_operator_graphs:steps"
 DEPTH = 10_000
 
 
@@ -56,18 +58,8 @@ def _raw_create(kubeconfig: Path, ns: str, path: Path) -> tuple[bool, str]:
     return done.returncode == 0, done.stderr + done.stdout
 
 
-def _gone(kube: kubernetes.client.ApiClient, ns: str, name: str) -> bool:
-    try:
-        kubernetes.client.CustomObjectsApi(kube).get_namespaced_custom_object(
-            "agentrun.dev", "v1alpha1", ns, "agentruns", name
-        )
-    except kubernetes.client.ApiException as exc:
-        return exc.status == 404
-    return False
-
-
 def _deleted(kube: kubernetes.client.ApiClient, ns: str, name: str) -> Callable[[], bool]:
-    return lambda: _gone(kube, ns, name)
+    return lambda: run_gone(kube, ns, name)
 
 
 def test_hostile_inputs_are_refused_at_admission(

@@ -9,17 +9,18 @@ from pathlib import Path
 import kubernetes
 import psycopg
 import pytest
-from conftest import OperatorHandle, create_run, wait_for, wait_phase
 
 from agentrun_core import store
 from agentrun_dev import settings as dev_settings
 from tests.integration import pg_chaos
+from tests.support.kube import create_run
+from tests.support.operator_proc import OperatorHandle
+from tests.support.specs import STEPS
+from tests.support.waiting import wait_for, wait_phase
 
 # serial: it restarts the dev cluster's shared Postgres, which every test running beside it would feel
 # (scripts/test runs it alone, after the rest).
 pytestmark = pytest.mark.serial
-
-STEPS = "tests.integration.test_operator_graphs:steps"
 
 
 @pytest.mark.parametrize("kill_postmaster", [False, True], ids=["restart", "postmaster-sigkill"])

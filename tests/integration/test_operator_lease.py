@@ -11,9 +11,11 @@ from collections.abc import Iterator
 import kubernetes
 import lease_holder
 import pytest
-from conftest import OperatorHandle, create_run, events, pods, wait_for, wait_phase
 
 from agentrun_dev.podruntime import control
+from tests.support.kube import create_run, events, pods
+from tests.support.operator_proc import OperatorHandle
+from tests.support.waiting import wait_for, wait_phase
 
 
 @pytest.fixture

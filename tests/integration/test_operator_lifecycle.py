@@ -13,21 +13,17 @@ from typing import Any
 import kubernetes
 import psycopg
 import pytest
-from conftest import OperatorHandle, condition, create_run, events, kubectl, pods, wait_for, wait_phase
 
 from agentrun_core import store
 from agentrun_dev.podruntime import control
-
-STEPS = "tests.integration.test_operator_graphs:steps"
+from tests.support.kube import condition, create_run, events, kubectl, pods, run_gone
+from tests.support.operator_proc import OperatorHandle
+from tests.support.specs import steps_spec
+from tests.support.waiting import wait_for, wait_phase
 
 
 def spec(path: Path, lease: int = 8, **input_: Any) -> dict[str, Any]:
-    return {
-        "graph": STEPS,
-        "input": {"path": str(path), **input_},
-        "lease": {"durationSeconds": lease},
-        "retry": {"backoffSeconds": 0, "maxAttempts": 4},
-    }
+    return steps_spec(path, max_attempts=4, lease=lease, **input_)
 
 
 def lines(path: Path) -> list[str]:
@@ -237,16 +233,7 @@ def test_delete_mid_run_stops_worker_at_step_boundary(
         "agentrun.dev", "v1alpha1", ns, "agentruns", "gone"
     )
 
-    def run_gone() -> bool:
-        try:
-            kubernetes.client.CustomObjectsApi(kube).get_namespaced_custom_object(
-                "agentrun.dev", "v1alpha1", ns, "agentruns", "gone"
-            )
-        except kubernetes.client.ApiException as exc:
-            return exc.status == 404
-        return False
-
-    wait_for(run_gone, 60, "the AgentRun to be deleted", on_timeout=operator.logs)
+    wait_for(lambda: run_gone(kube, ns, "gone"), 60, "the AgentRun to be deleted", on_timeout=operator.logs)
     live = [
         p
         for p in pods(kube, ns, "gone")
@@ -265,14 +252,5 @@ def test_ttl_after_finished_deletes_the_run(
     wait_phase(kube, ns, "brief", "Succeeded", 90, operator)
     finished = time.monotonic()
 
-    def gone() -> bool:
-        try:
-            kubernetes.client.CustomObjectsApi(kube).get_namespaced_custom_object(
-                "agentrun.dev", "v1alpha1", ns, "agentruns", "brief"
-            )
-        except kubernetes.client.ApiException as exc:
-            return exc.status == 404
-        return False
-
-    wait_for(gone, 30, "TTL deletion", on_timeout=operator.logs)
+    wait_for(lambda: run_gone(kube, ns, "brief"), 30, "TTL deletion", on_timeout=operator.logs)
     assert time.monotonic() - finished >= 0.5

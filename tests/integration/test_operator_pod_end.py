@@ -16,7 +16,6 @@ import threading
 from typing import Any
 
 import kubernetes
-from conftest import wait_for
 
 from agent_operator import kube as op_kube
 from agent_operator import settings as settings_
@@ -25,6 +24,8 @@ from agent_operator.observe import memory as memory_
 from agent_operator.serve import runner
 from agentrun_core.api import meta as api_meta
 from agentrun_core.api import protocol
+from tests.support.kube import gone
+from tests.support.waiting import wait_for
 from tests.unit import rowmaker
 
 RUN = "gone"
@@ -186,11 +187,6 @@ def test_a_restarted_operator_reads_why_a_held_pod_ended_then_releases_it(
     assert cleanup.releasable(world, plan) == [name]
     op_kube.release_pod(client, namespace, name)
 
-    def gone() -> bool:
-        try:
-            core.read_namespaced_pod(name, namespace)
-        except kubernetes.client.ApiException as exc:
-            return exc.status == 404
-        return False
-
-    wait_for(gone, 30, "the released Pod to be removed")
+    wait_for(
+        lambda: gone(lambda: core.read_namespaced_pod(name, namespace)), 30, "the released Pod to be removed"
+    )

@@ -9,9 +9,11 @@ import datetime
 import kubernetes
 import psycopg
 import psycopg.conninfo
-from conftest import OperatorHandle, condition, create_run, events, pods, wait_for, wait_phase
 
 from agentrun_core import store
+from tests.support.kube import condition, create_run, events, pods
+from tests.support.operator_proc import OperatorHandle
+from tests.support.waiting import wait_for, wait_phase
 
 
 def test_admission_row_before_pod_and_pod_contract(

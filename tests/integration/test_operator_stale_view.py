@@ -15,10 +15,12 @@ import kubernetes
 import lease_holder
 import pytest
 import yaml
-from conftest import OperatorHandle, create_run, events, operator_env, pods, run_status, wait_for, wait_phase
 
 from agentrun_dev import tcpproxy
 from agentrun_dev.podruntime import control
+from tests.support.kube import create_run, events, pods, run_status
+from tests.support.operator_proc import OperatorHandle, operator_env
+from tests.support.waiting import wait_for, wait_phase
 
 STALL_SECONDS = 20.0
 DURATION = 3

@@ -7,9 +7,11 @@ import time
 
 import kubernetes
 import psycopg
-from conftest import OperatorHandle, create_run, get_run, patch_spec, pods, wait_for, wait_phase
 
 from agentrun_core import store
+from tests.support.kube import create_run, get_run, patch_spec, pods, run_gone
+from tests.support.operator_proc import OperatorHandle
+from tests.support.waiting import wait_for, wait_phase
 
 DRAINER = [
     "python",
@@ -52,14 +54,7 @@ def test_delete_mid_run_waits_for_the_worker(
     time.sleep(0.5)
     assert get_run(kube, ns, "doomed")["metadata"]["deletionTimestamp"]
 
-    def gone() -> bool:
-        try:
-            get_run(kube, ns, "doomed")
-        except kubernetes.client.ApiException as exc:
-            return exc.status == 404
-        return False
-
-    wait_for(gone, 30, "the AgentRun to go", on_timeout=operator.logs)
+    wait_for(lambda: run_gone(kube, ns, "doomed"), 30, "the AgentRun to go", on_timeout=operator.logs)
     assert time.monotonic() - deleted_at >= 1.5  # not before the worker's 2 s drain
     assert not [
         p

@@ -9,33 +9,20 @@ from pathlib import Path
 from typing import Any
 
 import kubernetes
-from conftest import OperatorHandle, create_run, kubectl, pods, wait_for, wait_phase
 
-STEPS = "tests.integration.test_operator_graphs:steps"
+from tests.support.kube import create_run, kubectl, pods, run_gone
+from tests.support.operator_proc import OperatorHandle
+from tests.support.specs import STEPS, run_spec
+from tests.support.waiting import wait_for, wait_phase
 
 
 def spec(path: Path, **extra: Any) -> dict[str, Any]:
-    return {
-        "graph": STEPS,
-        "input": {"path": str(path), **extra.pop("input", {})},
-        "lease": {"durationSeconds": 8},
-        "retry": {"backoffSeconds": 0, "maxAttempts": 1},
-        **extra,
-    }
+    input_ = {"path": str(path), **extra.pop("input", {})}
+    return run_spec(STEPS, input_, retry={"backoffSeconds": 0, "maxAttempts": 1}, **extra)
 
 
 def lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
-
-
-def _gone(kube: kubernetes.client.ApiClient, ns: str, name: str) -> bool:
-    try:
-        kubernetes.client.CustomObjectsApi(kube).get_namespaced_custom_object(
-            "agentrun.dev", "v1alpha1", ns, "agentruns", name
-        )
-    except kubernetes.client.ApiException as exc:
-        return exc.status == 404
-    return False
 
 
 def _lease(kube: kubernetes.client.ApiClient, ns: str, name: str) -> Any:
@@ -104,7 +91,7 @@ def test_recreate_after_orphan_delete_ignores_the_old_pods(
     )
     deleted = kubectl(admin_kubeconfig, "delete", "-n", ns, "ar/orph", "--cascade=orphan", "--wait=false")
     assert deleted.returncode == 0, deleted.stderr
-    wait_for(lambda: _gone(kube, ns, "orph"), 60, "the first run to be deleted", on_timeout=operator.logs)
+    wait_for(lambda: run_gone(kube, ns, "orph"), 60, "the first run to be deleted", on_timeout=operator.logs)
     assert [p.metadata.name for p in pods(kube, ns, "orph")] == ["orph-1"]  # orphaned, still there
 
     new_uid = _recreate(kube, ns, "orph", spec(second_out))  # maxAttempts 1: one wrong loss would fail it

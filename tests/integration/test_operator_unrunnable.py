@@ -7,7 +7,10 @@ from typing import Any
 
 import kubernetes
 import pytest
-from conftest import OperatorHandle, condition, create_run, events, wait_phase
+
+from tests.support.kube import condition, create_run, events
+from tests.support.operator_proc import OperatorHandle
+from tests.support.waiting import wait_phase
 
 START_TIMEOUT = 10
 SLEEPER = {"command": ["sleep", "600"]}

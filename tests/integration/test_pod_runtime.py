@@ -9,29 +9,18 @@ import contextlib
 import json
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import kubernetes
 import pytest
 
 from agentrun_dev import cluster
 from agentrun_dev.podruntime import control
+from tests.support.waiting import wait_for
 
 NODE = "agentrun-dev-node"
-T = TypeVar("T")
-
-
-def wait_for(what: str, fn: Callable[[], T | None], timeout: float = 15.0) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.1)
 
 
 def py(code: str) -> list[str]:
@@ -73,7 +62,7 @@ class Pods:
 
     def phase(self, name: str, *phases: str, timeout: float = 15.0) -> Any:
         return wait_for(
-            f"{name} in {phases}", lambda: (p := self.get(name)) and p.status.phase in phases and p, timeout
+            lambda: (p := self.get(name)) and p.status.phase in phases and p, timeout, f"{name} in {phases}"
         )
 
     def log(self, name: str, container: str = "main") -> str:
@@ -152,7 +141,7 @@ while True:
 
 def test_evicted_pod_gets_sigterm_and_is_removed(pods: Pods) -> None:
     name = pods.create(pod_body("evictme", py(SIGTERM_TRAP), restart="Always"))
-    wait_for("ready", lambda: "ready" in pods.log(name))
+    wait_for(lambda: "ready" in pods.log(name), 15.0, "ready")
     assert main_status(pods.phase(name, "Running")).ready
     uid = pods.get(name).metadata.uid
     eviction = {
@@ -162,7 +151,7 @@ def test_evicted_pod_gets_sigterm_and_is_removed(pods: Pods) -> None:
     }
     pods.core.create_namespaced_pod_eviction(name, pods.ns, eviction)
     started = time.monotonic()
-    wait_for("pod removed", lambda: pods.get(name) is None, timeout=10)
+    wait_for(lambda: pods.get(name) is None, 10, "pod removed")
     assert time.monotonic() - started < 4  # exited on SIGTERM, well inside the 5 s grace
     assert "got SIGTERM" in pods.log(name) and (pods.dir(name) / "sigterm").exists()
     assert not list((pods.state_dir / "podruntime" / "procs").glob(f"{uid}/*"))  # no process left behind
@@ -172,10 +161,10 @@ def test_deletion_escalates_to_sigkill_after_grace(pods: Pods) -> None:
     stubborn = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('up', flush=True)\n"
     stubborn += "while True: time.sleep(0.05)"
     name = pods.create(pod_body("stubborn", py(stubborn)))
-    wait_for("up", lambda: "up" in pods.log(name))
+    wait_for(lambda: "up" in pods.log(name), 15.0, "up")
     pods.core.delete_namespaced_pod(name, pods.ns, grace_period_seconds=1)
     started = time.monotonic()
-    wait_for("pod removed", lambda: pods.get(name) is None, timeout=10)
+    wait_for(lambda: pods.get(name) is None, 10, "pod removed")
     assert 0.9 <= time.monotonic() - started < 5
 
 
@@ -191,7 +180,7 @@ def test_on_failure_pod_restarts_with_rising_restart_count(pods: Pods) -> None:
             seen_backoff = True
         return cs and cs.restart_count >= 2 and pod
 
-    pod = wait_for("two restarts", restarted_twice, timeout=15)
+    pod = wait_for(restarted_twice, 15, "two restarts")
     cs = main_status(pod)
     assert pod.status.phase == "Running"  # OnFailure: restarting, not failed
     assert cs.last_state.terminated.exit_code == 1 and cs.last_state.terminated.reason == "Error"
@@ -229,12 +218,13 @@ def test_env_from_secret_config_map_and_downward_api(pods: Pods) -> None:
     name = pods.create(body)
     # the Secret does not exist yet: kubelet's CreateContainerConfigError, retried
     wait_for(
-        "config error",
         lambda: (
             (p := pods.get(name)).status.container_statuses
             and (w := main_status(p).state.waiting)
             and w.reason == "CreateContainerConfigError"
         ),
+        15.0,
+        "config error",
     )
     pods.core.create_namespaced_config_map(
         pods.ns, {"metadata": {"name": "settings"}, "data": {"mode": "fast"}}
@@ -339,13 +329,13 @@ def _proc_state(pods: Pods, uid: str) -> str:
 def test_node_freeze_stops_pods_and_reporting_thaw_resumes(pods: Pods, frozen_node: Path) -> None:
     name = pods.create(pod_body("ticker", py(TICKER), restart="Always"))
     uid = pods.phase(name, "Running").metadata.uid
-    wait_for("ticking", lambda: _lines(pods, name) > 3)
+    wait_for(lambda: _lines(pods, name) > 3, 15.0, "ticking")
     control.freeze(frozen_node)
     before = _lines(pods, name)
     time.sleep(1.0)
     assert _lines(pods, name) == before and _proc_state(pods, uid) == "T"  # SIGSTOPped
     control.thaw(frozen_node)
-    wait_for("resumed", lambda: _lines(pods, name) > before + 3)
+    wait_for(lambda: _lines(pods, name) > before + 3, 15.0, "resumed")
     assert _proc_state(pods, uid) != "T"
 
     control.freeze(frozen_node)
@@ -355,14 +345,14 @@ def test_node_freeze_stops_pods_and_reporting_thaw_resumes(pods: Pods, frozen_no
     assert stuck is not None and stuck.metadata.deletion_timestamp is not None
     assert stuck.status.phase == "Running"  # no status written while frozen
     control.thaw(frozen_node)
-    wait_for("deleted after thaw", lambda: pods.get(name) is None, timeout=10)
+    wait_for(lambda: pods.get(name) is None, 10, "deleted after thaw")
 
 
 def test_freeze_pod_hangs_one_pod_still_reported_running(pods: Pods, dev_cluster: cluster.Handle) -> None:
     state = dev_cluster.settings.state_dir
     hung = pods.create(pod_body("hung", py(TICKER), restart="Always"))
     other = pods.create(pod_body("other", py(TICKER), restart="Always"))
-    wait_for("ticking", lambda: _lines(pods, hung) > 3 and _lines(pods, other) > 3)
+    wait_for(lambda: _lines(pods, hung) > 3 and _lines(pods, other) > 3, 15.0, "ticking")
     try:
         control.freeze_pod(pods.ns, hung, state)
         a, b = _lines(pods, hung), _lines(pods, other)
@@ -373,7 +363,7 @@ def test_freeze_pod_hangs_one_pod_still_reported_running(pods: Pods, dev_cluster
     finally:
         control.thaw_pod(pods.ns, hung, state)
     a = _lines(pods, hung)
-    wait_for("resumed", lambda: _lines(pods, hung) > a + 3)
+    wait_for(lambda: _lines(pods, hung) > a + 3, 15.0, "resumed")
 
 
 def test_node_is_registered_ready_with_a_fresh_lease(kube: kubernetes.client.ApiClient, pods: Pods) -> None:
@@ -402,7 +392,7 @@ def test_foreign_ready_false_is_corrected(pods: Pods) -> None:
     """After a lost node, the node controller marks pods not ready; a live node writes its truth back."""
     name = pods.create(pod_body("steady", py(TICKER), restart="Always"))
     pod = pods.phase(name, "Running")
-    wait_for("ready", lambda: main_status(pods.get(name)).ready)
+    wait_for(lambda: main_status(pods.get(name)).ready, 15.0, "ready")
     conditions = [{"type": "Ready", "status": "False", "reason": "NodeControllerMarked"}]
     patched = pods.core.patch_namespaced_pod_status(name, pods.ns, {"status": {"conditions": conditions}})
     assert {c.type: c.status for c in patched.status.conditions}["Ready"] == "False"
@@ -411,5 +401,5 @@ def test_foreign_ready_false_is_corrected(pods: Pods) -> None:
         conds = {c.type: c.status for c in pods.get(name).status.conditions}
         return conds["Ready"] == "True"
 
-    wait_for("Ready=True rewritten", ready_again, timeout=8)
+    wait_for(ready_again, 8, "Ready=True rewritten")
     assert pods.get(name).metadata.uid == pod.metadata.uid

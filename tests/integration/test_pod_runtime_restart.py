@@ -13,7 +13,6 @@ import secrets
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,11 @@ import kubernetes
 import pytest
 
 from agentrun_dev import cluster
+from tests.support.waiting import wait_for
 
+# Generous: a runtime started on a loaded 2-core machine took 15-20 s to register its node.
+# The deadline only bounds a hang; every wait returns as soon as its condition holds.
+WAIT = 90.0
 REPO = Path(__file__).resolve().parents[2]
 TICKER = (
     "import itertools, time\nfor i in itertools.count():\n    print(i, flush=True)\n    time.sleep(0.05)\n"
@@ -80,23 +83,12 @@ def alive(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[0] != "Z"
 
 
-def wait_for(what: str, fn: Any, timeout: float = 90.0) -> Any:
-    # Generous: a runtime started on a loaded 2-core machine took 15-20 s to register its node.
-    # The deadline only bounds a hang; every wait returns as soon as its condition holds.
-    deadline = time.monotonic() + timeout
-    while not (value := fn()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
-    return value
-
-
 def test_restarted_runtime_kills_orphans_and_reports_container_status_unknown(
     kube: kubernetes.client.ApiClient, namespace: str, private_runtime: PrivateRuntime
 ) -> None:
     core = kubernetes.client.CoreV1Api(kube)
     private_runtime.start()
-    wait_for("node registered", lambda: _node_ready(core, private_runtime.node))
+    wait_for(lambda: _node_ready(core, private_runtime.node), WAIT, "node registered")
     body = {
         "metadata": {"name": "survivor"},
         "spec": {
@@ -112,19 +104,19 @@ def test_restarted_runtime_kills_orphans_and_reports_container_status_unknown(
         cs = pod.status.container_statuses
         return cs and cs[0].state.running and pod
 
-    wait_for("running", running)
+    wait_for(running, WAIT, "running")
     first = private_runtime.container_pid(uid)
 
     private_runtime.signal(signal.SIGKILL)  # the runtime dies; its container process lives on
     assert alive(first)
     private_runtime.start()
-    wait_for("orphan killed", lambda: not alive(first), timeout=60)
+    wait_for(lambda: not alive(first), 60, "orphan killed")
 
     def restarted() -> Any:
         pod = running()
         return pod and pod.status.container_statuses[0].restart_count == 1 and pod
 
-    cs = wait_for("restarted after recovery", restarted).status.container_statuses[0]
+    cs = wait_for(restarted, WAIT, "restarted after recovery").status.container_statuses[0]
     lost = cs.last_state.terminated
     assert (lost.reason, lost.exit_code) == ("ContainerStatusUnknown", 137)
     second = private_runtime.container_pid(uid)

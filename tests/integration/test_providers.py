@@ -12,7 +12,6 @@ import smtplib
 import subprocess
 import sys
 import urllib.error
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,12 +19,6 @@ import pytest
 from agentrun_dev import http_provider, smtp_sink
 
 request = http_provider.request
-
-
-@pytest.fixture
-def provider(tmp_path: Path) -> Iterator[http_provider.HttpProvider]:
-    with http_provider.HttpProvider(tmp_path / "http") as p:
-        yield p
 
 
 def post(p: http_provider.HttpProvider, body: object, key: str | None = None) -> tuple[int, object, dict]:

@@ -25,13 +25,15 @@ import kubernetes
 import psycopg
 import psycopg.conninfo
 import pytest
-from conftest import OperatorHandle, bind, create_run, operator_env, wait_phase
 
 from agentrun import client
 from agentrun_core import store
 from agentrun_dev import read_api
+from tests.support.kube import bind, create_run
+from tests.support.operator_proc import OperatorHandle, Operators
+from tests.support.specs import STEPS
+from tests.support.waiting import wait_phase
 
-STEPS = "tests.integration.test_operator_graphs:steps"
 VENV_BIN = Path(sys.executable).parent
 
 
@@ -44,19 +46,12 @@ def free_port() -> int:
 
 @pytest.fixture
 def read_operator(
-    dev_cluster: Any,
-    kube: kubernetes.client.ApiClient,
-    namespace: str,
-    pg_dsn: str,
-    worker_account: str,
-    tmp_path: Path,
-    request: pytest.FixtureRequest,
+    dev_cluster: Any, kube: kubernetes.client.ApiClient, operators: Operators, tmp_path: Path
 ) -> Iterator[OperatorHandle]:
     """The operator with its read API on, registered as the dev cluster's APIService."""
     port = free_port()
     cert, key = read_api.serving_pair(dev_cluster.settings, tmp_path / "read-api")
-    env = operator_env(dev_cluster, namespace, pg_dsn)
-    env.update(
+    handle = operators(
         {
             "AGENTRUN_READ_API_PORT": str(port),
             "AGENTRUN_READ_API_ADDRESS": "127.0.0.1",
@@ -64,7 +59,6 @@ def read_operator(
             "AGENTRUN_READ_API_KEY": str(key),
         }
     )
-    handle = OperatorHandle(namespace, pg_dsn, env, tmp_path)
     handle.start()
     try:
         handle.wait_leader(kube, timeout=60)
@@ -74,10 +68,6 @@ def read_operator(
     finally:
         # Never left pointing at a dead port: the API server would keep answering 503 for the group.
         read_api.unregister(dev_cluster.settings)
-        handle.close()
-        rep = getattr(request.node, "rep_call", None)
-        if rep is not None and rep.failed:
-            print(handle.logs()[-20000:], file=sys.stderr)
 
 
 def agentrun(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:

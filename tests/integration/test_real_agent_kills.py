@@ -26,14 +26,16 @@ from typing import Any
 import kubernetes
 import psycopg
 import pytest
-from conftest import OperatorHandle, create_run, pods, wait_for, wait_phase
-from langgraph.checkpoint.postgres import PostgresSaver
 
-from agent_worker import graphs
 from agentrun_core import store
 from agentrun_core.api import protocol
 from agentrun_dev import http_provider
 from tests.graphs import real_agents
+from tests.support import pg
+from tests.support.kube import create_run, pods
+from tests.support.operator_proc import OperatorHandle
+from tests.support.specs import run_spec
+from tests.support.waiting import wait_for, wait_phase
 
 AGENTS = {
     "create-agent-async": "tests.graphs.async_agents:agent",
@@ -52,13 +54,7 @@ def provider(tmp_path: Path) -> Iterator[str]:
 
 def _spec(graph: str, url: str) -> dict[str, Any]:
     env = {"TEST_HTTP_URL": url, "TEST_JITTER_MS": "1000"}  # AGENTRUN_* names are the operator's
-    return {
-        "graph": graph,
-        "input": START,
-        "lease": {"durationSeconds": 8},
-        "retry": {"backoffSeconds": 0, "maxAttempts": 6},
-        "worker": {"env": [{"name": k, "value": v} for k, v in env.items()]},
-    }
+    return run_spec(graph, START, retry={"backoffSeconds": 0, "maxAttempts": 6}, env=env)
 
 
 class Deliveries:
@@ -83,14 +79,6 @@ class Deliveries:
                     self._whom[key] = whom
             found[whom[0]][whom[1]] += performed
         return found
-
-
-def _final(dsn: str, ref: str, uid: str) -> list[tuple[str, Any]]:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        graph = graphs.compile_graph(graphs.load(ref), PostgresSaver(conn), ref=ref)
-        state = graph.get_state({"configurable": {"thread_id": uid}})
-    assert state.next == (), (uid, state.next)
-    return [(m.type, m.content) for m in state.values["messages"]]
 
 
 def _running_pod(kube: kubernetes.client.ApiClient, ns: str, run: str) -> Any:
@@ -154,7 +142,7 @@ def test_real_agents_killed_at_random_deliver_each_tool_call_once(
         done = {how: kill.result() for how, kill in kills.items()}
     statuses = {n: wait_phase(kube, ns, n, "Succeeded", 300, operator) for n in names}
     delivered = deliveries()
-    expected = _final(pg_dsn, graph, uids["ref"])
+    expected = pg.final_messages(pg_dsn, graph, uids["ref"])
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         for name in names:
             what = (name, done.get(name), statuses[name].get("attempts"))
@@ -162,7 +150,7 @@ def test_real_agents_killed_at_random_deliver_each_tool_call_once(
             rows = store.list_effects(conn, uids[name])
             assert len(rows) == len(EVERYONE), what
             assert all(e.status == "sent" and e.divergences == 0 for e in rows), what
-            assert _final(pg_dsn, graph, uids[name]) == expected, what
+            assert pg.final_messages(pg_dsn, graph, uids[name]) == expected, what
     # The kills landed: a killed run needed another attempt. A worker may still finish first (a force-deleted
     # Pod's process lives until the runtime sees the deletion), so two of the three must show it.
     seen = {how: (done[how], statuses[how]["attempts"], statuses[how].get("attemptReason")) for how in KILLS}

@@ -12,6 +12,7 @@ import psycopg
 from agent_operator.act import retention
 from agentrun_core import store
 from agentrun_core.store import metrics_sql
+from tests.support import pg
 
 RUNS = 10_000
 TABLES = (
@@ -129,7 +130,7 @@ def test_get_run_now_reads_postgres_clock(pg_dsn: str) -> None:
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         missing, now = store.get_run_now(conn, "nope")
         assert missing is None and now.tzinfo is not None
-        store.admit_run(conn, run_id="r", namespace="ns", name="r", graph="p.m:g", input={}, spec_hash="h")
+        pg.admit(conn, run_id="r", graph="p.m:g")
         run, later = store.get_run_now(conn, "r")
         assert run is not None and run.run_id == "r" and later >= now
 
@@ -139,9 +140,7 @@ def test_a_due_run_whose_agentrun_exists_is_not_purged(pg_dsn: str) -> None:
     be listed, keeps its rows; the next pass that finds it gone purges it."""
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         for run_id, ns in (("kept", "a"), ("gone", "a"), ("unlisted", "b")):
-            store.admit_run(
-                conn, run_id=run_id, namespace=ns, name=run_id, graph="p.m:g", input={}, spec_hash="h"
-            )
+            pg.admit(conn, run_id=run_id, namespace=ns, graph="p.m:g")
             store.mark_for_purge(conn, run_id, after_seconds=0, reason="ttl")
         assert store.purge_due_namespaces(conn) == ["a", "b"]
         listed = {"a": {"kept"}}

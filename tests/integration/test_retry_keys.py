@@ -5,7 +5,6 @@ charges are counted in cents AT the provider (no Kubernetes: AGENTRUN_LEASE_MODE
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,15 +19,8 @@ pytestmark = pytest.mark.postgres
 BILL = "tests.integration.retry_graphs:bill_graph"
 
 
-@pytest.fixture
-def provider(tmp_path: Path) -> Iterator[http_provider.HttpProvider]:
-    with http_provider.HttpProvider(tmp_path / "http") as p:
-        yield p
-
-
 def _worker(dsn: str, p: http_provider.HttpProvider) -> worker_harness.Worker:
-    # The SMTP settings point nowhere: these graphs send no email.
-    return worker_harness.Worker(dsn, worker_harness.Providers(p.url, "127.0.0.1", 1, "http://127.0.0.1:1"))
+    return worker_harness.Worker(dsn, worker_harness.http_only(p.url))
 
 
 def _fault(p: http_provider.HttpProvider, **fault: Any) -> None:
@@ -116,11 +108,12 @@ def test_unclassified_oserror_after_the_provider_committed_is_an_unknown_outcome
     assert _cents(provider) == {row.idempotency_key: 500}  # charged once
 
 
-def test_retry_rekeys_only_the_failure_proven_not_performed_and_says_which(
-    pg_dsn: str, provider: http_provider.HttpProvider
-) -> None:
-    worker = _worker(pg_dsn, provider)
-    worker_harness.admit(pg_dsn, "r", graph=BILL, shape="two")
+def _two_failures(
+    dsn: str, provider: http_provider.HttpProvider
+) -> tuple[worker_harness.Worker, dict[str, store.Effect]]:
+    """Run "r" (bill_graph, shape two) to its failure, both effects failed, and its rows by tool."""
+    worker = _worker(dsn, provider)
+    worker_harness.admit(dsn, "r", graph=BILL, shape="two")
     # gift_card: refused, Retry-After longer than the policy's bound -> failed, proven not performed.
     _fault(provider, mode="429", retry_after=1000)
     # charge_twice: call 1 times out and commits late (may have happened), call 2 is refused (503) and is the
@@ -130,7 +123,13 @@ def test_retry_rekeys_only_the_failure_proven_not_performed_and_says_which(
     proc = worker.run("r", pod="p")
     assert proc.returncode == 1, proc.stderr[-3000:]
     _wait_performed(provider, 1)
-    rows = _effects(pg_dsn, "r")
+    return worker, _effects(dsn, "r")
+
+
+def test_retry_rekeys_only_the_failure_proven_not_performed_and_says_which(
+    pg_dsn: str, provider: http_provider.HttpProvider
+) -> None:
+    worker, rows = _two_failures(pg_dsn, provider)
     gift, charge = rows["gift_card"], rows["charge_twice"]
     assert (gift.status, gift.not_performed) == ("failed", True), gift.error
     assert (charge.status, charge.not_performed) == ("failed", False), charge.error
@@ -159,14 +158,7 @@ def test_retry_rekeys_only_the_failure_proven_not_performed_and_says_which(
 def test_a_failed_effect_that_may_have_happened_can_be_resolved_one_proven_not_performed_cannot(
     pg_dsn: str, provider: http_provider.HttpProvider
 ) -> None:
-    worker = _worker(pg_dsn, provider)
-    worker_harness.admit(pg_dsn, "r", graph=BILL, shape="two")
-    _fault(provider, mode="429", retry_after=1000)
-    _fault(provider, mode="late", delay=2.0)
-    _fault(provider, mode="503", retry_after=0)
-    assert worker.run("r", pod="p").returncode == 1
-    _wait_performed(provider, 1)
-    rows = _effects(pg_dsn, "r")
+    worker, rows = _two_failures(pg_dsn, provider)
     gift, charge = rows["gift_card"], rows["charge_twice"]
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         gift_key = gift.idempotency_key

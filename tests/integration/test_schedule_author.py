@@ -13,19 +13,13 @@ from typing import Any
 
 import kubernetes
 import pytest
-from conftest import (
-    OperatorHandle,
-    bind,
-    get_run,
-    kubectl,
-    operator_env,
-    wait_for,
-    wait_phase,
-)
 from test_schedules import LEAD, clock, cron_at, runs_of
 
 from agentrun_core.api import schedules
 from agentrun_dev import http_provider, identities
+from tests.support.kube import bind, get_run, kubectl
+from tests.support.operator_proc import OperatorHandle, operator_env
+from tests.support.waiting import wait_for, wait_phase
 
 GROUP, VERSION = "agentrun.dev", "v1alpha1"
 AUTHOR = "agentrun.dev/schedule-author"

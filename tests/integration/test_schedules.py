@@ -14,24 +14,16 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import kubernetes
 import pytest
-from conftest import (
-    REPO,
-    OperatorHandle,
-    events,
-    get_run,
-    kubectl,
-    operator_env,
-    wait_for,
-    wait_phase,
-)
 
 from agentrun_core.api import schedules
+from tests.support.kube import events, get_run, kubectl
+from tests.support.operator_proc import REPO, OperatorHandle, Operators
+from tests.support.waiting import wait_for, wait_phase
 
 GROUP, VERSION, PLURAL = "agentrun.dev", "v1alpha1", "agentrunschedules"
 UTC = datetime.UTC
@@ -114,24 +106,9 @@ def trigger(kubeconfig: Path, ns: str, name: str) -> str:
 
 
 @pytest.fixture
-def ops(
-    dev_cluster: Any,
-    kube: kubernetes.client.ApiClient,
-    namespace: str,
-    pg_dsn: str,
-    worker_account: str,
-    tmp_path: Path,
-    request: pytest.FixtureRequest,
-) -> Iterator[OperatorHandle]:
+def ops(operators: Operators) -> OperatorHandle:
     """Operator replicas of the test's own, started by the test (with its clock)."""
-    handle = OperatorHandle(namespace, pg_dsn, operator_env(dev_cluster, namespace, pg_dsn), tmp_path)
-    try:
-        yield handle
-    finally:
-        handle.close()
-        failed = getattr(request.node, "rep_call", None)
-        if failed is not None and failed.failed:
-            print(handle.logs()[-20000:], file=sys.stderr)
+    return operators()
 
 
 def test_ticks_at_their_times_and_a_manual_trigger(

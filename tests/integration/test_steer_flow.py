@@ -8,29 +8,20 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import kubernetes
 import psycopg
 import pytest
-from conftest import (
-    OperatorHandle,
-    bind,
-    condition,
-    create_run,
-    events,
-    get_run,
-    run_status,
-    wait_for,
-    wait_phase,
-)
 
 from agentrun_core import store
 from agentrun_dev import http_provider
+from tests.support.kube import Team, condition, create_run, events, get_run, run_status
+from tests.support.operator_proc import OperatorHandle
+from tests.support.specs import STEPS, run_spec
+from tests.support.waiting import wait_for, wait_phase
 
-STEPS = "tests.integration.test_operator_graphs:steps"
 FLAKY = "tests.integration.steer_graphs:flaky"
 VENV_BIN = Path(sys.executable).parent
 
@@ -55,14 +46,11 @@ def agentrun(
 
 
 @pytest.fixture
-def people(
-    kube: kubernetes.client.ApiClient, namespace: str, identity: Callable[..., Path]
-) -> dict[str, Path]:
+def people(team: Team) -> dict[str, Path]:
     """oncall may retry and resolve; mallory may edit AgentRuns (patch too) but neither retry nor resolve."""
-    for role in ("agentrun-retrier", "agentrun-resolver"):
-        bind(kube, namespace, "oncall", role)
-    bind(kube, namespace, "mallory", "agentrun-editor")
-    return {"oncall": identity("oncall", ["sre"]), "mallory": identity("mallory", ["devs"])}
+    return team(
+        {"oncall": ("sre", "agentrun-retrier", "agentrun-resolver"), "mallory": ("devs", "agentrun-editor")}
+    )
 
 
 def lines(path: Path) -> list[str]:
@@ -70,7 +58,7 @@ def lines(path: Path) -> list[str]:
 
 
 def spec(graph: str, **input_: Any) -> dict[str, Any]:
-    return {"graph": graph, "input": input_, "lease": {"durationSeconds": 8}, "retry": {"backoffSeconds": 0}}
+    return run_spec(graph, input_)
 
 
 def pending_key(dsn: str, uid: str) -> str:

@@ -4,8 +4,6 @@ effects counted at the real HTTP provider or in the effect file (no Kubernetes: 
 from __future__ import annotations
 
 import signal
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -14,27 +12,10 @@ import pytest
 from agentrun_core import store
 from agentrun_dev import http_provider
 from tests.chaos import worker_harness
+from tests.support import pg
 
 pytestmark = pytest.mark.postgres
 FLAKY = "tests.integration.steer_graphs:flaky"
-
-
-@pytest.fixture
-def provider(tmp_path: Path) -> Iterator[http_provider.HttpProvider]:
-    with http_provider.HttpProvider(tmp_path / "http") as p:
-        yield p
-
-
-def _providers(p: http_provider.HttpProvider, tmp_path: Path) -> worker_harness.Providers:
-    # The SMTP settings point nowhere: these tests stop (or are stopped) before the email node.
-    return worker_harness.Providers(p.url, "127.0.0.1", 1, "http://127.0.0.1:1")
-
-
-def _run(dsn: str, run_id: str) -> store.Run:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        run = store.get_run(conn, run_id)
-    assert run is not None
-    return run
 
 
 def _effects(dsn: str, run_id: str) -> list[store.Effect]:
@@ -42,17 +23,10 @@ def _effects(dsn: str, run_id: str) -> list[store.Effect]:
         return store.list_effects(conn, run_id)
 
 
-def _wait_file(path: Path, text: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not (path.exists() and text in path.read_text()):
-        assert time.monotonic() < deadline, f"{text!r} never appeared in {path}"
-        time.sleep(0.05)
-
-
 def test_read_only_run_never_performs_a_pending_row(
     pg_dsn: str, provider: http_provider.HttpProvider, tmp_path: Path
 ) -> None:
-    worker = worker_harness.Worker(pg_dsn, _providers(provider, tmp_path))
+    worker = worker_harness.Worker(pg_dsn, worker_harness.http_only(provider.url))
     worker_harness.admit(pg_dsn, "r")
     assert worker.run("r", pod="p", faults="after_reserve").returncode == -9  # killed: charge left pending
     (row,) = _effects(pg_dsn, "r")
@@ -71,7 +45,7 @@ def test_read_only_run_never_performs_a_pending_row(
 def test_read_only_pending_row_found_by_lookup_is_recorded_not_repeated(
     pg_dsn: str, provider: http_provider.HttpProvider, tmp_path: Path
 ) -> None:
-    worker = worker_harness.Worker(pg_dsn, _providers(provider, tmp_path))
+    worker = worker_harness.Worker(pg_dsn, worker_harness.http_only(provider.url))
     worker_harness.admit(pg_dsn, "r")
     assert worker.run("r", pod="p", faults="after_call").returncode == -9  # charged, not recorded
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
@@ -85,18 +59,16 @@ def test_read_only_pending_row_found_by_lookup_is_recorded_not_repeated(
 def test_frozen_worker_cannot_act_after_cancel(
     pg_dsn: str, provider: http_provider.HttpProvider, tmp_path: Path
 ) -> None:
-    block, log = tmp_path / "block", tmp_path / "log"
-    block.touch()
-    worker = worker_harness.Worker(pg_dsn, _providers(provider, tmp_path))
+    worker = worker_harness.Worker(pg_dsn, worker_harness.http_only(provider.url))
     worker_harness.admit(pg_dsn, "r")
-    proc = worker.start("r", pod="p", AGENTRUN_TEST_BLOCK_FILE=str(block), AGENTRUN_TEST_NODE_LOG=str(log))
+    held = worker_harness.start_blocked(worker, "r", tmp_path, pod="p")
+    proc, block = held.proc, held.block
     try:
-        _wait_file(log, "prepare")
         proc.send_signal(signal.SIGSTOP)  # frozen inside the step before the charge
-        epoch = _run(pg_dsn, "r").lease_epoch
+        epoch = pg.run_row(pg_dsn, "r").lease_epoch
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             assert store.cancel_run(conn, "r", "cancelled (spec.cancel)")
-        run = _run(pg_dsn, "r")
+        run = pg.run_row(pg_dsn, "r")
         assert run.status == "cancelled" and run.lease_epoch == epoch + 1
         block.unlink()
     finally:
@@ -105,7 +77,7 @@ def test_frozen_worker_cannot_act_after_cancel(
     assert proc.returncode == 12, err[-3000:]  # fenced at its first write after the cancel
     assert http_provider.stats(provider.url)["effects_performed_total"] == 0
     assert _effects(pg_dsn, "r") == []
-    assert _run(pg_dsn, "r").status == "cancelled"
+    assert pg.run_row(pg_dsn, "r").status == "cancelled"
 
 
 def test_resolve_sent_returns_the_given_result_and_not_sent_performs_once(
@@ -136,10 +108,10 @@ def test_resolve_sent_returns_the_given_result_and_not_sent_performs_once(
             assert not again.resolved  # exactly once
             (item,) = store.list_interventions(conn, run_id)
         assert (item.kind, item.by, item.effect_key) == (f"resolve_{verdict}", "oncall", row.idempotency_key)
-        assert _run(pg_dsn, run_id).lease_epoch > row.epoch
+        assert pg.run_row(pg_dsn, run_id).lease_epoch > row.epoch
         proc = worker.run(run_id, pod="p", attempt=3)
         assert proc.returncode == 0, proc.stderr[-3000:]
-        run = _run(pg_dsn, run_id)
+        run = pg.run_row(pg_dsn, run_id)
         written = {"path": "p" if verdict == "sent" else str(out) + run_id, "line": "first"}
         assert run.status == "succeeded" and run.result["written"] == written  # --sent: the given result
         lines = Path(str(out) + run_id).read_text().splitlines()
@@ -171,4 +143,4 @@ def test_retry_generation_gives_a_failed_effect_a_new_key_and_keeps_sent_ones(
     assert (new.step, new.action, new.occurrence) == (old.step, old.action, old.occurrence)
     lines = out.read_text().splitlines()
     assert [line.split()[1] for line in lines] == ["first", "notified"]  # the first effect not repeated
-    assert _run(pg_dsn, "r").retry_generation == 1
+    assert pg.run_row(pg_dsn, "r").retry_generation == 1

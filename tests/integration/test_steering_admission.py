@@ -23,8 +23,9 @@ from typing import Any
 
 import kubernetes
 import pytest
-from conftest import wait_for
-from test_approval_admission import CUSTOM, Arena, _run_body
+from test_approval_admission import CUSTOM, Arena, _run_body, arena_fixture
+
+from tests.support.waiting import wait_for
 
 ACTORS = ("creator", "approver", "editor", "stranger", "serviceaccount")
 VERBS = ("fork", "fork-with-set", "fork-approve", "retry", "resolve", "cancel", "suspend", "resume")
@@ -89,19 +90,7 @@ class SteerArena(Arena):
             self.admin_patch("parked", {"spec": {"suspend": True}})
 
 
-@pytest.fixture(scope="module")
-def arena(
-    kube: kubernetes.client.ApiClient,
-    admin_kubeconfig: Path,
-    dev_cluster: Any,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[SteerArena]:
-    a = SteerArena(kube, admin_kubeconfig, dev_cluster.settings, tmp_path_factory.mktemp("steer-arena"))
-    a.setup()
-    try:
-        yield a
-    finally:
-        a.close()
+arena = arena_fixture(SteerArena, "steer-arena")
 
 
 def _fork_body(**fork_of: Any) -> dict[str, Any]:

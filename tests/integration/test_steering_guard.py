@@ -16,48 +16,37 @@ from pathlib import Path
 
 import kubernetes
 import pytest
-from conftest import (
-    REPO,
-    OperatorHandle,
+
+from agentrun_dev import smtp_sink
+from tests.integration.test_fork_flow import bodies, ticket_spec
+from tests.support.kube import (
+    Team,
     bind,
     condition,
     create_run,
     events,
     get_run,
+    kubectl,
+    run_gone,
     run_status,
-    wait_for,
-    wait_phase,
 )
-from test_fork_flow import bodies, kubectl, ticket_spec
-
-from agentrun_dev import smtp_sink
+from tests.support.operator_proc import REPO, OperatorHandle
+from tests.support.waiting import wait_for, wait_phase
 
 FLAKY = "tests.integration.steer_graphs:flaky"
 UNAPPROVED = "Dear Ada, here is a reply the manager never saw."
 
 
 @pytest.fixture
-def people(
-    kube: kubernetes.client.ApiClient, namespace: str, identity: Callable[..., Path]
-) -> dict[str, Path]:
+def people(team: Team) -> dict[str, Path]:
     """dev: editor (create, get; no approve); manager: approver; lead: editor and approver."""
-    bind(kube, namespace, "dev", "agentrun-editor")
-    bind(kube, namespace, "manager", "agentrun-approver")
-    bind(kube, namespace, "lead", "agentrun-editor")
-    bind(kube, namespace, "lead", "agentrun-approver")
-    return {
-        "dev": identity("dev", ["devs"]),
-        "manager": identity("manager", ["managers"]),
-        "lead": identity("lead", ["leads"]),
-    }
-
-
-def _absent(kube: kubernetes.client.ApiClient, ns: str, name: str) -> bool:
-    try:
-        get_run(kube, ns, name)
-    except kubernetes.client.ApiException as exc:
-        return exc.status == 404
-    return False
+    return team(
+        {
+            "dev": ("devs", "agentrun-editor"),
+            "manager": ("managers", "agentrun-approver"),
+            "lead": ("leads", "agentrun-editor", "agentrun-approver"),
+        }
+    )
 
 
 def test_a_fork_does_not_walk_past_a_rejected_approval(
@@ -84,14 +73,14 @@ def test_a_fork_does_not_walk_past_a_rejected_approval(
         "--set-json", 'decision={"approved": true}', "--set", f"draft.body={UNAPPROVED}",
     )  # fmt: skip
     assert code == 1 and "may not fork AgentRun" in text and 'needs the RBAC verb "approve"' in text, text
-    assert _absent(kube, ns, "f1")
+    assert run_gone(kube, ns, "f1")
     # 2. Without edits, from the checkpoint after the rejection: the operator refuses it (the state holds
     #    the decision), and the CLI deletes the fork.
     code, text = fork("dev", "--step", "review", "--name", "f2")
     assert code == 1 and "was written after its approval" in text and "(rejected) was decided" in text, text
     assert "--approve" in text and "was deleted: nothing ran" in text
     # The delete is accepted at once; the object goes when the operator has released its finalizer.
-    wait_for(lambda: _absent(kube, ns, "f2"), 120, "the refused fork f2 to be gone", interval=1)
+    wait_for(lambda: run_gone(kube, ns, "f2"), 120, "the refused fork f2 to be gone", interval=1)
     # 3. --approve by someone without the approve verb: refused by the API server.
     code, text = fork("dev", "--step", "review", "--name", "f3", "--approve")
     assert code == 1 and 'needs the RBAC verb "approve"' in text, text

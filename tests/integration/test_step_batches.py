@@ -20,13 +20,14 @@ from agentrun_core import errors, store
 from agentrun_core.store import schema, step_packing
 from agentrun_dev import postgres
 from agentrun_dev import settings as dev_settings
+from tests.support import pg
 
 RUN = "run-batches"
 T0 = datetime.datetime(2026, 12, 5, 6, 0, tzinfo=datetime.UTC)
 
 
 def _admitted(conn: psycopg.Connection[Any], run_id: str = RUN) -> None:
-    store.admit_run(conn, run_id=run_id, namespace="ns", name=run_id, graph="m:g", input={}, spec_hash="h")
+    pg.admit(conn, run_id=run_id)
     store.claim_run(conn, run_id=run_id, epoch=1, holder="p")
 
 

@@ -16,16 +16,11 @@ import pytest
 from agentrun_core import store
 from agentrun_dev import smtp_sink
 from tests.chaos import worker_harness as wh
+from tests.support.specs import TICKET, TICKET_GRAPH
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
-GRAPH = "agentrun_examples.support_ticket:graph"
-TICKET = {
-    "id": "T-7",
-    "customer": {"name": "Ada", "email": "ada@example.com"},
-    "subject": "Charged twice",
-    "body": "My card was charged twice for the Team plan; please refund the duplicate charge.",
-}
+GRAPH = TICKET_GRAPH
 PARKED, SUCCEEDED, NEEDS_HUMAN = 10, 0, 13
 
 

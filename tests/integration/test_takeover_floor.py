@@ -11,7 +11,6 @@ dedupe by key: a second call is a second commit, counted there).
 
 from __future__ import annotations
 
-import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +21,8 @@ import pytest
 from agentrun_core import store
 from agentrun_dev import http_provider
 from tests.chaos import worker_harness
+from tests.support import pg
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.postgres
 
@@ -31,7 +32,7 @@ POD_LATE_BY = "10 seconds"  # between the operator's attempt row and the worker'
 
 
 def _reserve(conn: psycopg.Connection, epoch: int) -> store.Reservation:
-    return store.reserve_effect(
+    return pg.reserve(
         conn,
         key="k",
         run_id="r",
@@ -39,9 +40,7 @@ def _reserve(conn: psycopg.Connection, epoch: int) -> store.Reservation:
         step="post",
         action="post_late",
         tool="post_late",
-        occurrence=0,
         args_hash="h",
-        args={},
         timeout_seconds=TIMEOUT,
     )
 
@@ -99,14 +98,6 @@ def provider(tmp_path: Path) -> Iterator[str]:
         yield hp.url
 
 
-def _wait(cond: object, what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 def test_a_worker_whose_pod_started_late_still_waits_out_the_deposed_call(
     pg_dsn: str, provider: str, request: pytest.FixtureRequest
 ) -> None:
@@ -121,16 +112,18 @@ def test_a_worker_whose_pod_started_late_still_waits_out_the_deposed_call(
     zygotes = worker_harness.ZygotePool(1)
     request.addfinalizer(zygotes.close)
     late_starter = worker_harness.Worker(pg_dsn, providers, zygotes=zygotes)
-    first = worker.start("r", pod="p1", attempt=1)
-    _wait(lambda: http_provider.stats(provider)["late_accepted"] == 1, "the call to reach the provider")
-    first.send_signal(signal.SIGKILL)
-    first.communicate(timeout=30)
+    worker_harness.kill_mid_call(worker, "r", provider)
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         _deposed_holder_reserved_long_ago(conn)
         _pod_started_late(conn, 2, "p2")
     second = late_starter.run("r", pod="p2", attempt=2)
     assert second.returncode == 0, second.stderr[-3000:]
-    _wait(lambda: http_provider.stats(provider)["late_committed"] == 1, "the deposed call's late commit")
+    wait_for(
+        lambda: http_provider.stats(provider)["late_committed"] == 1,
+        60,
+        "the deposed call's late commit",
+        interval=0.05,
+    )
     stats = http_provider.stats(provider)
     assert stats["effects_performed_total"] == 1, stats  # found by the lookup, never performed again
     with psycopg.connect(pg_dsn, autocommit=True) as conn:

@@ -18,12 +18,13 @@ from typing import Any
 import psycopg
 import psycopg.sql
 import pytest
-from conftest import wait_for
 from langgraph.checkpoint.postgres import PostgresSaver
-from langgraph.graph import END, START, StateGraph
 
 from agent_operator.act import lockwatch, tenants
 from agentrun_core import keys, store
+from tests.support import pg
+from tests.support.graphs import chain
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.postgres
 
@@ -31,31 +32,21 @@ RUN_A, RUN_B = "run-a", "run-b"
 
 
 def _graph() -> Any:
-    g: StateGraph[dict[str, Any]] = StateGraph(dict)
-    g.add_node("one", lambda s: {"x": 1})
-    g.add_edge(START, "one")
-    g.add_edge("one", END)
-    return g
+    return chain(dict, one=lambda s: {"x": 1})
 
 
 def _seed(admin: psycopg.Connection[Any], namespace: str, run_id: str, dsn: str) -> None:
     """A run of ``namespace`` with a row in every table (input holding a secret), written by the admin."""
-    store.admit_run(
+    pg.admit(
         admin,
         run_id=run_id,
         namespace=namespace,
-        name=run_id,
-        graph="m:g",
         input={"secret": f"secret-of-{run_id}"},
-        spec_hash="h",
         approval_policy={"timeoutSeconds": 3600},
     )
     store.claim_run(admin, run_id=run_id, epoch=1, holder="p")
     store.record_attempt_start(admin, run_id=run_id, attempt=1, pod="p", epoch=1)
-    store.reserve_effect(
-        admin, key=f"k-{run_id}", run_id=run_id, epoch=1, step="s:1", action="a", tool="t",
-        occurrence=0, args_hash="x", args={},
-    )
+    pg.reserve(admin, key=f"k-{run_id}", run_id=run_id, step="s:1")
     store.heartbeat(admin, run_id=run_id, key="worker", details={})
     store.record_step_event(
         admin, run_id=run_id, attempt=1, step="s:1", checkpoint_id=None,
@@ -95,14 +86,16 @@ def _try(conn: psycopg.Connection[Any], sql: str, params: Any = None) -> str:
     return ""
 
 
-def _b_untouched(pg_dsn: str) -> None:
-    """B's run, checkpoints and effects are as the admin seeded them."""
+def _b_untouched(pg_dsn: str, status: str = "running") -> None:
+    """B's run, checkpoints and effects are as the admin seeded them (its status: ``status``; a run the
+    fold test finished is "succeeded", and its effects are not looked at)."""
     with psycopg.connect(pg_dsn, autocommit=True) as admin:
         run = store.get_run(admin, RUN_B)
-        assert run is not None and run.status == "running" and run.lease_epoch == 1, run
+        assert run is not None and run.status == status and run.lease_epoch == 1, run
         n = admin.execute("SELECT count(*) FROM checkpoints WHERE thread_id = %s", (RUN_B,)).fetchone()
         assert n is not None and n[0] > 0
-        assert [e.idempotency_key for e in store.list_effects(admin, RUN_B)] == [f"k-{RUN_B}"]
+        if status == "running":
+            assert [e.idempotency_key for e in store.list_effects(admin, RUN_B)] == [f"k-{RUN_B}"]
 
 
 # --- 1. shadowing what the policies and the definer triggers use --------------------------------------------
@@ -214,9 +207,15 @@ def test_a_squatting_bs_next_effect_key_does_not_fence_b(
         (key,),
     ) == ""
     with psycopg.connect(two["dsn_b"], autocommit=True) as b:
-        res = store.reserve_effect(
-            b, key=key, run_id=RUN_B, epoch=1, step="send:2", action="send_email", tool="smtp",
-            occurrence=0, args_hash="h", args={"to": "x"},
+        res = pg.reserve(
+            b,
+            key=key,
+            run_id=RUN_B,
+            step="send:2",
+            action="send_email",
+            tool="smtp",
+            args_hash="h",
+            args={"to": "x"},
         )
         assert res.outcome == "reserved"
         store.record_effect(b, key=key, run_id=RUN_B, epoch=1, status="sent", calls=1)
@@ -340,7 +339,7 @@ def test_a_temp_table_shadows_nothing_definer_code_reads(
                 (two["b"], two["a"]),
             )
         _everything_a_tenant_triggers(a)
-    _b_untouched_after_fold(pg_dsn)
+    _b_untouched(pg_dsn, "succeeded")
     assert _rollups(pg_dsn, two["b"]) == before
 
 
@@ -371,16 +370,9 @@ def test_a_temp_function_shadows_nothing(
         a.execute("SET search_path = pg_temp, public")
         _everything_a_tenant_triggers(a)
         assert a.execute("SELECT count(*) FROM public.agentrun_runs").fetchone() == (1,)
-    _b_untouched_after_fold(pg_dsn)
+    _b_untouched(pg_dsn, "succeeded")
     assert _rollups(pg_dsn, two["b"]) == before
 
-
-def _b_untouched_after_fold(pg_dsn: str) -> None:
-    with psycopg.connect(pg_dsn, autocommit=True) as admin:
-        run = store.get_run(admin, RUN_B)
-        assert run is not None and run.status == "succeeded" and run.lease_epoch == 1, run
-        n = admin.execute("SELECT count(*) FROM checkpoints WHERE thread_id = %s", (RUN_B,)).fetchone()
-        assert n is not None and n[0] > 0
 
 
 @pytest.mark.parametrize(

@@ -17,12 +17,13 @@ import psycopg
 import psycopg.conninfo
 import pytest
 from langgraph.checkpoint.postgres import PostgresSaver
-from langgraph.graph import END, START, StateGraph
 
 from agent_operator.act import tenants
 from agentrun_core import store
 from agentrun_core.store import connect
 from tests.chaos import worker_harness
+from tests.support import pg
+from tests.support.graphs import chain
 
 pytestmark = pytest.mark.postgres
 
@@ -38,39 +39,15 @@ CHECKPOINT_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
 
 
 def _graph() -> Any:
-    g: StateGraph[dict[str, Any]] = StateGraph(dict)
-    g.add_node("one", lambda s: {"x": 1})
-    g.add_edge(START, "one")
-    g.add_edge("one", END)
-    return g
+    return chain(dict, one=lambda s: {"x": 1})
 
 
 def _seed(admin: psycopg.Connection[Any], namespace: str, run_id: str, dsn: str) -> None:
     """A run of ``namespace`` with a row in every table, written by the operator/admin."""
-    store.admit_run(
-        admin,
-        run_id=run_id,
-        namespace=namespace,
-        name=run_id,
-        graph="m:g",
-        input={},
-        spec_hash="h",
-        approval_policy={"timeoutSeconds": 3600},
-    )
+    pg.admit(admin, run_id=run_id, namespace=namespace, approval_policy={"timeoutSeconds": 3600})
     store.claim_run(admin, run_id=run_id, epoch=1, holder="p")
     store.record_attempt_start(admin, run_id=run_id, attempt=1, pod="p", epoch=1)
-    store.reserve_effect(
-        admin,
-        key=f"k-{run_id}",
-        run_id=run_id,
-        epoch=1,
-        step="s:1",
-        action="a",
-        tool="t",
-        occurrence=0,
-        args_hash="x",
-        args={},
-    )
+    pg.reserve(admin, key=f"k-{run_id}", run_id=run_id, step="s:1")
     store.heartbeat(admin, run_id=run_id, key="worker", details={})
     import datetime
 
@@ -284,14 +261,12 @@ def test_worker_runs_a_whole_run_as_its_tenant_role(
 
     namespace, dsn = tenant("team-w")
     with psycopg.connect(pg_dsn, autocommit=True) as admin:
-        store.admit_run(
+        pg.admit(
             admin,
             run_id="w1",
             namespace=namespace,
-            name="w1",
             graph=worker_harness.GRAPH,
             input={"approval": True},
-            spec_hash="h",
             approval_policy={"timeoutSeconds": 3600},
         )
     with http_provider.HttpProvider(tmp_path / "h") as hp, smtp_sink.SmtpSink(tmp_path / "s") as sink:

@@ -14,9 +14,11 @@ from typing import Any
 import kubernetes
 import psycopg
 import pytest
-from conftest import OperatorHandle, condition, create_run, events, wait_for, wait_phase
 
-STEPS = "tests.integration.test_operator_graphs:steps"
+from tests.support.kube import condition, create_run, events
+from tests.support.operator_proc import OperatorHandle
+from tests.support.specs import STEPS
+from tests.support.waiting import wait_for, wait_phase
 
 
 @pytest.mark.parametrize(

@@ -30,19 +30,13 @@ from typing import Any
 import kubernetes
 import psycopg
 import pytest
-from conftest import (
-    REPO,
-    OperatorHandle,
-    bind,
-    create_run,
-    operator_env,
-    run_status,
-    wait_for,
-    wait_phase,
-)
 
 from agentrun_core import store
 from agentrun_dev import http_provider, smtp_sink
+from tests.support.kube import bind, create_run, run_status
+from tests.support.operator_proc import REPO, OperatorHandle, operator_env
+from tests.support.specs import run_spec, upgrade_env
+from tests.support.waiting import wait_for, wait_phase
 
 pytestmark = pytest.mark.slow
 
@@ -124,7 +118,7 @@ class OldOperator(OperatorHandle):
                 cwd=self.root,  # '' first on sys.path: the old tree's packages win over the checkout's
                 start_new_session=True,
             )
-        from conftest import Replica
+        from tests.support.operator_proc import Replica
 
         replica = Replica(identity, proc, log)
         self.replicas.append(replica)
@@ -132,23 +126,13 @@ class OldOperator(OperatorHandle):
 
 
 def spec(hp: http_provider.HttpProvider, sink: smtp_sink.SmtpSink, name: str, hold: Path) -> dict[str, Any]:
-    env = {
-        "UPGRADE_HTTP_URL": hp.url,
-        "UPGRADE_SMTP_HOST": sink.host,
-        "UPGRADE_SMTP_PORT": str(sink.port),
-        "UPGRADE_SMTP_API": sink.api_url,
+    input_ = {
+        "customer": name,
+        "approval": name != "held-1",  # held-2 parks after the upgrade, under its old worker
+        "hold": str(hold) if name in HELD else "",
     }
-    return {
-        "graph": GRAPH,
-        "input": {
-            "customer": name,
-            "approval": name != "held-1",  # held-2 parks after the upgrade, under its old worker
-            "hold": str(hold) if name in HELD else "",
-        },
-        "lease": {"durationSeconds": 10},
-        "retry": {"backoffSeconds": 1, "maxBackoffSeconds": 4},
-        "worker": {"env": [{"name": k, "value": v} for k, v in env.items()]},
-    }
+    retry = {"backoffSeconds": 1, "maxBackoffSeconds": 4}
+    return run_spec(GRAPH, input_, lease=10, retry=retry, env=upgrade_env(hp, sink))
 
 
 def holder(dsn: str, run_id: str) -> str | None:

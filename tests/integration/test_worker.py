@@ -11,23 +11,9 @@ import pytest
 
 from agentrun_core import store
 from tests.chaos import worker_harness
+from tests.support import pg
 
 pytestmark = pytest.mark.postgres
-
-
-def _run(dsn: str, run_id: str) -> store.Run:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        run = store.get_run(conn, run_id)
-    assert run is not None
-    return run
-
-
-@pytest.fixture
-def providers(tmp_path: Path):  # type: ignore[no-untyped-def]
-    from agentrun_dev import http_provider, smtp_sink
-
-    with http_provider.HttpProvider(tmp_path / "h") as hp, smtp_sink.SmtpSink(tmp_path / "s") as sink:
-        yield worker_harness.Providers(hp.url, sink.host, sink.port, sink.api_url)
 
 
 def test_graph_that_raises_fails_the_run_with_the_error(
@@ -37,7 +23,7 @@ def test_graph_that_raises_fails_the_run_with_the_error(
     worker_harness.admit(pg_dsn, "r", fail=True)
     proc = worker.run("r", pod="p")
     assert proc.returncode == 1, proc.stderr[-2000:]
-    run = _run(pg_dsn, "r")
+    run = pg.run_row(pg_dsn, "r")
     assert run.status == "failed" and run.status_reason == "ValueError"
     assert run.error is not None and "the graph failed on purpose" in run.error
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
@@ -57,7 +43,7 @@ def test_unknown_graph_reference_fails_clearly(pg_dsn: str, graph: str, message:
     worker_harness.admit(pg_dsn, "r", graph=graph)
     proc = worker_harness.Worker(pg_dsn).run("r", pod="p")
     assert proc.returncode == 1
-    run = _run(pg_dsn, "r")
+    run = pg.run_row(pg_dsn, "r")
     assert run.status == "failed" and run.error is not None and message in run.error
     assert message in proc.stderr
 
@@ -68,7 +54,7 @@ def test_graph_factory_and_compiled_graph_both_load(pg_dsn: str, tmp_path: Path)
     worker_harness.admit(pg_dsn, "r", graph="tests.graphs.special_graphs:parallel")
     proc = worker_harness.Worker(pg_dsn).run("r", pod="p", AGENTRUN_TEST_NODE_LOG=str(log))
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert _run(pg_dsn, "r").result == {"log": ["fast", "slow", "after"]}
+    assert pg.run_row(pg_dsn, "r").result == {"log": ["fast", "slow", "after"]}
 
 
 def test_not_admitted_and_bad_config_exit_2(pg_dsn: str) -> None:
@@ -87,7 +73,7 @@ def test_crash_before_first_checkpoint_restarts_from_input(
     assert worker.run("r", pod="p", faults="after_lease_acquired").returncode == -9
     proc = worker.run("r", pod="p", attempt=2)
     assert proc.returncode == 0 and "EmptyInputError" not in proc.stderr
-    assert _run(pg_dsn, "r").status == "succeeded"
+    assert pg.run_row(pg_dsn, "r").status == "succeeded"
 
 
 def test_unknown_outcome_without_lookup_stops_the_run(pg_dsn: str, tmp_path: Path) -> None:
@@ -97,7 +83,7 @@ def test_unknown_outcome_without_lookup_stops_the_run(pg_dsn: str, tmp_path: Pat
     assert worker.run("r", pod="p", faults="after_call", AGENTRUN_TEST_NODE_LOG=str(log)).returncode == -9
     proc = worker.run("r", pod="p", attempt=2, AGENTRUN_TEST_NODE_LOG=str(log))
     assert proc.returncode == 13, proc.stderr[-2000:]
-    run = _run(pg_dsn, "r")
+    run = pg.run_row(pg_dsn, "r")
     assert run.status == "needs_human" and run.status_reason == "EffectOutcomeUnknown"
     assert run.error is not None and "has no lookup hook and its provider does not dedupe by key" in run.error
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
@@ -111,22 +97,17 @@ def test_unknown_outcome_without_lookup_stops_the_run(pg_dsn: str, tmp_path: Pat
 def test_sigterm_drains_at_the_next_step_boundary(
     pg_dsn: str, providers: worker_harness.Providers, tmp_path: Path
 ) -> None:
-    block = tmp_path / "block"
-    block.touch()
-    log = tmp_path / "log"
     worker = worker_harness.Worker(pg_dsn, providers)
     worker_harness.admit(pg_dsn, "r")
-    proc = worker.start("r", pod="p", AGENTRUN_TEST_BLOCK_FILE=str(block), AGENTRUN_TEST_NODE_LOG=str(log))
-    deadline = time.monotonic() + 30
-    while not (log.exists() and "prepare" in log.read_text()) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    held = worker_harness.start_blocked(worker, "r", tmp_path, pod="p", timeout=30)
+    proc, block, log = held.proc, held.block, held.log
     proc.send_signal(signal.SIGTERM)
     sent = time.monotonic()
     block.unlink()
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 11, err[-2000:]
     assert time.monotonic() - sent < 10
-    run = _run(pg_dsn, "r")
+    run = pg.run_row(pg_dsn, "r")
     assert run.status == "running" and run.status_reason == "drained (SIGTERM)"
     assert run.current_step == "prepare"  # stopped right after the step that was running
     proc2 = worker.run("r", pod="p", attempt=2, AGENTRUN_TEST_NODE_LOG=str(log))

@@ -14,29 +14,21 @@ from typing import Any
 import kubernetes
 import psycopg
 import pytest
-from conftest import OperatorHandle, condition, create_run, events, run_status, wait_for, wait_phase
 
 from agentrun_dev import http_provider, smtp_sink
+from tests.support.kube import condition, create_run, events, run_status
+from tests.support.operator_proc import OperatorHandle
+from tests.support.specs import run_spec, upgrade_env
+from tests.support.waiting import wait_for, wait_phase
 
 GRAPH = "tests.graphs.upgrade_graph:graph"
 VENV_BIN = Path(sys.executable).parent
 
 
 def spec(hp: http_provider.HttpProvider, sink: smtp_sink.SmtpSink) -> dict[str, Any]:
-    env = {
-        "UPGRADE_HTTP_URL": hp.url,
-        "UPGRADE_SMTP_HOST": sink.host,
-        "UPGRADE_SMTP_PORT": str(sink.port),
-        "UPGRADE_SMTP_API": sink.api_url,
-    }
-    return {
-        "graph": GRAPH,
-        "input": {"customer": "c-1"},
-        "lease": {"durationSeconds": 8},
-        # Two lost attempts would fail the run: the waits below go past that without consuming it.
-        "retry": {"maxAttempts": 2, "backoffSeconds": 1, "maxBackoffSeconds": 2},
-        "worker": {"env": [{"name": k, "value": v} for k, v in env.items()]},
-    }
+    # Two lost attempts would fail the run: the waits below go past that without consuming it.
+    retry = {"maxAttempts": 2, "backoffSeconds": 1, "maxBackoffSeconds": 2}
+    return run_spec(GRAPH, {"customer": "c-1"}, retry=retry, env=upgrade_env(hp, sink))
 
 
 def waits_incompatible(kube: kubernetes.client.ApiClient, ns: str, name: str, op: OperatorHandle) -> None:

@@ -7,25 +7,17 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
 
 from agentrun_core import store
 from tests.chaos.worker_harness import Worker
+from tests.support.waiting import wait_for
 
 GRAPH = "tests.graphs.unreachable_import:graph"
 EXIT_FENCED = 12
 
-
-def _wait(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 def test_a_deposed_workers_graph_load_failure_is_refused(pg_dsn: str, tmp_path: Path) -> None:
@@ -44,7 +36,7 @@ def test_a_deposed_workers_graph_load_failure_is_refused(pg_dsn: str, tmp_path: 
             )
         try:
             # The worker is inside its import retries (about 7.5 s of backoff) when the run is taken over.
-            _wait(lambda: "retrying in" in log.read_text(), 60, "pod-a's import retries")
+            wait_for(lambda: "retrying in" in log.read_text(), 60, "pod-a's import retries", interval=0.1)
             store.claim_run(conn, run_id="r1", epoch=10, holder="pod-b")  # a newer attempt took over
             worker.wait(timeout=120)
         finally:

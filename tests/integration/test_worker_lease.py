@@ -3,46 +3,30 @@
 from __future__ import annotations
 
 import signal
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 
 from agentrun_core import store
-from agentrun_dev import http_provider, smtp_sink
+from agentrun_dev import http_provider
 from tests.chaos import worker_harness
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.postgres]
-
-
-@pytest.fixture
-def providers(tmp_path: Path) -> Iterator[worker_harness.Providers]:
-    with http_provider.HttpProvider(tmp_path / "h") as hp, smtp_sink.SmtpSink(tmp_path / "s") as sink:
-        yield worker_harness.Providers(hp.url, sink.host, sink.port, sink.api_url)
-
-
-def _wait_for(predicate, timeout: float = 30) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
 
 
 def test_frozen_zombie_is_fenced_and_never_calls_the_provider(
     pg_dsn: str, namespace: str, admin_kubeconfig: Path, providers: worker_harness.Providers, tmp_path: Path
 ) -> None:
-    block, log = tmp_path / "block", tmp_path / "log"
-    block.touch()
     worker = worker_harness.Worker(pg_dsn, providers, kubeconfig=admin_kubeconfig, namespace=namespace)
     worker_harness.admit(pg_dsn, "r")
-    zombie = worker.start(
-        "r", pod="pod-a", AGENTRUN_TEST_BLOCK_FILE=str(block), AGENTRUN_TEST_NODE_LOG=str(log)
-    )
-    _wait_for(lambda: log.exists() and "prepare" in log.read_text())
+    held = worker_harness.start_blocked(worker, "r", tmp_path, pod="pod-a", timeout=30)
+    zombie, block, log = held.proc, held.block, held.log
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        _wait_for(lambda: any(h.key == "worker" for h in store.list_heartbeats(conn, "r")))  # renewals beat
+        wait_for(
+            lambda: any(h.key == "worker" for h in store.list_heartbeats(conn, "r")), 30, interval=0.05
+        )  # renewals beat
         first_epoch = store.get_run(conn, "r").lease_epoch  # type: ignore[union-attr]
     zombie.send_signal(signal.SIGSTOP)  # a GC pause / frozen node: it still believes it holds the Lease
     try:
@@ -71,15 +55,11 @@ def test_frozen_zombie_is_fenced_and_never_calls_the_provider(
 def test_second_worker_waits_while_the_lease_is_renewed(
     pg_dsn: str, namespace: str, admin_kubeconfig: Path, providers: worker_harness.Providers, tmp_path: Path
 ) -> None:
-    block, log = tmp_path / "block", tmp_path / "log"
-    block.touch()
     worker = worker_harness.Worker(pg_dsn, providers, kubeconfig=admin_kubeconfig, namespace=namespace)
     worker_harness.admit(pg_dsn, "r")
-    holder = worker.start(
-        "r", pod="pod-a", AGENTRUN_TEST_BLOCK_FILE=str(block), AGENTRUN_TEST_NODE_LOG=str(log)
-    )
+    held = worker_harness.start_blocked(worker, "r", tmp_path, pod="pod-a", timeout=30)
+    holder, block = held.proc, held.block
     try:
-        _wait_for(lambda: log.exists() and "prepare" in log.read_text())
         other = worker.run("r", pod="pod-b", attempt=2, AGENTRUN_LEASE_WAIT_SECONDS="4")
         assert other.returncode == 12 and "held by" in other.stderr
     finally:

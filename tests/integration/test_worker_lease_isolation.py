@@ -16,7 +16,8 @@ from typing import Any
 import kubernetes
 import pytest
 import yaml
-from conftest import wait_for
+
+from tests.support.waiting import wait_for
 
 SCRIPT = textwrap.dedent(
     """

@@ -24,6 +24,7 @@ from agent_worker import settings as settings_mod
 from agentrun_core import errors, results, store
 from agentrun_core.api import protocol
 from tests.chaos import worker_harness
+from tests.support.graphs import chain
 
 pytestmark = pytest.mark.postgres
 
@@ -73,11 +74,7 @@ def parking() -> StateGraph[State]:
 
 def talkative() -> StateGraph[State]:
     """A final state larger than the result kept whole (``agentrun_core.results.RESULT_LIMIT_BYTES``)."""
-    g = StateGraph(State)
-    g.add_node("say", lambda s: {"items": [f"line {i} " + "x" * 60 for i in range(200)]})
-    g.add_edge(START, "say")
-    g.add_edge("say", END)
-    return g
+    return chain(State, say=lambda s: {"items": [f"line {i} " + "x" * 60 for i in range(200)]})
 
 
 @pytest.fixture

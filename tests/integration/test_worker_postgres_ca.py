@@ -8,7 +8,10 @@ from typing import Any
 
 import kubernetes
 import pytest
-from conftest import OperatorHandle, create_run, pods, wait_for
+
+from tests.support.kube import create_run, pods
+from tests.support.operator_proc import OperatorHandle
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 

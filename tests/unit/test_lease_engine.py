@@ -21,6 +21,7 @@ import pytest
 from agent_operator import settings
 from agent_operator.serve import leader
 from agentrun_core import kube, lease
+from tests.support.waiting import wait_for
 
 
 class FakeLeases:
@@ -93,13 +94,6 @@ def _keeper(holder: str, duration: float = 15, **kw: Any) -> lease.LeaseKeeper:
     labels = {"agentrun.dev/run": "r"}
     cfg = lease.LeaseConfig("ns", "agentrun-r", holder, duration_seconds=duration, labels=labels)
     return lease.LeaseKeeper(None, cfg, **kw)  # type: ignore[arg-type]  # the fake ignores the client
-
-
-def _wait(predicate: Any, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
 
 
 def test_worker_acquire_epochs_and_release(leases: FakeLeases) -> None:
@@ -207,7 +201,7 @@ def test_conflicting_renewals_are_bounded_and_end_in_loss(
     monkeypatch.setattr(kube, "replace_lease", always_conflict)
     leases.calls.clear()
     a.start()
-    _wait(lambda: bool(lost))
+    wait_for(lambda: bool(lost), 10.0, interval=0.01)
     a.stop()
     assert "no successful renewal for a full lease duration" in lost[0]
     # 0.6 s at one attempt per retry_delay (0.05 s) at most, two requests each, after the first third.
@@ -220,7 +214,7 @@ def test_deposed_holder_is_lost_at_once(leases: FakeLeases) -> None:
     a.acquire(wait_seconds=0)
     leases.edit("agentrun-r", holderIdentity="pod-b", leaseTransitions=2)
     a.start()
-    _wait(lambda: bool(lost))
+    wait_for(lambda: bool(lost), 10.0, interval=0.01)
     assert "now held by 'pod-b' at epoch 2" in lost[0]
     with pytest.raises(lease.LeaseLost):
         a.check()
@@ -268,7 +262,7 @@ def test_deposed_leader_calls_on_lost(leases: FakeLeases) -> None:
     lost: list[tuple[leader.Elector, str]] = []
     keeper = leader.Keeper(e, on_lost=lambda el, why: lost.append((el, why))).start()
     leases.edit("agentrun-operator", holderIdentity="usurper")
-    _wait(lambda: bool(lost))
+    wait_for(lambda: bool(lost), 10.0, interval=0.01)
     keeper.stop()
     assert lost[0][0] is e and "usurper" in lost[0][1]
 
@@ -289,7 +283,7 @@ def test_leader_is_lost_at_the_renew_deadline_not_after_a_full_duration(leases: 
 
     keeper = leader.Keeper(e, on_lost=on_lost).start()
     leases.fail = kube.Unavailable("connection refused")
-    _wait(lambda: bool(lost))
+    wait_for(lambda: bool(lost), 10.0, interval=0.01)
     keeper.stop()
     assert "within the renew deadline" in reasons[0]
     assert 4.0 <= lost[0] - acquired < 6.0

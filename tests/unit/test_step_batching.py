@@ -12,6 +12,7 @@ import pytest
 
 from agent_worker import steps
 from agentrun_core import store
+from tests.support.waiting import wait_for
 
 NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 
@@ -82,12 +83,6 @@ def _add(rec: steps.StepRecorder, n: int) -> None:
         current_step=f"s{n}",
     )
 
-
-def _wait_for(predicate: Any, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
 
 
 def test_without_an_interval_each_flush_is_one_statement(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -170,7 +165,7 @@ def test_what_does_not_ride_is_written_by_the_thread_within_the_interval(
     rec, calls = _recorder(monkeypatch, 0.05, {"cp1"})
     _add(rec, 1)
     rec.flush(final=False)  # no write follows (a slow next node): the recorder's thread writes it
-    _wait_for(lambda: calls.made == [("own", ["s:1"], "s1")])
+    wait_for(lambda: calls.made == [("own", ["s:1"], "s1")], 30, interval=0.01)
     rec.flush(final=True)
     assert calls.made == [("own", ["s:1"], "s1")]  # nothing new: no statement
 
@@ -190,14 +185,14 @@ def test_the_thread_is_woken_only_when_it_waits_with_no_deadline(monkeypatch: py
     rec.flush(final=False)
     assert notified == [] and calls.made == []
     clock.now += 1  # s:1's deadline passes: the thread writes both at its next look
-    _wait_for(lambda: calls.made == [("own", ["s:1", "s:2"], "s2")])
-    _wait_for(lambda: rec._idle)  # nothing pending: it waits for nothing now
+    wait_for(lambda: calls.made == [("own", ["s:1", "s:2"], "s2")], 30, interval=0.01)
+    wait_for(lambda: rec._idle, 30, interval=0.01)  # nothing pending: it waits for nothing now
     notified.clear()  # (the thread's own write notified the waiters of a final flush)
     _add(rec, 3)
     rec.flush(final=False)
     assert notified == [1]
     clock.now += 1
-    _wait_for(lambda: len(calls.made) == 2)
+    wait_for(lambda: len(calls.made) == 2, 30, interval=0.01)
     assert calls.made[-1] == ("own", ["s:3"], "s3")
     rec.flush(final=True)
 
@@ -207,7 +202,8 @@ def test_a_failed_write_of_the_thread_is_retried_and_never_lost(monkeypatch: pyt
     calls.fail_own = True
     _add(rec, 1)
     rec.flush(final=False)
-    _wait_for(lambda: calls.failed >= 2)  # the thread tried, failed, and tried again an interval later
+    # the thread tried, failed, and tried again an interval later
+    wait_for(lambda: calls.failed >= 2, 30, interval=0.01)
     calls.fail_own = False
     rec.flush(final=True)
     assert ("own", ["s:1"], "s1") in calls.made and len(calls.made) == 1

@@ -1,17 +1,19 @@
 """Helpers of the deploy/ tests: run kubectl as the admin, render kustomizations into a test namespace.
 
-Not a test module (no ``test_`` prefix); imported by tests/integration/test_deploy*.py.
+Imported by tests/integration/test_deploy*.py and the admission tests.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import pathlib
-import subprocess
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import yaml
+
+from tests.support import kube
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -30,16 +32,8 @@ CLUSTER_KINDS = frozenset(
 )
 
 
-def kubectl(
-    kubeconfig: pathlib.Path, *args: str, stdin: str | None = None, check: bool = True
-) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
-    result = subprocess.run(
-        ["kubectl", *args], input=stdin, env=env, capture_output=True, text=True, timeout=120, check=False
-    )
-    if check and result.returncode != 0:
-        raise AssertionError(f"kubectl {' '.join(args)} failed ({result.returncode}):\n{result.stderr}")
-    return result
+# Deploying is all or nothing: a kubectl that fails fails the test, unless the caller says check=False.
+kubectl = functools.partial(kube.kubectl, check=True)
 
 
 def overlay_into(

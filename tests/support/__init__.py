@@ -1,0 +1,17 @@
+"""What the tests share, in one place (fixtures stay in the conftest.py files, which import from here).
+
+* ``kube`` — AgentRuns and other objects on the real API server: create/get/patch a run, its status,
+  conditions, events and Pods, whether it is gone, RBAC bindings and ``team`` (people bound to their
+  ClusterRoles), ``kubectl`` as an identity, the worker ServiceAccount.
+* ``waiting`` — ``wait_for`` (a condition, a generous deadline, what was last seen on timeout) and
+  ``wait_phase`` (an AgentRun's phase, explained by its status, events and the operator's logs).
+* ``operator_proc`` — ``agentrun operator`` as a subprocess: replicas, the leader Lease, kill/stop/restart.
+* ``specs`` — AgentRun spec bodies: the test graphs' names and the spec fields most tests set alike.
+* ``pg`` — rows as the operator and the worker write them (admit, reserve), a run's row, an agent's final
+  messages read from its checkpoints.
+* ``graphs``, ``models`` — what the test graphs share: ``chain`` (START -> steps -> END), ``react_loop``,
+  ``pause``, ``unless_404``; ``ScriptModel`` for their scripted chat models.
+* ``deploy`` — kubectl as the admin and kustomizations rendered into a test namespace (the deploy/ tests).
+
+Worker processes for the worker, chaos and ledger tests: ``tests/chaos/worker_harness.py``.
+"""
