@@ -18,13 +18,13 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langgraph.graph import END, START, StateGraph
 
-from tests.support.models import ScriptModel
+from agent_worker.scripted import ScriptedChatModel
 
 INPUT_TOKENS, OUTPUT_TOKENS = 100, 50  # per call
 LOG_ENV = "BUDGET_MODEL_LOG"
 
 
-class FakeUsageModel(ScriptModel):
+class FakeUsageModel(ScriptedChatModel):
     model_name: str = "fake-usage-1"
 
     @property

@@ -28,14 +28,14 @@ from langchain_core.tools import tool
 from langgraph.graph import MessagesState, StateGraph
 
 from agent_worker import effects
+from agent_worker.scripted import ScriptedChatModel
 from tests.graphs import effect_graph
 from tests.support.graphs import chain, react_loop
-from tests.support.models import ScriptModel
 
 TURNS: tuple[tuple[str, ...], ...] = (("ann", "bob", "cy"), ("dee", "eve"))
 
 
-class ScriptedModel(ScriptModel):
+class ScriptedModel(ScriptedChatModel):
     """Turn n (the n-th model call of the conversation, counted from its AI messages) asks for the calls of
     ``turns[n]`` of ``tool`` at once, ids ``call_<arg>``; after the last turn it answers. Deterministic on
     every replay."""
@@ -212,7 +212,7 @@ CHAOS_SCRIPT: tuple[tuple[tuple[str, str, str], ...], ...] = (
 CHAOS_DELIVERIES = ("ann", "o1-notice", "o1-refund", "o1-receipt", "pricing", "bob", "cy")
 
 
-class ChaosModel(ScriptModel):
+class ChaosModel(ScriptedChatModel):
     """Turn n asks for the calls of ``CHAOS_SCRIPT[n]`` at once (fresh random ids), then answers."""
 
     @property

@@ -167,15 +167,26 @@ KILLS: dict[str, dict[str, str]] = {
 }
 
 
-def test_killed_around_the_limit_the_count_is_exact_and_no_limit_is_passed_unraised(
-    kube: kubernetes.client.ApiClient, operator: OperatorHandle, manager: Path, pg_dsn: str, tmp_path: Path
-) -> None:
+def drive_around_the_limit(
+    kube: kubernetes.client.ApiClient,
+    operator: OperatorHandle,
+    manager: Path,
+    pg_dsn: str,
+    tmp_path: Path,
+    kills: dict[str, dict[str, str]],
+    graph: str | None = None,
+) -> dict[str, tuple[str, Path]]:
+    """One run per entry of ``kills`` (limit 400 tokens, six steps), each approved up by three calls whenever
+    it parks at its limit, until all succeeded. At every park and at the end: Postgres counts exactly the
+    calls the provider billed, and no call started past the limit in force. Returns name -> (uid, bills)."""
     ns = operator.namespace
     runs: dict[str, tuple[str, Path]] = {}
-    for name, faults in KILLS.items():
+    for name, faults in kills.items():
         log = tmp_path / f"{name}.log"
-        body = create_run(kube, ns, name, spec(log, steps=6, limit=400, faults=faults))
-        runs[name] = (body["metadata"]["uid"], log)
+        body = spec(log, steps=6, limit=400, faults=faults)
+        if graph is not None:
+            body["graph"] = graph
+        runs[name] = (create_run(kube, ns, name, body)["metadata"]["uid"], log)
     limits = dict.fromkeys(runs, 400)
     decided: dict[str, set[str]] = {name: set() for name in runs}
     finished: set[str] = set()
@@ -200,17 +211,8 @@ def test_killed_around_the_limit_the_count_is_exact_and_no_limit_is_passed_unrai
             assert total >= limits[name] > total - PER_CALL, (name, total, limits[name])
             assert pending["prompt"]["spent"]["totalTokens"] == total, (name, pending["prompt"])
             limits[name] = total + 3 * PER_CALL
-            out = agentrun(
-                manager,
-                "approve",
-                name,
-                "-n",
-                ns,
-                "--id",
-                pending["id"],
-                "--set",
-                f"totalTokens={limits[name]}",
-            )
+            raise_ = f"totalTokens={limits[name]}"
+            out = agentrun(manager, "approve", name, "-n", ns, "--id", pending["id"], "--set", raise_)
             assert out.returncode == 0, (name, out.stderr)
             decided[name].add(pending["id"])
         return len(finished) == len(runs)
@@ -224,9 +226,18 @@ def test_killed_around_the_limit_the_count_is_exact_and_no_limit_is_passed_unrai
         assert decided[name], f"{name} never parked at its limit"
         status = run_status(kube, ns, name)
         assert status["usage"]["totalTokens"] == total, (name, status["usage"])
+    return runs
+
+
+def test_killed_around_the_limit_the_count_is_exact_and_no_limit_is_passed_unraised(
+    kube: kubernetes.client.ApiClient, operator: OperatorHandle, manager: Path, pg_dsn: str, tmp_path: Path
+) -> None:
+    runs = drive_around_the_limit(kube, operator, manager, pg_dsn, tmp_path, KILLS)
+    for name in runs:
+        attempts = run_status(kube, operator.namespace, name)["attempts"]
         # The kill really happened: one attempt more than parking and resuming take (killed while parking,
         # the approval was already recorded: the run waits, and the approval's attempt finishes).
-        assert status["attempts"] >= (2 if name == "while-parking" else 3), (name, status["attempts"])
+        assert attempts >= (2 if name == "while-parking" else 3), (name, attempts)
 
 
 def test_a_decision_handed_back_again_never_raises_a_limit_twice(

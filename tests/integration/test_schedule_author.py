@@ -6,7 +6,6 @@ operator, real worker Pods and the real HTTP provider counting the effect.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from test_schedules import LEAD, clock, cron_at, runs_of
 from agentrun_core.api import schedules
 from agentrun_dev import http_provider, identities
 from tests.support.kube import bind, get_run, kubectl
-from tests.support.operator_proc import OperatorHandle, operator_env
+from tests.support.operator_proc import OperatorHandle, closing, operator_env
 from tests.support.waiting import wait_for, wait_phase
 
 GROUP, VERSION = "agentrun.dev", "v1alpha1"
@@ -67,13 +66,8 @@ def ops(
     request: pytest.FixtureRequest,
 ) -> Iterator[OperatorHandle]:
     handle = OperatorHandle(namespace, pg_dsn, operator_env(dev_cluster, namespace, pg_dsn), tmp_path)
-    try:
+    with closing(handle, request):
         yield handle
-    finally:
-        handle.close()
-        failed = getattr(request.node, "rep_call", None)
-        if failed is not None and failed.failed:
-            print(handle.logs()[-20000:], file=sys.stderr)
 
 
 def test_the_schedules_author_cannot_approve_its_tick_and_a_second_person_can(

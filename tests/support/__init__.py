@@ -9,8 +9,8 @@
 * ``specs`` — AgentRun spec bodies: the test graphs' names and the spec fields most tests set alike.
 * ``pg`` — rows as the operator and the worker write them (admit, reserve), a run's row, an agent's final
   messages read from its checkpoints.
-* ``graphs``, ``models`` — what the test graphs share: ``chain`` (START -> steps -> END), ``react_loop``,
-  ``pause``, ``unless_404``; ``ScriptModel`` for their scripted chat models.
+* ``graphs`` — what the test graphs share: ``chain`` (START -> steps -> END), ``react_loop``, ``pause``,
+  ``unless_404``. Their scripted chat models subclass ``agent_worker.scripted.ScriptedChatModel``.
 * ``deploy`` — kubectl as the admin and kustomizations rendered into a test namespace (the deploy/ tests).
 
 Worker processes for the worker, chaos and ledger tests: ``tests/chaos/worker_harness.py``.
