@@ -24,6 +24,7 @@ from typing import Any
 
 from agent_operator.decide import schedule_plan
 from agentrun_core import faults, kube
+from agentrun_core.api import meta
 from agentrun_core.api import schedules as names
 
 logger = logging.getLogger(__name__)
@@ -134,8 +135,9 @@ class Scheduler:
             # a holder of the RBAC verb `tick` on agentrunschedules: this operator.
             created = names.run_body(body, run, tick)
             if self.creator():
-                meta = created.setdefault("metadata", {})
-                meta["annotations"] = {**(meta.get("annotations") or {}), meta.CREATED_BY: self.creator()}
+                metadata = created.setdefault("metadata", {})
+                annotations = metadata.get("annotations") or {}
+                metadata["annotations"] = {**annotations, meta.CREATED_BY: self.creator()}
             kube.runs.create(self.api, namespace, created, timeout=TIMEOUT)
         except kube.AlreadyExists:
             logger.info("run %s/%s of tick %s exists already: recorded", namespace, run, names.rfc3339(tick))
