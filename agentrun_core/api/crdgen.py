@@ -249,7 +249,7 @@ def crd() -> dict[str, Any]:
         categories=["agentrun"],
         description="A durable run of a LangGraph graph; one worker Pod per attempt.",
         spec=spec_schema.SPEC,
-        status=STATUS,
+        status_schema=STATUS,
         name_rule=openapi.rule(
             "size(self.metadata.name) <= 50",
             "AgentRun names are at most 50 characters (its Pods are <name>-<attempt>, its Lease "
@@ -267,7 +267,7 @@ def custom_resource(
     categories: list[str] | None,
     description: str,
     spec: openapi.Schema,
-    status: openapi.Schema,
+    status_schema: openapi.Schema,
     name_rule: openapi.Schema,
     printer_columns: Sequence[object],
     group: str = "agentrun.dev",
@@ -281,7 +281,7 @@ def custom_resource(
             "kind": openapi.string(),
             "metadata": openapi.obj(),
             "spec": spec,
-            "status": status,
+            "status": status_schema,
         },
         description,
         required=["spec"],

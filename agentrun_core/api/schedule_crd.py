@@ -142,7 +142,7 @@ def crd() -> dict[str, Any]:
         categories=None,
         description="AgentRuns started on a cron schedule (the CronJob idiom).",
         spec=SPEC,
-        status=STATUS,
+        status_schema=STATUS,
         name_rule=openapi.rule(
             f"size(self.metadata.name) <= {schedules.MAX_NAME}",
             f"AgentRunSchedule names are at most {schedules.MAX_NAME} characters (its runs are "

@@ -55,15 +55,15 @@ def parse_time(text: str | None) -> datetime.datetime | None:
 
 def run_body(schedule: Mapping[str, Any], name: str, tick: datetime.datetime | None) -> dict[str, Any]:
     """The AgentRun of ``schedule``'s ``spec.runTemplate`` named ``name`` (for ``tick``; None: manual)."""
-    meta = schedule.get("metadata") or {}
+    metadata = schedule.get("metadata") or {}
     template = (schedule.get("spec") or {}).get("runTemplate") or {}
     tmeta = template.get("metadata") or {}
-    labels = {**(tmeta.get("labels") or {}), LABEL_SCHEDULE: meta["name"]}
+    labels = {**(tmeta.get("labels") or {}), LABEL_SCHEDULE: metadata["name"]}
     annotations = dict(tmeta.get("annotations") or {})
     # The author is the schedule's stamp, never the template's text; a manual run's creator is whoever
     # triggers it, and only the operator may carry an author onto a run (a tick's).
     annotations.pop(ANN_AUTHOR, None)
-    author = (meta.get("annotations") or {}).get(ANN_AUTHOR)
+    author = (metadata.get("annotations") or {}).get(ANN_AUTHOR)
     if tick is not None and author:
         annotations[ANN_AUTHOR] = str(author)
     if tick is not None:
@@ -75,15 +75,15 @@ def run_body(schedule: Mapping[str, Any], name: str, tick: datetime.datetime | N
         "kind": "AgentRun",
         "metadata": {
             "name": name,
-            "namespace": meta.get("namespace"),
+            "namespace": metadata.get("namespace"),
             "labels": labels,
             "annotations": annotations,
             "ownerReferences": [
                 {
                     "apiVersion": API_VERSION,
                     "kind": KIND,
-                    "name": meta["name"],
-                    "uid": meta["uid"],
+                    "name": metadata["name"],
+                    "uid": metadata["uid"],
                     "controller": True,
                     "blockOwnerDeletion": True,
                 }

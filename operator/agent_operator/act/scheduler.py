@@ -38,14 +38,14 @@ def _int(value: Any) -> int | None:
 
 
 def view(body: Mapping[str, Any]) -> schedule_plan.View:
-    meta, spec, status = body.get("metadata") or {}, body.get("spec") or {}, body.get("status") or {}
-    created = names.parse_time(meta.get("creationTimestamp")) or datetime.datetime.now(datetime.UTC)
+    metadata, spec, status = body.get("metadata") or {}, body.get("spec") or {}, body.get("status") or {}
+    created = names.parse_time(metadata.get("creationTimestamp")) or datetime.datetime.now(datetime.UTC)
     successful, failed = (
         _int(spec.get("successfulRunsHistoryLimit")),
         _int(spec.get("failedRunsHistoryLimit")),
     )
     return schedule_plan.View(
-        name=str(meta.get("name") or ""),
+        name=str(metadata.get("name") or ""),
         schedule=str(spec.get("schedule") or ""),
         created=created,
         time_zone=str(spec.get("timeZone") or ""),
@@ -65,14 +65,14 @@ def owned(body: Mapping[str, Any], runs: list[kube.Body]) -> list[schedule_plan.
     uid = (body.get("metadata") or {}).get("uid")
     out: list[schedule_plan.OwnedRun] = []
     for run in runs:
-        meta, status = run.get("metadata") or {}, run.get("status") or {}
-        if not any(ref.get("uid") == uid for ref in meta.get("ownerReferences") or ()):
+        metadata, status = run.get("metadata") or {}, run.get("status") or {}
+        if not any(ref.get("uid") == uid for ref in metadata.get("ownerReferences") or ()):
             continue
         out.append(
             schedule_plan.OwnedRun(
-                name=str(meta.get("name")),
+                name=str(metadata.get("name")),
                 phase=str(status.get("phase") or ""),
-                created=names.parse_time(meta.get("creationTimestamp"))
+                created=names.parse_time(metadata.get("creationTimestamp"))
                 or datetime.datetime.now(datetime.UTC),
                 finished=names.parse_time(status.get("completionTime")),
                 cancel_requested=bool((run.get("spec") or {}).get("cancel")),
@@ -105,9 +105,9 @@ class Scheduler:
 
     def reconcile(self, body: Mapping[str, Any]) -> float:
         """One look at the schedule; returns the seconds until the next look is due."""
-        meta = body.get("metadata") or {}
-        namespace, name = str(meta.get("namespace")), str(meta.get("name"))
-        if meta.get("deletionTimestamp"):
+        metadata = body.get("metadata") or {}
+        namespace, name = str(metadata.get("namespace")), str(metadata.get("name"))
+        if metadata.get("deletionTimestamp"):
             return schedule_plan.MAX_SLEEP_SECONDS  # the garbage collector deletes its runs
         listing = kube.runs.listing(
             self.api, namespace, label_selector=f"{names.LABEL_SCHEDULE}={name}", timeout=TIMEOUT
@@ -150,9 +150,9 @@ class Scheduler:
         self._event(body, "Normal", "SuccessfulCreate", f"created {run} for tick {names.rfc3339(tick)}", run)
 
     def _status(self, body: Mapping[str, Any], d: schedule_plan.Decision) -> None:
-        meta, status = body.get("metadata") or {}, dict(body.get("status") or {})
+        metadata, status = body.get("metadata") or {}, dict(body.get("status") or {})
         patch: dict[str, Any] = {
-            "observedGeneration": meta.get("generation"),
+            "observedGeneration": metadata.get("generation"),
             "active": [{"name": n} for n in d.active],
             "activeCount": len(d.active),
             "nextScheduleTime": names.rfc3339(d.next_tick) if d.next_tick and not d.invalid else None,
@@ -177,7 +177,7 @@ class Scheduler:
             {
                 "type": "Ready",
                 **ready,
-                "observedGeneration": meta.get("generation"),
+                "observedGeneration": metadata.get("generation"),
                 "lastTransitionTime": when,
             }
         ]
@@ -186,15 +186,15 @@ class Scheduler:
         with contextlib.suppress(kube.NotFound):
             kube.schedules.patch_status(
                 self.api,
-                str(meta.get("namespace")),
-                str(meta.get("name")),
+                str(metadata.get("namespace")),
+                str(metadata.get("name")),
                 {"status": patch},
                 timeout=TIMEOUT,
             )
 
     def _event(self, body: Mapping[str, Any], type_: str, reason: str, message: str, key: str) -> None:
-        meta = body.get("metadata") or {}
-        uid = str(meta.get("uid"))
+        metadata = body.get("metadata") or {}
+        uid = str(metadata.get("uid"))
         if (uid, f"{reason}:{key}") in self.posted:
             return
         now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -202,14 +202,14 @@ class Scheduler:
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {
-                "name": f"{meta.get('name')}.{uuid.uuid4().hex[:16]}",
-                "namespace": meta.get("namespace"),
+                "name": f"{metadata.get('name')}.{uuid.uuid4().hex[:16]}",
+                "namespace": metadata.get("namespace"),
             },
             "involvedObject": {
                 "apiVersion": names.API_VERSION,
                 "kind": names.KIND,
-                "name": meta.get("name"),
-                "namespace": meta.get("namespace"),
+                "name": metadata.get("name"),
+                "namespace": metadata.get("namespace"),
                 "uid": uid,
             },
             "type": type_,
@@ -223,9 +223,9 @@ class Scheduler:
             "count": 1,
         }
         try:
-            kube.objects.create_event(self.api, str(meta.get("namespace")), event, timeout=TIMEOUT)
+            kube.objects.create_event(self.api, str(metadata.get("namespace")), event, timeout=TIMEOUT)
         except kube.KubeError as exc:  # an Event is a courtesy: never a reason to fail the reconcile
-            logger.warning("event %s on schedule %s not posted: %s", reason, meta.get("name"), exc)
+            logger.warning("event %s on schedule %s not posted: %s", reason, metadata.get("name"), exc)
             return
         self.posted[(uid, f"{reason}:{key}")] = None
         while len(self.posted) > POSTED_LIMIT:
