@@ -135,8 +135,24 @@ def thaw_pod(
     return _change(state_dir, wait_s, lambda s: dataclasses.replace(s, frozen_pods=s.frozen_pods - {key}))
 
 
+def thaw_namespace(
+    namespace: str, state_dir: Path | str | None = None, *, wait_s: float | None = 10.0
+) -> State:
+    """Thaw every hung pod of one namespace, and only those: a test's teardown. Other tests share the node
+    (the parallel part of ``make test``); a teardown that thawed their pods would un-hang a worker whose
+    Lease expiry they are waiting for."""
+    prefix = _pod_key(namespace, "")
+
+    def others(s: State) -> State:
+        kept = frozenset(k for k in s.frozen_pods if not k.startswith(prefix))
+        return dataclasses.replace(s, frozen_pods=kept)
+
+    return _change(state_dir, wait_s, others)
+
+
 def reset(state_dir: Path | str | None = None, *, wait_s: float | None = 10.0) -> State:
-    """Thaw the node and every pod (test teardown)."""
+    """Thaw the node and every pod, whoever froze them (``agentrun dev node reset``; never a test's
+    teardown while other tests share the node: ``thaw_namespace``)."""
     return _change(state_dir, wait_s, lambda s: State(s.generation))
 
 

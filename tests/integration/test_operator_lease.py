@@ -19,10 +19,10 @@ from tests.support.waiting import wait_for, wait_phase
 
 
 @pytest.fixture
-def unfreeze() -> Iterator[None]:
+def unfreeze(operator: OperatorHandle) -> Iterator[None]:
     yield
     with contextlib.suppress(Exception):
-        control.reset()
+        control.thaw_namespace(operator.namespace)
 
 
 def test_hung_worker_lease_expiry_takeover(

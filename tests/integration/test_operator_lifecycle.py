@@ -144,9 +144,10 @@ def test_oom_kill_resumes_and_effect_happens_once(
 def unfreeze() -> Iterator[None]:
     yield
     with contextlib.suppress(Exception):
-        control.reset()
+        control.thaw()
 
 
+@pytest.mark.serial  # the whole node freezes: every other test's workers would stop with it
 def test_lost_node_lease_expiry_takeover_fences_stale_worker(
     kube: kubernetes.client.ApiClient, operator: OperatorHandle, tmp_path: Path, pg_dsn: str, unfreeze: None
 ) -> None:

@@ -54,7 +54,7 @@ def proxied_operator(
             proxy.resume()
             handle.close()
             with contextlib.suppress(Exception):
-                control.reset()
+                control.thaw_namespace(namespace)
 
 
 def test_stalled_watch_kills_nothing_and_a_real_hang_is_still_taken_over(

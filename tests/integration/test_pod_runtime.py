@@ -326,6 +326,7 @@ def _proc_state(pods: Pods, uid: str) -> str:
     return stat.rpartition(")")[2].split()[0]
 
 
+@pytest.mark.serial  # the whole node freezes: every other test's pods would stop with it
 def test_node_freeze_stops_pods_and_reporting_thaw_resumes(pods: Pods, frozen_node: Path) -> None:
     name = pods.create(pod_body("ticker", py(TICKER), restart="Always"))
     uid = pods.phase(name, "Running").metadata.uid
