@@ -247,3 +247,34 @@ def pool(
         dsn, kwargs = connect.planned_once_args(dsn, kwargs)
         return connect.RecentFirstPool(dsn, min_size=1, max_size=size, kwargs=kwargs, open=True)
     return psycopg_pool.ConnectionPool(dsn, min_size=1, max_size=size, kwargs=kwargs, open=True)
+
+
+CHECKPOINT_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
+AGENTRUN_TABLES = (
+    "agentrun_runs",
+    "agentrun_attempts",
+    "agentrun_effects",
+    "agentrun_approvals",
+    "agentrun_heartbeats",
+    "agentrun_step_batches",  # the step events (the view agentrun_step_events reads them one per row)
+)
+
+
+def run_bytes(dsn: str, thread: str) -> dict[str, tuple[int, int]]:
+    """table -> (rows, bytes) for one run / thread."""
+    out: dict[str, tuple[int, int]] = {}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for table in CHECKPOINT_TABLES + AGENTRUN_TABLES:
+            col = "thread_id" if table in CHECKPOINT_TABLES else "run_id"
+            row = conn.execute(
+                f"SELECT count(*), coalesce(sum(pg_column_size(t.*)), 0) FROM {table} t WHERE {col} = %s",
+                (thread,),
+            ).fetchone()
+            assert row is not None
+            out[table] = (int(row[0]), int(row[1]))
+    return out
+
+
+def total(sizes: dict[str, tuple[int, int]], tables: tuple[str, ...]) -> tuple[int, int]:
+    """(rows, bytes) of ``tables`` together, from ``run_bytes``."""
+    return sum(sizes[t][0] for t in tables), sum(sizes[t][1] for t in tables)

@@ -73,13 +73,17 @@ def parse_requests(metrics: str) -> dict[str, float]:
     return dict(counts)
 
 
-def api_requests(api: Any) -> dict[str, float]:
-    """The API server's request counts so far (``parse_requests`` of its ``/metrics``), as ``api`` (an admin
-    ``kubernetes.client.ApiClient``) may read them."""
+def metrics_text(api: Any) -> str:
+    """The API server's ``/metrics``, as ``api`` (an admin ``kubernetes.client.ApiClient``) may read them."""
     method, url, headers, _, _ = api.param_serialize("GET", "/metrics", auth_settings=["BearerToken"])
     response = api.call_api(method, url, header_params=headers)
     response.read()
-    return parse_requests(response.data.decode())
+    return str(response.data.decode())
+
+
+def api_requests(api: Any) -> dict[str, float]:
+    """The API server's request counts so far (``parse_requests`` of its ``/metrics``)."""
+    return parse_requests(metrics_text(api))
 
 
 def tree_cpu_seconds(roots: list[int], table: Mapping[int, tuple[int, float]]) -> float:

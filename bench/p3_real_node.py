@@ -16,8 +16,11 @@ import uuid
 from typing import Any
 
 from agentrun_core.api import protocol
-from bench import db, p4_scale, stats
+from agentrun_dev.demo_support import wait_until
+from bench import db, p4_scale, resume, stats
 from bench import p6_lost_node as p6
+
+FLOOR_IMPORTS = "import langgraph.graph, langgraph.types, langgraph.checkpoint.postgres, psycopg_pool"
 
 TARGET_SECONDS = 3.0  # evicted → the next attempt's first step, with the image present
 
@@ -30,31 +33,9 @@ def evicted_case(c: p4_scale.Cluster, dsn: str, *, timeout: float = 300.0) -> di
     s = dev_settings.from_env()
     api_url = f"http://127.0.0.1:{state.port(s, 'smtp-api')}"
     name = f"p3r-{uuid.uuid4().hex[:6]}"
-    toleration = {"key": config.TAINT_KEY, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
-    body = {
-        "apiVersion": f"{p4_scale.GROUP}/{p4_scale.VERSION}",
-        "kind": "AgentRun",
-        "metadata": {"name": name},
-        "spec": {
-            "graph": p6.GRAPH,
-            "input": {"emails": 40, "pause_seconds": 0.2},
-            "retry": {"backoffSeconds": 0},
-            "worker": {
-                "nodeSelector": {config.LABEL: "true"},
-                "tolerations": [toleration],
-                "env": [
-                    {"name": "MAIL_STEPS_SMTP_PORT", "value": str(state.port(s, "smtp"))},
-                    {"name": "MAIL_STEPS_SMTP_API_PORT", "value": str(state.port(s, "smtp-api"))},
-                ],
-            },
-        },
-    }
-    created = c.custom.create_namespaced_custom_object(
-        p4_scale.GROUP, p4_scale.VERSION, c.namespace, p4_scale.PLURAL, body
-    )
-    run_id = str(created["metadata"]["uid"])
+    run_id = c.create_run(name, p6.mail_run_spec(s, 40, 0.2, {config.LABEL: "true"}))
     first = protocol.pod_name(name, 1)
-    p6._wait("two emails", lambda: len(p6._sink_counts(api_url, name)) >= 2, timeout)
+    wait_until("two emails", lambda: len(p6._sink_counts(api_url, name)) >= 2, timeout)
     eviction = {
         "apiVersion": "policy/v1",
         "kind": "Eviction",
@@ -62,15 +43,13 @@ def evicted_case(c: p4_scale.Cluster, dsn: str, *, timeout: float = 300.0) -> di
     }
     t0 = time.time()
     c.core.create_namespaced_pod_eviction(first, c.namespace, eviction)
-    p6._wait("attempt 2's first step", lambda: "first_step" in p4_scale._attempt_times(dsn, run_id), timeout)
-    times = p4_scale._attempt_times(dsn, run_id)
+    wait_until("attempt 2's first step", lambda: "first_step" in resume.attempt_times(dsn, run_id), timeout)
+    times = resume.attempt_times(dsn, run_id)
     node2 = p6._node_of(c, protocol.pod_name(name, 2))
     if node2 != config.NODE_NAME:
         raise AssertionError(f"attempt 2 ran on {node2!r}, not on the real node")
     # Done with it: the next case starts on a quiet node.
-    c.custom.delete_namespaced_custom_object(
-        p4_scale.GROUP, p4_scale.VERSION, c.namespace, p4_scale.PLURAL, name
-    )
+    c.delete_run(name)
     return {k: times[k] - t0 for k in ("ended", "created", "first_step") if k in times}
 
 
@@ -78,10 +57,9 @@ def floor_case(c: p4_scale.Cluster, timeout: float = 300.0) -> float:
     """The floor beside it: a bare Pod on the same node and image, created → LangGraph's own imports done
     (sandbox, container start, interpreter, ``FLOOR_IMPORTS``), as any LangGraph worker's Pod pays."""
     from agentrun_dev.node import config
-    from bench import p3_start
 
     name = f"floor-{uuid.uuid4().hex[:6]}"
-    code = f"import time; {p3_start.FLOOR_IMPORTS}; print('FLOOR', time.time(), flush=True)"
+    code = f"import time; {FLOOR_IMPORTS}; print('FLOOR', time.time(), flush=True)"
     toleration = {"key": config.TAINT_KEY, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
     pod = {
         "apiVersion": "v1",
@@ -105,7 +83,7 @@ def floor_case(c: p4_scale.Cluster, timeout: float = 300.0) -> float:
     }
     t0 = time.time()
     c.core.create_namespaced_pod(c.namespace, pod)
-    p6._wait(
+    wait_until(
         f"{name} Succeeded",
         lambda: c.core.read_namespaced_pod(name, c.namespace).status.phase == "Succeeded",
         timeout,

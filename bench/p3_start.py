@@ -29,9 +29,8 @@ from typing import Any
 import psycopg_pool
 
 from agentrun_core import store
-from bench import db, stats
+from bench import db, p3_real_node, stats
 
-FLOOR_IMPORTS = "import langgraph.graph, langgraph.types, langgraph.checkpoint.postgres, psycopg_pool"
 WORKER_IMPORTS = "import agent_worker.main, agent_worker.runner, agentrun_core.lease, bench.graphs"
 _LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*lease \S+ (acquired|released) by")
 REPO = Path(__file__).resolve().parents[1]
@@ -146,7 +145,7 @@ def run(report: stats.Report, *, quick: bool, reps: int) -> None:
     res: dict[str, list[Any]] = stats.alternate(
         {
             "pass": lambda: _spawn_seconds("pass"),
-            "floor": lambda: _spawn_seconds(FLOOR_IMPORTS),
+            "floor": lambda: _spawn_seconds(p3_real_node.FLOOR_IMPORTS),
             "worker": lambda: _spawn_seconds(WORKER_IMPORTS),
         },
         reps,
@@ -180,15 +179,13 @@ def run(report: stats.Report, *, quick: bool, reps: int) -> None:
     for label, key in phases:
         report.add(section, stats.Row(label, [1000 * r[key] for r in runs]))
     if kubeconfig:
-        from bench import p4_scale
+        from bench import resume
 
-        resume = "P3 resume after Pod loss, through the operator and the pod runtime (seconds)"
-        report.section(resume)
-        p4_scale.resume_case(report, resume, reps, force=False)
+        section = "P3 resume after Pod loss, through the operator and the pod runtime (seconds)"
+        report.section(section)
+        resume.resume_case(report, section, reps, force=False)
         # A SIGKILLed worker's successor also waits for the old Lease to expire (spec.lease.durationSeconds);
         # deleting a Pod with grace 0 does not show it here: the local pod runtime lets the process finish.
     else:
         report.note("resume after Pod loss: skipped (needs the dev cluster: agentrun dev up)")
-    from bench import p3_real_node
-
     p3_real_node.run(report, quick=quick, reps=reps)  # skipped, saying why, without the real node

@@ -2,14 +2,11 @@
 
 For each N: a fresh namespace and database, one ``agentrun operator`` process (scoped to the namespace), N
 AgentRuns created at once (8 creators in parallel). Reported: time until all are parked on approval
-(``bench.graphs:park``) or all succeeded (``bench.graphs:noop_10``), worker Pods still holding a process,
-Pod objects left, runs/min, the operator's RSS, and the load on each part (``bench.load``: the CPU of the
-operator, the API server, Postgres and the worker Pods, and the database's transactions) — for parked runs
-over a window split into 5 slices after they are all parked (the idle cost), compared with the same parts
-over the same slices before any run existed (the baseline in the same run), and once more 11 minutes after
-the last one parked (full mode: the operator's idle poll of a quiet run has stretched to its longest and the
-finished Pods the parking left are deleted by then, with the Pod objects still left); for active runs as the
-mean over the run.
+(``bench.graphs:park``) or all succeeded (``bench.graphs:noop_10``), Pods holding a process, Pod objects
+left, runs/min, the operator's RSS, the load on each part (``bench.load``) — for parked runs over 5 slices
+after they are all parked, against the same slices before any run existed, and once more 11 minutes after
+the last one parked (full mode: idle polls stretched to their longest, the parking's finished Pods deleted),
+with what the cluster stores per parked run (``bench.stored``); for active runs as the mean over the run.
 Both also give what a run cost in all: CPU-seconds per run, each part, transactions per run.
 """
 
@@ -27,11 +24,10 @@ from pathlib import Path
 from typing import Any
 
 import kubernetes
-import psycopg
 
 from agent_operator import settings as operator_settings
 from agentrun_dev import finalizers
-from bench import db, load, stats
+from bench import db, load, stats, stored
 
 GROUP, VERSION, PLURAL = "agentrun.dev", "v1alpha1", "agentruns"
 REPO = Path(__file__).resolve().parents[1]
@@ -139,18 +135,22 @@ class Cluster:
             time.sleep(0.2)
         raise RuntimeError(f"the operator did not lead within 120 s; log: {self.log}")
 
-    def create_runs(self, n: int, graph: str, extra: dict[str, Any] | None = None) -> None:
-        def one(i: int) -> None:
-            body = {
-                "apiVersion": f"{GROUP}/{VERSION}",
-                "kind": "AgentRun",
-                "metadata": {"name": f"r{i:04d}"},
-                "spec": {"graph": graph, "input": {}, **(extra or {})},
-            }
-            self.custom.create_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, body)
+    def create_run(self, name: str, spec: dict[str, Any]) -> str:
+        """Create AgentRun ``name`` with ``spec``; its uid (the run's id in Postgres)."""
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "AgentRun", "metadata": {"name": name}}
+        body["spec"] = spec
+        created = self.custom.create_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, body)
+        return str(created["metadata"]["uid"])
 
+    def run_object(self, name: str) -> dict[str, Any]:
+        return dict(self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name))
+
+    def delete_run(self, name: str) -> None:
+        self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name)
+
+    def create_runs(self, n: int, graph: str) -> None:
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
-            list(pool.map(one, range(n)))
+            list(pool.map(lambda i: self.create_run(f"r{i:04d}", {"graph": graph, "input": {}}), range(n)))
 
     def phases(self) -> dict[str, int]:
         runs = self.custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL)["items"]
@@ -167,13 +167,19 @@ class Cluster:
         return live, len(items)
 
     def wait_all(self, phase: str, n: int, timeout: float) -> float:
+        """Seconds until ``n`` runs show ``phase``. Listing every run is itself load on the API server: the
+        look is spaced with ``n`` (20 s at 10,000), and each is printed with the operator's RSS."""
         t0 = time.monotonic()
         while time.monotonic() - t0 < timeout:
-            if self.phases().get(phase, 0) >= n:
+            reached = self.phases().get(phase, 0)
+            if self.operator is not None and n >= 1000:
+                at, rss = time.monotonic() - t0, _rss_mb(self.operator.pid)
+                print(f"  ... {reached}/{n} {phase} at {at:.0f}s, operator RSS {rss:.0f} MB", file=sys.stderr)
+            if reached >= n:
                 return time.monotonic() - t0
             if self.operator is not None and self.operator.poll() is not None:
                 raise RuntimeError(f"the operator exited {self.operator.returncode}; log: {self.log}")
-            time.sleep(1.0)
+            time.sleep(max(1.0, n / 500))
         raise TimeoutError(f"{n} runs not {phase} within {timeout:.0f}s: {self.phases()}; log: {self.log}")
 
     def __exit__(self, *exc: Any) -> None:
@@ -199,12 +205,16 @@ class Cluster:
         self.api.close()
 
 
+def _stored(c: Cluster) -> stored.Stored:
+    return stored.sample(c.api, c.namespace, c.handle.ports.etcd_metrics)
+
+
 def parked_case(report: stats.Report, section: str, n: int, window: float, settle: float) -> None:
     with db.fresh_database(f"p4p{n}") as dsn, Cluster(f"parked{n}") as c:
         pid = c.start_operator(dsn)
         with load.meter(dsn, pid, c.api) as meter:
             idle, idle_tx = meter.cpu_slices(window)
-            t0, before = time.monotonic(), meter.sample()
+            t0, before, kept_before = time.monotonic(), meter.sample(), _stored(c)
             c.create_runs(n, "bench.graphs:park")
             reached = time.monotonic() - t0 + c.wait_all("WaitingApproval", n, timeout=120 + 6.0 * n)
             parked_at, parked = time.monotonic(), meter.sample()
@@ -216,6 +226,7 @@ def parked_case(report: stats.Report, section: str, n: int, window: float, settl
             if settle > 0:  # idle polls at their longest, finished Pods gone (``run``)
                 time.sleep(max(0.0, parked_at + settle - time.monotonic()))
                 settled = (*meter.cpu_slices(window), c.pods()[1])
+            kept = _stored(c)
         live, objects = c.pods()
         label = f"{n} runs parked on approval"
         report.add(section, stats.Row(f"{label}: time to all parked", [reached], unit="s"))
@@ -228,6 +239,8 @@ def parked_case(report: stats.Report, section: str, n: int, window: float, settl
         for row in (load.cpu_per_run(before, parked, n), load.requests_per_run(before, parked, n)):
             report.add(section, dataclasses.replace(row, figure=f"{label}: until parked, {row.figure}"))
         report.add(section, stats.Row(f"{label}: operator RSS", [_rss_mb(pid)], unit="MB"))
+        for row in stored.per_run(kept_before, kept, n, f"{label}: {'settled' if settle > 0 else 'parked'}"):
+            report.add(section, row)
         report.add(
             section,
             stats.Row(
@@ -346,71 +359,3 @@ def run(
         parked_case(report, section, n, window, settle)
     for n in _counts(active, [2] if quick else [10, 25, 50, 100]):
         active_case(report, section, n, 10)
-
-
-def _attempt_times(dsn: str, run_id: str) -> dict[str, float]:
-    """Unix times: attempt 1 ended, attempt 2 row written (Pod created), attempt 2's first step started."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT (SELECT extract(epoch FROM ended_at) FROM agentrun_attempts"
-            "   WHERE run_id = %(r)s AND attempt = 1),"
-            " (SELECT extract(epoch FROM started_at) FROM agentrun_attempts"
-            "   WHERE run_id = %(r)s AND attempt = 2),"
-            " (SELECT extract(epoch FROM min(started_at)) FROM agentrun_step_events"
-            "   WHERE run_id = %(r)s AND attempt = 2)",
-            {"r": run_id},
-        ).fetchone()
-    assert row is not None
-    return {
-        k: float(v) for k, v in zip(("ended", "created", "first_step"), row, strict=True) if v is not None
-    }
-
-
-def resume_case(report: stats.Report, section: str, reps: int, force: bool) -> None:
-    """Delete the worker Pod mid-run (gracefully: it drains and releases; force: SIGKILL, the Lease stays)
-    and time the next attempt's phases from Postgres (same machine, same clock)."""
-    kind = "killed (grace 0)" if force else "evicted (graceful)"
-    with db.fresh_database("p3r") as dsn, Cluster("kill" if force else "evict") as c:
-        c.start_operator(dsn)
-        phases: dict[str, list[float]] = {"ended": [], "created": [], "first_step": []}
-        for rep in range(reps):
-            name = f"r{rep:04d}"
-            body = {
-                "apiVersion": f"{GROUP}/{VERSION}",
-                "kind": "AgentRun",
-                "metadata": {"name": name},
-                "spec": {"graph": "bench.graphs:slow_40", "input": {}, "retry": {"backoffSeconds": 0}},
-            }
-            run_id = c.custom.create_namespaced_custom_object(GROUP, VERSION, c.namespace, PLURAL, body)[
-                "metadata"
-            ]["uid"]
-            _wait_step(dsn, run_id, attempt=1, timeout=180)
-            t0 = time.time()
-            c.core.delete_namespaced_pod(f"{name}-1", c.namespace, grace_period_seconds=0 if force else None)
-            deadline = time.monotonic() + 180
-            while "first_step" not in (times := _attempt_times(dsn, run_id)):
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"attempt 2 of {name} never ran a step; log: {c.log}")
-                time.sleep(0.2)
-            phases["ended"].append(times.get("ended", t0) - t0)
-            phases["created"].append(times["created"] - t0)
-            phases["first_step"].append(times["first_step"] - t0)
-    report.add(section, stats.Row(f"Pod {kind} → attempt 1 recorded its end", phases["ended"], unit="s"))
-    report.add(
-        section, stats.Row(f"Pod {kind} → operator created attempt 2's Pod", phases["created"], unit="s")
-    )
-    report.add(section, stats.Row(f"Pod {kind} → attempt 2's first step", phases["first_step"], unit="s"))
-
-
-def _wait_step(dsn: str, run_id: str, attempt: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        while time.monotonic() < deadline:
-            row = conn.execute(
-                "SELECT count(*) FROM agentrun_step_events WHERE run_id = %s AND attempt = %s",
-                (run_id, attempt),
-            ).fetchone()
-            if row and row[0] >= 2:
-                return
-            time.sleep(0.2)
-    raise TimeoutError(f"run {run_id} attempt {attempt} ran no step within {timeout:.0f}s")

@@ -27,7 +27,7 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from agent_worker import checkpointer
 from agentrun_core import store
 from agentrun_core.api import protocol
-from bench import db, graphs, p5_storage, stats
+from bench import db, graphs, stats
 
 
 def _park(dsn: str, n: int) -> str:
@@ -77,7 +77,7 @@ def _bare_chat(dsn: str, n: int) -> str:
 
 
 def _checkpoint_bytes(dsn: str, thread: str) -> int:
-    return p5_storage._sum(p5_storage._bytes(dsn, thread), p5_storage.CHECKPOINT_TABLES)[1]
+    return db.total(db.run_bytes(dsn, thread), db.CHECKPOINT_TABLES)[1]
 
 
 def run(report: stats.Report, dsn: str, *, quick: bool, reps: int) -> None:

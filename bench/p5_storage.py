@@ -21,31 +21,6 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from agentrun_core import store
 from bench import db, graphs, p1_steps, p5_delta, stats
 
-CHECKPOINT_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
-AGENTRUN_TABLES = (
-    "agentrun_runs",
-    "agentrun_attempts",
-    "agentrun_effects",
-    "agentrun_approvals",
-    "agentrun_heartbeats",
-    "agentrun_step_batches",  # the step events (the view agentrun_step_events reads them one per row)
-)
-
-
-def _bytes(dsn: str, thread: str) -> dict[str, tuple[int, int]]:
-    """table -> (rows, bytes) for one run / thread."""
-    out: dict[str, tuple[int, int]] = {}
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        for table in CHECKPOINT_TABLES + AGENTRUN_TABLES:
-            col = "thread_id" if table in CHECKPOINT_TABLES else "run_id"
-            row = conn.execute(
-                f"SELECT count(*), coalesce(sum(pg_column_size(t.*)), 0) FROM {table} t WHERE {col} = %s",
-                (thread,),
-            ).fetchone()
-            assert row is not None
-            out[table] = (int(row[0]), int(row[1]))
-    return out
-
 
 def _rows_referencing(dsn: str, run_ids: list[str]) -> dict[str, int]:
     """table -> rows whose run_id / thread_id is one of ``run_ids``, for every such table of the schema."""
@@ -88,10 +63,6 @@ def _bare_run(dsn: str, graph: str, mode: p1_steps.Durability) -> str:
     return thread
 
 
-def _sum(sizes: dict[str, tuple[int, int]], tables: tuple[str, ...]) -> tuple[int, int]:
-    return sum(sizes[t][0] for t in tables), sum(sizes[t][1] for t in tables)
-
-
 def run(report: stats.Report, *, quick: bool, reps: int) -> None:
     section = "P5 storage: bytes per step / per effect vs bare PostgresSaver, rows left after a run"
     report.section(section)
@@ -103,10 +74,10 @@ def run(report: stats.Report, *, quick: bool, reps: int) -> None:
         for mode in modes:
             graph = f"chat_{turns}"
             finished.append(_worker_run(dsn, graph, mode))
-            ours = _bytes(dsn, finished[-1])
-            base = _bytes(dsn, _bare_run(dsn, graph, mode))
-            ck_ours, ck_base = _sum(ours, CHECKPOINT_TABLES)[1], _sum(base, CHECKPOINT_TABLES)[1]
-            ar_rows, ar_bytes = _sum(ours, AGENTRUN_TABLES)
+            ours = db.run_bytes(dsn, finished[-1])
+            base = db.run_bytes(dsn, _bare_run(dsn, graph, mode))
+            ck_ours, ck_base = (db.total(sizes, db.CHECKPOINT_TABLES)[1] for sizes in (ours, base))
+            ar_rows, ar_bytes = db.total(ours, db.AGENTRUN_TABLES)
             label = f"{turns}-turn add_messages, {mode}"
             report.add(
                 section,
@@ -126,21 +97,21 @@ def run(report: stats.Report, *, quick: bool, reps: int) -> None:
             report.add(section, stats.Row(f"{label}: agentrun bytes per step", [ar_bytes / turns], unit="B"))
             left = ", ".join(
                 f"{t.removeprefix('agentrun_')} {ours[t][0]}"
-                for t in CHECKPOINT_TABLES + AGENTRUN_TABLES
+                for t in db.CHECKPOINT_TABLES + db.AGENTRUN_TABLES
                 if ours[t][0]
             )
             report.add(
                 section,
                 stats.Row(
                     f"{label}: rows left for the finished run",
-                    [float(_sum(ours, CHECKPOINT_TABLES)[0] + ar_rows)],
+                    [float(db.total(ours, db.CHECKPOINT_TABLES)[0] + ar_rows)],
                     unit="rows",
                     note=left,
                 ),
             )
         run_id = _worker_run(dsn, f"effect_{n_effects}", "sync")
         finished.append(run_id)
-        sizes = _bytes(dsn, run_id)
+        sizes = db.run_bytes(dsn, run_id)
         report.add(
             section,
             stats.Row(

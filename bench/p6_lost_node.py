@@ -27,7 +27,6 @@ import json
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import kubernetes
@@ -35,7 +34,8 @@ import psycopg
 from psycopg import conninfo
 
 from agentrun_core.api import protocol
-from bench import db, p4_scale, stats
+from agentrun_dev.demo_support import DemoError, wait_until
+from bench import db, p4_scale, resume, stats
 
 GRAPH = "agentrun_dev.mail_steps:graph"
 IMAGE = "agentrun:0.1.0"  # what `make image` tags and deploy/ runs
@@ -114,17 +114,6 @@ def operator_env(dsn: str) -> dict[str, str]:
     }
 
 
-def _wait(what: str, check: Callable[[], Any], timeout: float, interval: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
-
-
 def _sink_counts(api_url: str, run: str) -> dict[int, int]:
     with urllib.request.urlopen(api_url + "/messages", timeout=10) as resp:
         messages = json.loads(resp.read())["messages"]
@@ -161,6 +150,28 @@ def _outcome(dsn: str, run_id: str, attempt: int) -> tuple[str, str]:
     return (str(row[0]), str(row[1])) if row else ("", "")
 
 
+def mail_run_spec(s: Any, emails: int, pause: float, node_selector: dict[str, str]) -> dict[str, Any]:
+    """A run of ``GRAPH`` sending ``emails`` to the dev cluster's SMTP sink (settings ``s``), its worker on
+    the nodes ``node_selector`` picks, the real node's taint tolerated."""
+    from agentrun_dev import state
+    from agentrun_dev.node import config
+
+    toleration = {"key": config.TAINT_KEY, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
+    return {
+        "graph": GRAPH,
+        "input": {"emails": emails, "pause_seconds": pause},
+        "retry": {"backoffSeconds": 0},
+        "worker": {
+            "nodeSelector": node_selector,
+            "tolerations": [toleration],
+            "env": [
+                {"name": "MAIL_STEPS_SMTP_PORT", "value": str(state.port(s, "smtp"))},
+                {"name": "MAIL_STEPS_SMTP_API_PORT", "value": str(state.port(s, "smtp-api"))},
+            ],
+        },
+    }
+
+
 def lost_node_case(
     c: p4_scale.Cluster, dsn: str, *, emails: int = 12, pause: float = 1.0, timeout: float = 300.0
 ) -> Outcome:
@@ -171,39 +182,18 @@ def lost_node_case(
     s = dev_settings.from_env()
     api_url = f"http://127.0.0.1:{state.port(s, 'smtp-api')}"
     name = f"p6-{uuid.uuid4().hex[:6]}"
-    toleration = {"key": config.TAINT_KEY, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
-    body = {
-        "apiVersion": f"{p4_scale.GROUP}/{p4_scale.VERSION}",
-        "kind": "AgentRun",
-        "metadata": {"name": name},
-        "spec": {
-            "graph": GRAPH,
-            "input": {"emails": emails, "pause_seconds": pause},
-            "lease": {"durationSeconds": LEASE_SECONDS},
-            "retry": {"backoffSeconds": 0},
-            "worker": {
-                "nodeSelector": {"kubernetes.io/os": "linux"},
-                "tolerations": [toleration],
-                "env": [
-                    {"name": "MAIL_STEPS_SMTP_PORT", "value": str(state.port(s, "smtp"))},
-                    {"name": "MAIL_STEPS_SMTP_API_PORT", "value": str(state.port(s, "smtp-api"))},
-                ],
-            },
-        },
-    }
+    spec = mail_run_spec(s, emails, pause, {"kubernetes.io/os": "linux"})
+    spec["lease"] = {"durationSeconds": LEASE_SECONDS}
     first, second = protocol.pod_name(name, 1), protocol.pod_name(name, 2)
     _cordon(c, POD_RUNTIME_NODE, True)  # attempt 1 on the real node
     try:
-        created = c.custom.create_namespaced_custom_object(
-            p4_scale.GROUP, p4_scale.VERSION, c.namespace, p4_scale.PLURAL, body
-        )
-        run_id = str(created["metadata"]["uid"])
-        node1 = _wait(f"{first} bound", lambda: _node_of(c, first), timeout)
+        run_id = c.create_run(name, spec)
+        node1 = wait_until(f"{first} bound", lambda: _node_of(c, first), timeout)
     finally:
         _cordon(c, POD_RUNTIME_NODE, False)
     if node1 != config.NODE_NAME:
         raise AssertionError(f"attempt 1 ran on {node1}, not on the real node {config.NODE_NAME}")
-    _wait("two emails from the real node's worker", lambda: len(_sink_counts(api_url, name)) >= 2, timeout)
+    wait_until("two emails from the real node", lambda: len(_sink_counts(api_url, name)) >= 2, timeout)
     coord: Any = kubernetes.client.CoordinationV1Api(c.api)
     lease_name = protocol.lease_name(name)
     t_cut = time.time()
@@ -211,20 +201,20 @@ def lost_node_case(
     try:
         # The last renewal the API server has from the old worker: nothing it sends now arrives.
         renewed = coord.read_namespaced_lease(lease_name, c.namespace).spec.renew_time.timestamp()
-        _wait(
+        wait_until(
             "attempt 2's first step",
-            lambda: "first_step" in p4_scale._attempt_times(dsn, run_id),
+            lambda: "first_step" in resume.attempt_times(dsn, run_id),
             timeout,
         )
-        times = p4_scale._attempt_times(dsn, run_id)
+        times = resume.attempt_times(dsn, run_id)
         node2 = _node_of(c, second)
     finally:
         lifecycle.heal(s)
     # The old worker ran on through the partition; healed, it reaches Postgres again and must stop there.
-    with contextlib.suppress(TimeoutError):  # reported: the outcome it has
-        _wait("attempt 1's worker fenced", lambda: _outcome(dsn, run_id, 1)[0] == "fenced", 120)
+    with contextlib.suppress(DemoError):  # reported: the outcome it has
+        wait_until("attempt 1's worker fenced", lambda: _outcome(dsn, run_id, 1)[0] == "fenced", 120)
     old, old_detail = _outcome(dsn, run_id, 1)
-    _wait(f"{name} Succeeded", lambda: _phase(c, name) == "Succeeded", timeout, interval=0.5)
+    wait_until(f"{name} Succeeded", lambda: _phase(c, name) == "Succeeded", timeout, interval=0.5)
     return Outcome(
         lease_seconds=LEASE_SECONDS,
         expiry=renewed + LEASE_SECONDS - t_cut,
@@ -239,9 +229,7 @@ def lost_node_case(
 
 
 def _phase(c: p4_scale.Cluster, name: str) -> str:
-    obj = c.custom.get_namespaced_custom_object(
-        p4_scale.GROUP, p4_scale.VERSION, c.namespace, p4_scale.PLURAL, name
-    )
+    obj = c.run_object(name)
     return str((obj.get("status") or {}).get("phase") or "")
 
 

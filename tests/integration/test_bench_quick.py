@@ -95,3 +95,8 @@ def test_quick_p4_runs_an_operator_with_parked_and_active_runs(dev_cluster: Any,
         assert float(cost["note"].split("; ")[1].split()[0]) > 0, cost  # transactions per run
     for writes in (r for r in rows if "API writes per run" in r["figure"]):
         assert writes["median"] >= 2, writes  # at least the AgentRun created and its worker Pod
+    # What the cluster stores per parked run is counted in the run's namespace: its AgentRun and its Lease
+    # (its finished Pod too, in quick mode: kept for its logs until the retention).
+    kept = next(r for r in rows if "API objects stored per run" in r["figure"])
+    assert "agentruns 1.00" in kept["note"] and "leases 1.00" in kept["note"], kept
+    assert any("etcd bytes in use per run" in r["figure"] for r in rows), figures
