@@ -34,10 +34,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--reps", type=int, default=None, help="repetitions per variant (default 5, min 5)")
     parser.add_argument("--json", default=None, help="also write one JSON object per figure to this file")
     parser.add_argument(
-        "--p4-parked", default=None, help="comma list of parked-run counts (default 50,200,1000)"
+        "--p4-parked", default=None, help="comma list of parked-run counts (default 50,200,1000; 0: none)"
     )
     parser.add_argument(
-        "--p4-active", default=None, help="comma list of active-run counts (default 10,25,50,100)"
+        "--p4-active", default=None, help="comma list of active-run counts (default 10,25,50,100; 0: none)"
     )
     return parser.parse_args(argv)
 

@@ -340,7 +340,7 @@ def active_case(report: stats.Report, section: str, n: int, steps: int) -> None:
 def _counts(text: str | None, default: list[int]) -> list[int]:
     if not text:
         return default
-    return [int(x) for x in text.split(",") if x.strip()]
+    return [int(x) for x in text.split(",") if x.strip() and int(x) > 0]  # 0: none of that case
 
 
 def run(
