@@ -8,7 +8,7 @@ from typing import Any
 from agent_operator import settings
 from agent_operator.decide import actions, model
 from agentrun_core import store
-from agentrun_core.api import meta
+from agentrun_core.api import meta, protocol
 from tests.unit import rowmaker
 
 NOW = datetime.datetime(2026, 1, 1, 12, 0, 0, tzinfo=datetime.UTC)
@@ -51,6 +51,24 @@ def world(
 
 def pod(attempt: int = 1, **kw: Any) -> model.PodInfo:
     return model.PodInfo(name=f"r-{attempt}", attempt=attempt, **kw)
+
+
+def parked(
+    *approvals: store.Approval,
+    status: dict[str, Any] | None = None,
+    pods: list[model.PodInfo] | None = None,
+    **kw: Any,
+) -> model.World:
+    """A run parked for ``approvals`` after its first attempt, whose worker exited as parked; ``kw``: other
+    ``world`` arguments."""
+    parked_pod = pod(phase="Succeeded", exit_code=protocol.EXIT_PARKED)
+    return world(
+        db="parked",
+        status=status or {"attempts": 1},
+        pods=[parked_pod] if pods is None else pods,
+        approvals=approvals,
+        **kw,
+    )
 
 
 def effective(plan: actions.Plan) -> list[actions.Action]:

@@ -12,10 +12,10 @@ import pytest
 
 from agent_operator.decide import actions, model, reconcile
 from agentrun import batch_cli, cluster, render, trace
-from agentrun_core import hitl
+from agentrun_core import hitl, store
 from agentrun_core.api import meta
 from tests.unit import rowmaker
-from tests.unit.reconcile_world import NOW, pod, world
+from tests.unit.reconcile_world import NOW, parked, world
 from tests.unit.test_trace import inputs
 
 
@@ -46,14 +46,15 @@ MIXED = [
 ]
 
 
-def annotated(ann: dict[str, str], *, by: str = "manager", creator: str = "alice", **kw: Any) -> model.World:
-    return world(
-        db="parked",
-        status={"attempts": 1},
-        pods=[pod(phase="Succeeded", exit_code=10)],
-        annotations={meta.CREATED_BY: creator, meta.DECIDED_BY: by, **ann},
-        **{"approvals": (PENDING,), **kw},
-    )
+def annotated(
+    ann: dict[str, str],
+    *,
+    by: str = "manager",
+    creator: str = "alice",
+    approvals: tuple[store.Approval, ...] = (PENDING,),
+    **kw: Any,
+) -> model.World:
+    return parked(*approvals, annotations={meta.CREATED_BY: creator, meta.DECIDED_BY: by, **ann}, **kw)
 
 
 def decided(plan: actions.Plan) -> list[actions.Decide]:
@@ -143,21 +144,13 @@ def test_decisions_for_a_prompt_that_is_not_a_batch_are_refused() -> None:
 
 def test_an_expiry_rejects_every_action() -> None:
     late = dataclasses.replace(PENDING, deadline=NOW - datetime.timedelta(seconds=1))
-    plan = reconcile.decide(
-        world(
-            db="parked",
-            status={"attempts": 1},
-            pods=[pod(phase="Succeeded", exit_code=10)],
-            approvals=(late,),
-            spec={"approval": {"onTimeout": "readOnly"}},
-        )
-    )
+    plan = reconcile.decide(parked(late, spec={"approval": {"onTimeout": "readOnly"}}))
     [decide] = decided(plan)
     assert decide.decision == "expired" and [d["type"] for d in decide.decisions or []] == ["reject"] * 3
 
 
 def test_status_lists_the_batch_and_each_decision() -> None:
-    plan = reconcile.decide(world(db="parked", status={"attempts": 1}, approvals=(PENDING,)))
+    plan = reconcile.decide(parked(PENDING, pods=[]))
     assert plan.status is not None
     assert plan.status["pendingApproval"]["actions"] == [
         {"tool": "send_email", "args": PROMPT["action_requests"][0]["args"],

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+from typing import Any
 
 from agent_operator.decide import actions, model, reconcile
 from agentrun_core.api import meta, schedules
 from tests.unit import rowmaker
-from tests.unit.reconcile_world import NOW, pod, world
+from tests.unit.reconcile_world import NOW, parked
 
 PENDING = rowmaker.approval(
     approval_id="a-111111111111",
@@ -30,19 +31,12 @@ def annotated(
     key: str = meta.APPROVE,
     by: str | None = "manager",
     extra_annotations: dict[str, str] | None = None,
-    **kw: object,
+    **kw: Any,
 ) -> model.World:
     ann = {key: value, meta.CREATED_BY: "alice", **(extra_annotations or {})}
     if by:
         ann[meta.DECIDED_BY] = by
-    return world(
-        db="parked",
-        status={"attempts": 1},
-        pods=[pod(phase="Succeeded", exit_code=10)],
-        annotations=ann,
-        approvals=(OLD, PENDING),
-        **kw,
-    )  # type: ignore[arg-type]
+    return parked(OLD, PENDING, annotations=ann, **kw)
 
 
 def test_a_run_waiting_for_approval_needs_no_pod_and_no_fresh_read_of_it() -> None:
@@ -50,12 +44,12 @@ def test_a_run_waiting_for_approval_needs_no_pod_and_no_fresh_read_of_it() -> No
     on
     waiting without reading the API server at each look. Once decided, the round that starts the next
     attempt reads fresh first, as for any vanished Pod."""
-    waiting = reconcile.decide(world(db="parked", status={"attempts": 1}, approvals=(PENDING,)))
+    waiting = reconcile.decide(parked(PENDING, pods=[]))
     assert waiting.confirm is None and waiting.actions == []
     assert waiting.status is not None and waiting.status["phase"] == "WaitingApproval"
     assert waiting.idle_after is not None
     approved = dataclasses.replace(PENDING, status="approved", decided_by="manager", decided_at=NOW)
-    decided = reconcile.decide(world(db="parked", status={"attempts": 1}, approvals=(approved,)))
+    decided = reconcile.decide(parked(approved, pods=[]))
     assert decided.confirm is not None
     assert not [a for a in decided.actions if isinstance(a, actions.CreatePod)]
 
@@ -65,14 +59,7 @@ def decides(plan: actions.Plan) -> list[actions.Decide]:
 
 
 def test_waiting_for_approval_shows_pending_id() -> None:
-    plan = reconcile.decide(
-        world(
-            db="parked",
-            status={"attempts": 1},
-            pods=[pod(phase="Succeeded", exit_code=10)],
-            approvals=(PENDING,),
-        )
-    )
+    plan = reconcile.decide(parked(PENDING))
     assert plan.actions == []
     assert plan.status is not None and plan.status["phase"] == "WaitingApproval"
     assert plan.status["pendingApproval"]["id"] == PENDING.approval_id
@@ -135,14 +122,7 @@ def test_handled_annotations_are_not_processed_twice() -> None:
 
 def test_decided_approval_starts_next_attempt() -> None:
     decided = dataclasses.replace(PENDING, status="approved", decided_by="manager", decided_at=NOW)
-    plan = reconcile.decide(
-        world(
-            db="parked",
-            status={"attempts": 1},
-            pods=[pod(phase="Succeeded", exit_code=10)],
-            approvals=(decided,),
-        )
-    )
+    plan = reconcile.decide(parked(decided))
     assert [a for a in plan.actions if not isinstance(a, actions.PinImage)] == [
         actions.CreatePod(2, "approval", image="agentrun:dev")
     ]
@@ -154,13 +134,7 @@ def test_decided_approval_starts_next_attempt() -> None:
 
 def overdue(on_timeout: str) -> model.World:
     late = dataclasses.replace(PENDING, deadline=NOW - datetime.timedelta(seconds=1))
-    return world(
-        db="parked",
-        status={"attempts": 1},
-        pods=[pod(phase="Succeeded", exit_code=10)],
-        approvals=(late,),
-        spec={"approval": {"onTimeout": on_timeout}},
-    )
+    return parked(late, spec={"approval": {"onTimeout": on_timeout}})
 
 
 def test_deadline_escalate_once_and_keep_waiting() -> None:
@@ -195,21 +169,10 @@ def test_annotation_beats_deadline_in_the_same_reconcile() -> None:
 
 def test_expired_cancel_is_followed_by_cancel_run_then_read_only_resumes() -> None:
     expired = dataclasses.replace(PENDING, status="expired", deadline_action="cancel", decided_at=NOW)
-    plan = reconcile.decide(
-        world(
-            db="parked",
-            status={"attempts": 1},
-            approvals=(expired,),
-            pods=[pod(phase="Succeeded", exit_code=10)],
-        )
-    )
+    plan = reconcile.decide(parked(expired))
     assert any(isinstance(a, actions.CancelRun) for a in plan.actions)
     ro = dataclasses.replace(expired, deadline_action="read_only")
-    plan = reconcile.decide(
-        world(
-            db="parked", status={"attempts": 1}, approvals=(ro,), pods=[pod(phase="Succeeded", exit_code=10)]
-        )
-    )
+    plan = reconcile.decide(parked(ro))
     assert actions.SetReadOnly() in plan.actions
     assert actions.CreatePod(2, "deadline", image="agentrun:dev") in plan.actions
 
@@ -223,7 +186,7 @@ def test_decision_is_stored_before_the_annotations_go() -> None:
     assert kinds.index(actions.Decide) < kinds.index(actions.RemoveDecisionAnnotations)
 
 
-def _with_policy(policy: dict[str, object], by: str = "manager", groups: str = "") -> model.World:
+def _with_policy(policy: dict[str, Any], by: str = "manager", groups: str = "") -> model.World:
     approval = dataclasses.replace(PENDING, policy=policy)
     w = annotated(approval.approval_id, by=by)
     ann = {**w.run.annotations, meta.DECIDED_BY_GROUPS: groups}

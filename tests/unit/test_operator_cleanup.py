@@ -6,7 +6,7 @@ from __future__ import annotations
 from agent_operator.decide import actions, cleanup, model
 from agentrun_core import store
 from tests.unit import rowmaker
-from tests.unit.reconcile_world import pod, world
+from tests.unit.reconcile_world import parked, pod, world
 
 
 def cleaned(plan: actions.Plan) -> list[str]:
@@ -38,13 +38,7 @@ def test_the_last_pod_of_a_finished_run_is_kept_for_the_retention() -> None:
 
 
 def _parked(approval: store.Approval, terminated_for: float) -> model.World:
-    return world(
-        db="parked",
-        status={"attempts": 1},
-        pods=[pod(1, phase="Succeeded", exit_code=10)],
-        approvals=(approval,),
-        pods_terminated_for={1: terminated_for},
-    )
+    return parked(approval, pods_terminated_for={1: terminated_for})
 
 
 def test_a_parked_runs_pod_is_kept_for_the_retention_while_its_approval_is_pending() -> None:

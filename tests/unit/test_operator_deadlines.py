@@ -8,10 +8,10 @@ import datetime
 import pytest
 
 from agent_operator import settings
-from agent_operator.decide import actions, reconcile
+from agent_operator.decide import actions, model, reconcile
 from agentrun_core import deadline_math
 from tests.unit import rowmaker
-from tests.unit.reconcile_world import NOW, effective, pod, world
+from tests.unit.reconcile_world import NOW, effective, parked, pod, world
 
 IDLE = settings.ReconcileSettings(poll_seconds=30.0, idle_poll_seconds=300.0)
 
@@ -30,34 +30,33 @@ def clock(*attempts: deadline_math.Interval, last_step: float | None = None) -> 
     )
 
 
-def test_a_running_run_is_woken_at_its_deadline_not_polled() -> None:
-    w = world(
+def running(deadlines: dict[str, int], deadline_clock: deadline_math.Clock) -> model.World:
+    """A run whose first attempt's worker runs, with ``deadlines`` (spec fields) and its clock."""
+    return world(
         db="running",
         status={"attempts": 1},
         pods=[pod(phase="Running")],
-        spec={"activeDeadlineSeconds": 100, "progressDeadlineSeconds": 60},
-        deadline_clock=clock(deadline_math.Interval(ago(80)), last_step=20),
+        spec=deadlines,
+        deadline_clock=deadline_clock,
+    )
+
+
+def test_a_running_run_is_woken_at_its_deadline_not_polled() -> None:
+    w = running(
+        {"activeDeadlineSeconds": 100, "progressDeadlineSeconds": 60},
+        clock(deadline_math.Interval(ago(80)), last_step=20),
     )
     plan = reconcile.decide(w, IDLE)
     assert effective(plan) == []
     assert plan.requeue_after == pytest.approx(20.0)  # active: 100 - 80; progress: 60 - 20 = 40 is later
-    w = world(
-        db="running",
-        status={"attempts": 1},
-        pods=[pod(phase="Running")],
-        spec={"progressDeadlineSeconds": 60},
-        deadline_clock=clock(deadline_math.Interval(ago(70)), last_step=52),
-    )
+    w = running({"progressDeadlineSeconds": 60}, clock(deadline_math.Interval(ago(70)), last_step=52))
     assert reconcile.decide(w, IDLE).requeue_after == pytest.approx(8.0)
 
 
 def test_past_the_active_deadline_the_run_is_expired_in_postgres() -> None:
-    w = world(
-        db="running",
-        status={"attempts": 1},
-        pods=[pod(phase="Running")],
-        spec={"activeDeadlineSeconds": 60},
-        deadline_clock=clock(deadline_math.Interval(ago(200), ago(150)), deadline_math.Interval(ago(15))),
+    w = running(
+        {"activeDeadlineSeconds": 60},
+        clock(deadline_math.Interval(ago(200), ago(150)), deadline_math.Interval(ago(15))),
     )
     plan = reconcile.decide(w, IDLE)
     expired = [a for a in plan.actions if isinstance(a, actions.ExpireRun)]
@@ -68,13 +67,7 @@ def test_past_the_active_deadline_the_run_is_expired_in_postgres() -> None:
 
 
 def test_past_the_progress_deadline_the_run_is_expired() -> None:
-    w = world(
-        db="running",
-        status={"attempts": 1},
-        pods=[pod(phase="Running")],
-        spec={"progressDeadlineSeconds": 30},
-        deadline_clock=clock(deadline_math.Interval(ago(100)), last_step=31),
-    )
+    w = running({"progressDeadlineSeconds": 30}, clock(deadline_math.Interval(ago(100)), last_step=31))
     plan = reconcile.decide(w, IDLE)
     assert [a.reason for a in plan.actions if isinstance(a, actions.ExpireRun)] == [
         "ProgressDeadlineExceeded"
@@ -83,11 +76,10 @@ def test_past_the_progress_deadline_the_run_is_expired() -> None:
 
 def test_a_parked_run_is_neither_expired_nor_woken_by_its_deadline() -> None:
     approval = rowmaker.approval("a-000000000001")
-    w = world(
-        db="parked",
+    w = parked(
+        approval,
         status={"attempts": 1, "phase": "WaitingApproval"},
         pods=[pod(phase="Succeeded")],
-        approvals=(approval,),
         spec={"activeDeadlineSeconds": 60, "progressDeadlineSeconds": 10},
         # ran 50 s, parked for an hour since
         deadline_clock=clock(deadline_math.Interval(ago(3650), ago(3600)), last_step=3601),

@@ -5,7 +5,9 @@ from __future__ import annotations
 import dataclasses
 import datetime
 
-from agent_operator.decide import actions, reconcile, run_status
+import pytest
+
+from agent_operator.decide import actions, model, reconcile, run_status
 from tests.unit import rowmaker
 from tests.unit.reconcile_world import NOW, effective, kinds, pod, tuned, world
 
@@ -307,8 +309,14 @@ def test_worker_usage_error_is_invalid_spec_without_retry() -> None:
     assert plan.status is not None and plan.status["phase"] == "Failed"
 
 
-def test_evicted_pod_gone_from_cache_keeps_its_reason() -> None:
-    seen = pod(phase="Running", deleting=True, disruption="EvictionByEvictionAPI")
+@pytest.mark.parametrize(
+    ("seen", "reason"),
+    [
+        (pod(phase="Running", deleting=True, disruption="EvictionByEvictionAPI"), "evicted"),
+        (pod(phase="Running"), "deleted"),  # alive when last seen, then gone
+    ],
+)
+def test_evicted_pod_gone_from_cache_keeps_its_reason(seen: model.PodInfo, reason: str) -> None:
     plan = reconcile.decide(
         world(
             db="running",
@@ -318,18 +326,7 @@ def test_evicted_pod_gone_from_cache_keeps_its_reason() -> None:
             live=True,
         )
     )
-    assert effective(plan) == [actions.CreatePod(2, "evicted", image="agentrun:dev", lost_observed=True)]
-    alive_then_gone = pod(phase="Running")
-    plan = reconcile.decide(
-        world(
-            db="running",
-            status={"attempts": 1},
-            last_seen_pod=alive_then_gone,
-            spec={"retry": {"backoffSeconds": 0}},
-            live=True,
-        )
-    )
-    assert effective(plan) == [actions.CreatePod(2, "deleted", image="agentrun:dev", lost_observed=True)]
+    assert effective(plan) == [actions.CreatePod(2, reason, image="agentrun:dev", lost_observed=True)]
 
 
 def test_resume_waits_while_a_steering_policy_is_not_as_shipped() -> None:

@@ -9,11 +9,14 @@ from __future__ import annotations
 import dataclasses
 import datetime
 
+import pytest
+
 from agent_operator import settings
 from agent_operator.decide import actions, cleanup, model, reconcile
 from agentrun_core import store
+from agentrun_core.api import protocol
 from tests.unit import rowmaker
-from tests.unit.reconcile_world import NOW, pod, world
+from tests.unit.reconcile_world import NOW, parked, pod, world
 
 ACTIVE, IDLE = 2.0, 30.0
 POLLS = settings.ReconcileSettings(poll_seconds=ACTIVE, idle_poll_seconds=IDLE)
@@ -41,43 +44,46 @@ def test_the_first_ask_replaces_the_default_and_later_asks_only_lower_it() -> No
     assert plan.requeue_after == 0.0
 
 
-def test_a_parked_run_is_looked_at_after_the_idle_poll() -> None:
-    w = world(
-        db="parked",
-        status={"attempts": 1, "phase": "WaitingApproval"},
-        pods=[pod(phase="Failed", exit_code=10)],
-        approvals=(pending(86400),),
+def _parked(status: dict[str, object], deadline: float = 86400) -> model.World:
+    return parked(
+        pending(deadline), status=status, pods=[pod(phase="Failed", exit_code=protocol.EXIT_PARKED)]
     )
+
+
+WAITING = {"attempts": 1, "phase": "WaitingApproval"}
+
+
+def _finished(status: dict[str, object], spec: dict[str, object] | None = None) -> model.World:
+    return world(db="succeeded", status=status, pods=[pod(phase="Succeeded")], spec=spec)
+
+
+@pytest.mark.parametrize(
+    ("w", "phase"),
+    [(_parked(WAITING), "WaitingApproval"), (_finished({"attempts": 1, "phase": "Running"}), "Succeeded")],
+    ids=["parked", "finished"],
+)
+def test_an_idle_run_is_looked_at_after_the_idle_poll(w: model.World, phase: str) -> None:
     plan = reconcile.decide(w, POLLS)
-    assert plan.status is not None and plan.status["phase"] == "WaitingApproval"
+    assert plan.status is not None and plan.status["phase"] == phase
     assert plan.requeue_after == IDLE
 
 
-def test_a_parked_run_with_a_near_deadline_is_looked_at_at_the_deadline() -> None:
-    w = world(
-        db="parked",
-        status={"attempts": 1, "phase": "WaitingApproval"},
-        pods=[pod(phase="Failed", exit_code=10)],
-        approvals=(pending(7),),
-    )
-    assert reconcile.decide(w, POLLS).requeue_after == 7.0
-
-
-def test_a_finished_run_is_looked_at_after_the_idle_poll() -> None:
-    w = world(db="succeeded", status={"attempts": 1, "phase": "Running"}, pods=[pod(phase="Succeeded")])
-    plan = reconcile.decide(w, POLLS)
-    assert plan.status is not None and plan.status["phase"] == "Succeeded"
-    assert plan.requeue_after == IDLE
-
-
-def test_a_finished_run_with_a_ttl_is_looked_at_when_it_expires() -> None:
-    w = world(
-        db="succeeded",
-        status={"attempts": 1, "phase": "Succeeded", "completionTime": "2026-01-01T11:59:55Z"},
-        pods=[pod(phase="Succeeded")],
-        spec={"ttlSecondsAfterFinished": 10},
-    )
-    assert reconcile.decide(w, POLLS).requeue_after == 5.0
+@pytest.mark.parametrize(
+    ("w", "due"),
+    [
+        (_parked(WAITING, deadline=7), 7.0),  # the approval's near deadline
+        (  # the ttl after it finished
+            _finished(
+                {"attempts": 1, "phase": "Succeeded", "completionTime": "2026-01-01T11:59:55Z"},
+                spec={"ttlSecondsAfterFinished": 10},
+            ),
+            5.0,
+        ),
+    ],
+    ids=["parked-near-deadline", "finished-with-ttl"],
+)
+def test_an_idle_run_with_a_time_of_its_own_is_looked_at_then(w: model.World, due: float) -> None:
+    assert reconcile.decide(w, POLLS).requeue_after == due
 
 
 def test_a_running_run_keeps_the_active_poll() -> None:
@@ -88,15 +94,6 @@ def test_a_running_run_keeps_the_active_poll() -> None:
 # --- a waiting run that stays quiet is looked at less and less often ----------------------------------------
 
 CAP = 300.0
-
-
-def _parked(status: dict[str, object], deadline: float = 86400) -> model.World:
-    return world(
-        db="parked",
-        status=status,
-        pods=[pod(phase="Failed", exit_code=10)],
-        approvals=(pending(deadline),),
-    )
 
 
 def _settled(w: model.World, rounds: int) -> tuple[actions.Plan, int]:

@@ -36,6 +36,16 @@ FAILED = {
 DONE_POD = model.PodInfo(name="r-1", attempt=1, phase="Failed", exit_code=1)
 
 
+def reopened(
+    done: store.Intervention, status: dict[str, Any], pod: model.PodInfo = DONE_POD, **kw: Any
+) -> model.World:
+    """The world once a steering verb (``done``, its intervention row) has reopened the run: the row counts
+    one reopening and one intervention, and a retry's generation; ``kw``: other world fields."""
+    generation = {"retry_generation": done.generation} if done.kind == "retry" else {}
+    row = rowmaker.run(status="admitted", reopened=1, interventions=1, **generation)
+    return world(db=row, status=status, pods=[pod], interventions=(done,), **kw)
+
+
 @pytest.mark.parametrize(
     ("db", "phase", "reason"),
     [
@@ -111,13 +121,7 @@ def test_retry_of_a_succeeded_run_is_refused() -> None:
 def test_reopened_run_starts_the_next_attempt_with_a_fresh_budget() -> None:
     retried = rowmaker.intervention(kind="retry", by="oncall", at=NOW, generation=1)
     status = {**FAILED, "restarts": 4, "completionTime": "2026-01-01T11:00:00Z"}
-    w = world(
-        db=rowmaker.run(status="admitted", reopened=1, retry_generation=1, interventions=1),
-        status=status,
-        pods=[DONE_POD],
-        spec={"retryGeneration": 1},
-        interventions=(retried,),
-    )
+    w = reopened(retried, status, spec={"retryGeneration": 1})
     plan = reconcile.decide(w)
     assert actions.CreatePod(2, "retry", image="agentrun:dev") in plan.actions
     assert plan.status is not None
@@ -137,21 +141,11 @@ def test_reopened_run_starts_the_next_attempt_with_a_fresh_budget() -> None:
 def test_reopened_run_waits_for_the_stopped_attempts_worker() -> None:
     exiting = model.PodInfo(name="r-1", attempt=1, phase="Running")
     resolved = rowmaker.intervention(kind="resolve_not_sent", by="oncall", effect_key="ak-1")
-    w = world(
-        db=rowmaker.run(status="admitted", reopened=1, interventions=1),
-        status=FAILED,
-        pods=[exiting],
-        interventions=(resolved,),
-    )
+    w = reopened(resolved, FAILED, exiting)
     plan = reconcile.decide(w)
     assert not any(isinstance(a, actions.CreatePod) for a in plan.actions)
     assert plan.status is not None and plan.status["lastAttemptEnd"]["reason"] == "resolved"
-    later = world(
-        db=rowmaker.run(status="admitted", reopened=1, interventions=1),
-        status=plan.status,
-        pods=[DONE_POD],
-        interventions=(resolved,),
-    )
+    later = reopened(resolved, plan.status)
     assert actions.CreatePod(2, "resolved", image="agentrun:dev") in reconcile.decide(later).actions
 
 
@@ -317,12 +311,7 @@ def test_a_retry_is_not_cancelled_again_by_the_expiry_that_stopped_the_run() -> 
         deadline_action="cancel",
     )
     retried = rowmaker.intervention(kind="retry", by="oncall", at=NOW, generation=1)
-    w = world(
-        db=rowmaker.run(status="admitted", reopened=1, retry_generation=1, interventions=1),
-        status={"phase": "Cancelled", "attempts": 1},
-        pods=[DONE_POD],
-        interventions=(retried,),
-    )
+    w = reopened(retried, {"phase": "Cancelled", "attempts": 1})
     w = dataclasses.replace(w, approvals=(expired,))
     plan = reconcile.decide(w)
     assert not any(isinstance(a, actions.CancelRun) for a in plan.actions)
@@ -339,13 +328,7 @@ def test_status_says_which_failed_effects_a_retry_rekeyed_and_which_it_kept() ->
     retried = rowmaker.intervention(
         kind="retry", by="oncall", at=NOW, generation=1, detail={"rekeyed": REKEYED, "kept": KEPT}
     )
-    w = world(
-        db=rowmaker.run(status="admitted", reopened=1, retry_generation=1, interventions=1),
-        status=FAILED,
-        pods=[DONE_POD],
-        spec={"retryGeneration": 1},
-        interventions=(retried,),
-    )
+    w = reopened(retried, FAILED, spec={"retryGeneration": 1})
     plan = reconcile.decide(w)
     assert plan.status is not None
     assert plan.status["interventions"] == [
