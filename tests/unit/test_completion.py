@@ -23,14 +23,12 @@ ENV = {
 }
 
 
+def _run(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(argv), capture_output=True, text=True, timeout=60, env=ENV)
+
+
 def _help(command: str) -> str:
-    done = subprocess.run(
-        [str(VENV_BIN / "agentrun"), command, "--help"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=ENV,
-    )
+    done = _run(str(VENV_BIN / "agentrun"), command, "--help")
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -63,7 +61,7 @@ def _bash(words: list[str]) -> list[str]:
         f"COMP_WORDS=({array}); COMP_CWORD={len(words)}\n"
         '_agentrun_complete; printf "%s\\n" "${COMPREPLY[@]}"\n'
     )
-    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60, env=ENV)
+    done = _run("bash", "-c", script)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0] == "complete -F _agentrun_complete agentrun", lines
@@ -78,43 +76,44 @@ def test_bash_script_completes_commands_flags_and_formats() -> None:
     assert _bash(["nothing-matches"]) == []
 
 
-@pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed")
-def test_zsh_script_completes_in_a_real_zsh() -> None:
+ZSH = (
     # compadd records what the script offers; the real compsys is not needed to see the candidates.
-    script = (
-        "autoload -Uz compinit && compinit -u -D\n"
-        "source <(agentrun completion zsh)\n"
-        'compadd() { shift; print -l -- "$@" }\n'
-        "words=(agentrun ledger x -o j); CURRENT=5; _agentrun\n"
-        "words=(agentrun res); CURRENT=2; _agentrun\n"
-    )
-    done = subprocess.run(["zsh", "-f", "-c", script], capture_output=True, text=True, timeout=60, env=ENV)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["json", "respond", "resolve", "resume"], done.stdout
+    "autoload -Uz compinit && compinit -u -D\n"
+    "source <(agentrun completion zsh)\n"
+    'compadd() { shift; print -l -- "$@" }\n'
+    "words=(agentrun ledger x -o j); CURRENT=5; _agentrun\n"
+    "words=(agentrun res); CURRENT=2; _agentrun\n"
+)
+FISH = (
+    "agentrun completion fish | source\n"
+    "complete -C 'agentrun sus'\n"
+    "complete -C 'kubectl-agentrun list -o y'\n"
+)
+MISSING = {
+    sh: pytest.mark.skipif(shutil.which(sh) is None, reason=f"{sh} is not installed")
+    for sh in ("zsh", "fish")
+}
 
 
-@pytest.mark.skipif(shutil.which("fish") is None, reason="fish is not installed")
-def test_fish_script_completes_in_a_real_fish() -> None:
-    script = (
-        "agentrun completion fish | source\n"
-        "complete -C 'agentrun sus'\n"
-        "complete -C 'kubectl-agentrun list -o y'\n"
-    )
-    done = subprocess.run(
-        ["fish", "--no-config", "-c", script], capture_output=True, text=True, timeout=60, env=ENV
-    )
+@pytest.mark.parametrize(
+    ("shell", "script", "offered"),
+    [
+        pytest.param(
+            ["zsh", "-f", "-c"], ZSH, ["json", "respond", "resolve", "resume"], marks=MISSING["zsh"], id="zsh"
+        ),
+        pytest.param(
+            ["fish", "--no-config", "-c"], FISH, ["suspend", "yaml"], marks=MISSING["fish"], id="fish"
+        ),
+    ],
+)
+def test_the_script_completes_in_a_real_shell(shell: list[str], script: str, offered: list[str]) -> None:
+    done = _run(*shell, script)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["suspend", "yaml"], done.stdout
+    assert done.stdout.split() == offered, done.stdout
 
 
 def test_unknown_shell_is_a_usage_error() -> None:
-    done = subprocess.run(
-        [str(VENV_BIN / "agentrun"), "completion", "tcsh"],
-        capture_output=True,
-        text=True,
-        env=ENV,
-        timeout=60,
-    )
+    done = _run(str(VENV_BIN / "agentrun"), "completion", "tcsh")
     assert done.returncode == 2 and "usage: agentrun completion bash|zsh|fish" in done.stderr
 
 

@@ -52,20 +52,30 @@ def resume(graph: Any, config: dict[str, Any], interrupt: Any, payload: Any) -> 
     return out
 
 
+def answer(
+    prompt: Any, decision: str, *, asked: Any = None, response: str | None = None, comment: str | None = None
+) -> dict[str, Any]:
+    """The payload Postgres stores with the manager's decision of approval a-1 on ``prompt`` (the batch's
+    decisions as ``agentrun_core.hitl`` checks them; an expiry's carries its deadline action)."""
+    return rows.resume_payload(
+        approval_id="a-1",
+        decision=decision,
+        decided_by="manager",
+        comment=comment,
+        deadline_action="read_only" if decision == "expired" else None,
+        response=response,
+        decisions=hitl.decide(prompt, decision, decisions=asked, response=response),
+    )
+
+
 def test_a_plain_approval_of_a_middleware_batch_resumes_it_and_sends_every_call() -> None:
     sent: list[dict[str, Any]] = []
     graph = agent(sent)
     config, interrupt = park(graph, "plain")
     prompt = interrupt.value
     assert [a["name"] for a in prompt["action_requests"]] == ["send_email"] * 3
-    payload = rows.resume_payload(
-        approval_id="a-1",
-        decision="approved",
-        decided_by="manager",
-        comment=None,
-        deadline_action=None,
-        decisions=hitl.decide(prompt, "approved"),
-    )  # main: {"type": "accept", ...} -> KeyError: 'decisions' inside the middleware
+    payload = answer(prompt, "approved")
+    # before: {"type": "accept", ...} -> KeyError: 'decisions' inside the middleware
     out = resume(graph, config, interrupt, payload)
     assert sorted(s["to"] for s in sent) == ["ada@example.com", "bob@example.com", "eve@example.com"]
     assert out["messages"][-1].content.startswith("Done:")
@@ -80,15 +90,7 @@ def test_per_action_decisions_approve_one_edit_the_second_reject_the_third() -> 
         {"type": "edit", "edited_action": {"name": "send_email", "args": {"body": "Dear Bob, edited."}}},
         {"type": "reject", "message": "Eve is not a customer."},
     ]
-    decisions = hitl.decide(interrupt.value, "approved", decisions=asked)
-    payload = rows.resume_payload(
-        approval_id="a-1",
-        decision="approved",
-        decided_by="manager",
-        comment="one edited, one refused",
-        deadline_action=None,
-        decisions=decisions,
-    )
+    payload = answer(interrupt.value, "approved", asked=asked, comment="one edited, one refused")
     out = resume(graph, config, interrupt, payload)
     assert sorted((s["to"], s["body"]) for s in sent) == [  # the tool calls run in parallel
         ("ada@example.com", model.body_for("ada@example.com")),
@@ -103,15 +105,7 @@ def test_a_rejection_and_an_expiry_answer_every_action_of_the_batch_with_reject(
         sent: list[dict[str, Any]] = []
         graph = agent(sent)
         config, interrupt = park(graph, f"{decision}-{response}")
-        payload = rows.resume_payload(
-            approval_id="a-1",
-            decision=decision,
-            decided_by="manager",
-            comment=None,
-            deadline_action="read_only" if decision == "expired" else None,
-            response=response,
-            decisions=hitl.decide(interrupt.value, decision, response=response),
-        )
+        payload = answer(interrupt.value, decision, response=response)
         out = resume(graph, config, interrupt, payload)
         assert sent == []
         refusals = [m for m in out["messages"] if isinstance(m, ToolMessage)]
