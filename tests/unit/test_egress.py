@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from agentrun_dev import egress
+from tests.unit import sockets
 
 NODE_IP = "10.213.0.1"
 
@@ -60,13 +61,7 @@ def _connect(path: Path, target: str) -> tuple[socket.socket, bytes]:
     client.settimeout(10)
     client.connect(str(path))
     client.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
-    answer = b""
-    while b"\r\n\r\n" not in answer:
-        chunk = client.recv(4096)
-        if not chunk:
-            break
-        answer += chunk
-    return client, answer
+    return client, sockets.recv_until(client, b"\r\n\r\n")
 
 
 def test_a_loopback_target_is_piped_both_ways(tmp_path: Path) -> None:

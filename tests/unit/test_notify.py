@@ -17,7 +17,7 @@ from agent_operator.act import notifier, notify_http, outbound
 from agent_operator.decide import model, notify, notify_outcome, run_status
 from agentrun_core import store
 from agentrun_dev.webhook_receiver import Receiver
-from tests.unit import rowmaker
+from tests.unit import rowmaker, sockets
 
 NOW = datetime.datetime(2026, 12, 3, 12, 0, tzinfo=datetime.UTC)
 
@@ -183,13 +183,7 @@ def test_post_a_connection_closed_after_the_request_was_read_is_ambiguous() -> N
     def read_then_close() -> None:
         conn, _ = server.accept()
         with conn:
-            data = b""
-            while b'"a": 1' not in data:
-                chunk = conn.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
-            read.append(data)
+            read.append(sockets.recv_until(conn, b'"a": 1'))
 
     worker = threading.Thread(target=read_then_close, daemon=True)
     worker.start()
