@@ -29,7 +29,21 @@ def resolve(container: dict[str, Any]) -> dict[str, str]:
     return envresolve.resolve(POD, container, LOOKUP, {"cpu": "2", "memory": "1Gi"})
 
 
+# (variable, the Pod's field, its value for POD): the kubelet's downward API fields the runtime serves
+DOWNWARD = [
+    ("POD", "metadata.name", "w-1"),
+    ("NS", "metadata.namespace", "ns1"),
+    ("UID", "metadata.uid", "u-1"),
+    ("APP", "metadata.labels['app']", "a"),
+    ("NOTE", "metadata.annotations['note']", "hi"),
+    ("NODE", "spec.nodeName", "agentrun-dev-node"),
+    ("SA", "spec.serviceAccountName", "worker"),
+    ("IP", "status.podIP", "127.0.0.1"),
+]
+
+
 def test_values_refs_and_downward_api() -> None:
+    fields = [{"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}} for name, path, _ in DOWNWARD]
     env = resolve(
         {
             "env": [
@@ -37,14 +51,7 @@ def test_values_refs_and_downward_api() -> None:
                 {"name": "B", "value": "$(A)-$$(A)-$(NOPE)"},
                 {"name": "DSN", "valueFrom": {"secretKeyRef": {"name": "db", "key": "dsn"}}},
                 {"name": "MODE", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "MODE"}}},
-                {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-                {"name": "NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
-                {"name": "UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
-                {"name": "APP", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app']"}}},
-                {"name": "NOTE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['note']"}}},
-                {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
-                {"name": "SA", "valueFrom": {"fieldRef": {"fieldPath": "spec.serviceAccountName"}}},
-                {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                *fields,
             ]
         }
     )
@@ -53,14 +60,7 @@ def test_values_refs_and_downward_api() -> None:
         "B": "1-$(A)-$(NOPE)",
         "DSN": "postgres://x",
         "MODE": "fast",
-        "POD": "w-1",
-        "NS": "ns1",
-        "UID": "u-1",
-        "APP": "a",
-        "NOTE": "hi",
-        "NODE": "agentrun-dev-node",
-        "SA": "worker",
-        "IP": "127.0.0.1",
+        **{name: value for name, _, value in DOWNWARD},
     }
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from agentrun_dev.podruntime import model, podworker, restarts, status
@@ -22,6 +24,22 @@ def backoff(name: str = "main") -> model.Container:
     c = model.Container(name, "img", last_state=model.Terminated(1, "Error", T0 + 1, T0))
     c.state = model.Waiting("CrashLoopBackOff")
     return c
+
+
+def built(
+    policy: str, main: model.Container, now: float, transitions: status.Transitions | None = None
+) -> dict[str, Any]:
+    """The status the runtime writes for a Pod of the one container ``main``, started at T0, on the loopback
+    node."""
+    return status.build(
+        policy=policy,
+        inits=[],
+        mains=[main],
+        start_time=T0,
+        now=now,
+        transitions=transitions or status.Transitions(),
+        host_ip="127.0.0.1",
+    )
 
 
 @pytest.mark.parametrize(
@@ -54,15 +72,7 @@ def test_init_containers_gate_the_phase() -> None:
 
 def test_build_running_pod_is_ready_and_signature_ignores_times() -> None:
     tr = status.Transitions()
-    st = status.build(
-        policy="Always",
-        inits=[],
-        mains=[running()],
-        start_time=T0,
-        now=T0 + 2,
-        transitions=tr,
-        host_ip="127.0.0.1",
-    )
+    st = built("Always", running(), T0 + 2, tr)
     assert st["phase"] == "Running"
     assert st["podIP"] == st["hostIP"] == "127.0.0.1"
     conds = {c["type"]: c for c in st["conditions"]}
@@ -75,30 +85,14 @@ def test_build_running_pod_is_ready_and_signature_ignores_times() -> None:
     }
     cs = st["containerStatuses"][0]
     assert cs["ready"] and cs["started"] and "running" in cs["state"] and cs["restartCount"] == 0
-    later = status.build(
-        policy="Always",
-        inits=[],
-        mains=[running()],
-        start_time=T0,
-        now=T0 + 50,
-        transitions=tr,
-        host_ip="127.0.0.1",
-    )
+    later = built("Always", running(), T0 + 50, tr)
     # lastTransitionTime stays put while nothing flips
     assert later["conditions"] == st["conditions"]
     assert status.signature(later) == status.signature(st)
 
 
 def test_build_terminated_pod_carries_exit_code_and_not_ready() -> None:
-    st = status.build(
-        policy="Never",
-        inits=[],
-        mains=[exited(137, reason="OOMKilled")],
-        start_time=T0,
-        now=T0 + 2,
-        transitions=status.Transitions(),
-        host_ip="127.0.0.1",
-    )
+    st = built("Never", exited(137, reason="OOMKilled"), T0 + 2)
     assert st["phase"] == "Failed"
     term = st["containerStatuses"][0]["state"]["terminated"]
     assert (term["exitCode"], term["reason"]) == (137, "OOMKilled")
@@ -107,15 +101,7 @@ def test_build_terminated_pod_carries_exit_code_and_not_ready() -> None:
 
 
 def test_signature_sees_foreign_ready_false() -> None:
-    st = status.build(
-        policy="Always",
-        inits=[],
-        mains=[running()],
-        start_time=T0,
-        now=T0,
-        transitions=status.Transitions(),
-        host_ip="127.0.0.1",
-    )
+    st = built("Always", running(), T0)
     observed = {
         **st,
         "conditions": [dict(c, status="False") if c["type"] == "Ready" else c for c in st["conditions"]],
