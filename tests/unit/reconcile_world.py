@@ -71,6 +71,13 @@ def parked(
     )
 
 
+def drained(status: dict[str, Any] | None = None, **kw: Any) -> model.World:
+    """A running run whose attempt's worker stopped at a step boundary (SIGTERM), as a suspend leaves it;
+    ``kw``: other ``world`` arguments."""
+    stopped = pod(phase="Failed", exit_code=protocol.EXIT_DRAINED)
+    return world(db="running", status=status or {"attempts": 1}, pods=[stopped], **kw)
+
+
 def effective(plan: actions.Plan) -> list[actions.Action]:
     """The actions that change the world (RecordLoss only closes an attempt row; PinImage records the image
     pin, tests/unit/test_imagepin.py)."""

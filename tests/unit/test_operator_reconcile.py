@@ -9,7 +9,7 @@ import pytest
 
 from agent_operator.decide import actions, model, reconcile, run_status
 from tests.unit import rowmaker
-from tests.unit.reconcile_world import NOW, effective, kinds, pod, tuned, world
+from tests.unit.reconcile_world import NOW, drained, effective, kinds, pod, tuned, world
 
 
 def test_finalizer_and_admission_come_before_any_pod() -> None:
@@ -277,18 +277,9 @@ def test_delete_waits_for_the_worker_then_is_done() -> None:
 
 
 def test_suspend_and_resume() -> None:
-    plan = reconcile.decide(
-        world(
-            db="running",
-            status={"attempts": 1},
-            pods=[pod(phase="Failed", exit_code=11)],
-            spec={"suspend": True},
-        )
-    )
+    plan = reconcile.decide(drained(spec={"suspend": True}))
     assert plan.status is not None and plan.status["phase"] == "Suspended"
-    resumed = reconcile.decide(
-        world(db="running", status=plan.status, pods=[pod(phase="Failed", exit_code=11)])
-    )
+    resumed = reconcile.decide(drained(plan.status))
     assert effective(resumed) == [actions.CreatePod(2, "resumed", image="agentrun:dev")]
     assert resumed.status is not None and resumed.status["restarts"] == 0
 
@@ -332,26 +323,10 @@ def test_evicted_pod_gone_from_cache_keeps_its_reason(seen: model.PodInfo, reaso
 def test_resume_waits_while_a_steering_policy_is_not_as_shipped() -> None:
     """Issue 35.4: without the suspend verb's policy anyone with patch could have resumed: the run stays
     Suspended and says which policy; suspending itself is applied whatever the policies say."""
-    suspended = reconcile.decide(
-        world(
-            db="running",
-            status={"attempts": 1},
-            pods=[pod(phase="Failed", exit_code=11)],
-            spec={"suspend": True},
-            admission_ok=False,
-        )
-    )
+    suspended = reconcile.decide(drained(spec={"suspend": True}, admission_ok=False))
     assert suspended.status is not None and suspended.status["phase"] == "Suspended"
     missing = ("validatingadmissionpolicies/agentrun-steering",)
-    refused = reconcile.decide(
-        world(
-            db="running",
-            status=suspended.status,
-            pods=[pod(phase="Failed", exit_code=11)],
-            admission_ok=False,
-            admission_missing=missing,
-        )
-    )
+    refused = reconcile.decide(drained(suspended.status, admission_ok=False, admission_missing=missing))
     assert effective(refused) == [] and [e.reason for e in refused.events] == ["SteeringPolicyMissing"]
     assert refused.status is not None and refused.status["phase"] == "Suspended"
     assert "resume refused" in refused.status["message"] and "agentrun-steering" in refused.status["message"]

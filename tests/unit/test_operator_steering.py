@@ -36,6 +36,25 @@ FAILED = {
 DONE_POD = model.PodInfo(name="r-1", attempt=1, phase="Failed", exit_code=1)
 
 
+def retry_asked(
+    db: str,
+    status: dict[str, Any],
+    pod: model.PodInfo = DONE_POD,
+    *,
+    generation: int = 1,
+    stamped: bool = True,
+) -> model.World:
+    """A run (row status ``db``) whose spec.retryGeneration asks for a retry, stamped with who asked (by the
+    admission policy) unless ``stamped`` is False."""
+    return world(
+        db=rowmaker.run(status=db),
+        status=status,
+        pods=[pod],
+        spec={"retryGeneration": generation},
+        annotations={meta.RETRIED_BY: "oncall"} if stamped else {},
+    )
+
+
 def reopened(
     done: store.Intervention, status: dict[str, Any], pod: model.PodInfo = DONE_POD, **kw: Any
 ) -> model.World:
@@ -70,13 +89,7 @@ def test_finished_is_false_while_running() -> None:
 
 
 def test_retry_of_a_failed_run_reopens_it_once_and_leaves_status_alone() -> None:
-    w = world(
-        db=rowmaker.run(status="failed"),
-        status=FAILED,
-        pods=[DONE_POD],
-        spec={"retryGeneration": 1},
-        annotations={meta.RETRIED_BY: "oncall"},
-    )
+    w = retry_asked("failed", FAILED)
     plan = reconcile.decide(w)
     assert [a for a in plan.actions if isinstance(a, actions.ReopenRun)] == [actions.ReopenRun(1, "oncall")]
     assert plan.status is None and plan.requeue_after == 0  # no stale Finished for the new generation
@@ -84,35 +97,19 @@ def test_retry_of_a_failed_run_reopens_it_once_and_leaves_status_alone() -> None
 
 def test_retry_waits_while_the_run_runs_and_needs_the_stamp() -> None:
     running = model.PodInfo(name="r-1", attempt=1, phase="Running")
-    w = world(
-        db=rowmaker.run(status="running"),
-        status={"attempts": 1},
-        pods=[running],
-        spec={"retryGeneration": 1},
-        annotations={meta.RETRIED_BY: "oncall"},
-    )
+    w = retry_asked("running", {"attempts": 1}, running)
     assert not any(isinstance(a, actions.ReopenRun) for a in reconcile.decide(w).actions)
-    unstamped = world(
-        db=rowmaker.run(status="failed"), status=FAILED, pods=[DONE_POD], spec={"retryGeneration": 1}
-    )
+    unstamped = retry_asked("failed", FAILED, stamped=False)
     plan = reconcile.decide(unstamped)
     assert not any(isinstance(a, actions.ReopenRun) for a in plan.actions)
     assert [e.reason for e in plan.events] == ["RetryRefused"]
     assert plan.status is not None and plan.status["observedRetryGeneration"] == 1
-    again = world(
-        db=rowmaker.run(status="failed"), status=plan.status, pods=[DONE_POD], spec={"retryGeneration": 1}
-    )
+    again = retry_asked("failed", plan.status, stamped=False)
     assert [e.reason for e in reconcile.decide(again).events] == []  # told once
 
 
 def test_retry_of_a_succeeded_run_is_refused() -> None:
-    w = world(
-        db=rowmaker.run(status="succeeded"),
-        status={"attempts": 1},
-        pods=[DONE_POD],
-        spec={"retryGeneration": 2},
-        annotations={meta.RETRIED_BY: "oncall"},
-    )
+    w = retry_asked("succeeded", {"attempts": 1}, generation=2)
     plan = reconcile.decide(w)
     assert not any(isinstance(a, actions.ReopenRun) for a in plan.actions)
     assert "RetryRefused" in [e.reason for e in plan.events]

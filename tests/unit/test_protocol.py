@@ -6,7 +6,7 @@ from agent_operator import settings
 from agent_operator.decide import model, pods, reconcile
 from agent_worker import settings as worker_settings
 from agentrun_core.api import protocol
-from tests.unit.reconcile_world import pod, world
+from tests.unit.reconcile_world import drained
 
 RUN = model.RunRef(namespace="ns", name="r", uid="uid-1")
 
@@ -37,9 +37,7 @@ def test_the_operator_reads_the_worker_exit_codes() -> None:
 
 
 def test_a_suspended_run_is_looked_at_after_the_idle_poll_setting() -> None:
-    suspended = world(
-        db="running", status={"attempts": 1}, pods=[pod(phase="Failed", exit_code=11)], spec={"suspend": True}
-    )
+    suspended = drained(spec={"suspend": True})
     plan = reconcile.decide(suspended, settings.ReconcileSettings(idle_poll_seconds=45.0))
     assert plan.status is not None and plan.status["phase"] == "Suspended"
     assert plan.requeue_after == 45.0
