@@ -273,15 +273,8 @@ class HttpProvider:
         self.store = Store(Path(store_dir))
         self.host = host
         self._server = jsonapi.Server((host, port), _Handler, self.store)
+        self.port, self.url = self._server.port, self._server.url
         self._thread: threading.Thread | None = None
-
-    @property
-    def port(self) -> int:
-        return int(self._server.server_address[1])
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
 
     def start(self) -> HttpProvider:
         self._thread = threading.Thread(

@@ -22,6 +22,9 @@ class Server(http.server.ThreadingHTTPServer, Generic[S]):
     ) -> None:
         self.store = store
         super().__init__(address, handler)
+        # Bound here, so the port is known (0 picked a free one); the URL names the host as it was asked for.
+        self.port = int(self.server_address[1])
+        self.url = f"http://{address[0]}:{self.port}"
 
 
 class Handler(http.server.BaseHTTPRequestHandler):

@@ -211,17 +211,10 @@ class SmtpSink:
         self._requested_port = port
         self.port = port
         self._api = api_server((host, api_port), self.store)
+        self.api_port, self.api_url = self._api.port, self._api.url
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.Server | None = None
         self._threads: list[threading.Thread] = []
-
-    @property
-    def api_port(self) -> int:
-        return int(self._api.server_address[1])
-
-    @property
-    def api_url(self) -> str:
-        return f"http://{self.host}:{self.api_port}"
 
     def start(self) -> SmtpSink:
         import aiosmtpd.smtp
