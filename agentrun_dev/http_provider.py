@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import http.server
 import json
 import os
 import signal
@@ -41,6 +40,8 @@ import urllib.request
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
+
+from agentrun_dev import jsonapi
 
 STATE_FILE = "http_provider_state.json"
 
@@ -95,28 +96,14 @@ class Store:
         return fault
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-    server: _Server
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: Any) -> None:  # quiet; tests read /stats instead
-        pass
+class _Handler(jsonapi.Handler):
+    server: jsonapi.Server[Store]
 
     # --- plumbing -------------------------------------------------------------------------------------
 
     def _raw_body(self) -> bytes:
         length = int(self.headers.get("Content-Length") or 0)
         return self.rfile.read(length) if length else b""
-
-    def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
-        data = json.dumps(payload, sort_keys=True).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(data)
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         # http.server's own refusals (bad request line, headers) and ours, kept for /stats: a test that sees
@@ -279,30 +266,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._send(201, response)
 
 
-class _Server(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, address: tuple[str, int], store: Store) -> None:
-        self.store = store
-        super().__init__(address, _Handler)
-
-
 class HttpProvider:
     """In-process provider for tests: ``with HttpProvider(store_dir) as p: ... p.url``."""
 
     def __init__(self, store_dir: str | os.PathLike[str], host: str = "127.0.0.1", port: int = 0) -> None:
         self.store = Store(Path(store_dir))
         self.host = host
-        self._server = _Server((host, port), self.store)
+        self._server = jsonapi.Server((host, port), _Handler, self.store)
+        self.port, self.url = self._server.port, self._server.url
         self._thread: threading.Thread | None = None
-
-    @property
-    def port(self) -> int:
-        return int(self._server.server_address[1])
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
 
     def start(self) -> HttpProvider:
         self._thread = threading.Thread(

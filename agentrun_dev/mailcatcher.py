@@ -104,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--store", default="/tmp/mail", help="directory for stored messages")
     args = parser.parse_args(args_in)
     store = smtp_sink.MessageStore(Path(args.store))
-    api = smtp_sink._ApiServer((args.host, args.api_port), store)
+    api = smtp_sink.api_server((args.host, args.api_port), store)
     threading.Thread(target=api.serve_forever, name="mail-api", daemon=True).start()
 
     async def serve() -> None:

@@ -74,7 +74,9 @@ def kubelet_serving(d: Path, node_name: str) -> Pair:
     ca = _ensure_ca(d)
     pair = Pair(d / "kubelet-serving.crt", d / "kubelet-serving.key")
     if not _valid(pair.cert, pair.key, ca):
-        _issue(ca, pair, node_name, (), server=True, client=False, dns=[node_name], ips=["127.0.0.1"])
+        _save(
+            pair, _issue_pem(ca, node_name, (), server=True, client=False, dns=[node_name], ips=["127.0.0.1"])
+        )
     return pair
 
 
@@ -209,18 +211,9 @@ def _issue_pem(
     return cert.public_bytes(serialization.Encoding.PEM), _key_pem(key)
 
 
-def _issue(
-    ca: Pair,
-    dest: Pair,
-    cn: str,
-    orgs: list[str] | tuple[str, ...],
-    *,
-    server: bool,
-    client: bool,
-    dns: list[str] | None = None,
-    ips: list[str] | None = None,
-) -> Pair:
-    cert_pem, key_pem = _issue_pem(ca, cn, orgs, server=server, client=client, dns=dns, ips=ips)
+def _save(dest: Pair, pems: tuple[bytes, bytes]) -> Pair:
+    """Write (certificate PEM, key PEM) to ``dest``, the key readable by its owner only."""
+    cert_pem, key_pem = pems
     _write(dest.key, key_pem, 0o600)
     _write(dest.cert, cert_pem, 0o644)
     return dest
@@ -258,29 +251,29 @@ def ensure(s: settings_mod.Settings) -> PKI:
     ca = _ensure_ca(d)
     apiserver = Pair(d / "apiserver.crt", d / "apiserver.key")
     if not _valid(apiserver.cert, apiserver.key, ca):
-        _issue(
-            ca,
+        _save(
             apiserver,
-            "kube-apiserver",
-            (),
-            server=True,
-            client=False,
-            dns=APISERVER_DNS,
-            ips=APISERVER_IPS,
+            _issue_pem(
+                ca, "kube-apiserver", (), server=True, client=False, dns=APISERVER_DNS, ips=APISERVER_IPS
+            ),
         )
     etcd = Pair(d / "etcd.crt", d / "etcd.key")
     if not _valid(etcd.cert, etcd.key, ca):
-        _issue(ca, etcd, "etcd", (), server=True, client=False, dns=["localhost"], ips=["127.0.0.1"])
+        _save(
+            etcd, _issue_pem(ca, "etcd", (), server=True, client=False, dns=["localhost"], ips=["127.0.0.1"])
+        )
     etcd_client = Pair(d / "apiserver-etcd-client.crt", d / "apiserver-etcd-client.key")
     if not _valid(etcd_client.cert, etcd_client.key, ca):
-        _issue(ca, etcd_client, "kube-apiserver-etcd-client", (), server=False, client=True)
+        _save(etcd_client, _issue_pem(ca, "kube-apiserver-etcd-client", (), server=False, client=True))
     front_proxy = Pair(d / "front-proxy-client.crt", d / "front-proxy-client.key")
     if not _valid(front_proxy.cert, front_proxy.key, ca):
-        _issue(ca, front_proxy, "front-proxy-client", (), server=False, client=True)
+        _save(front_proxy, _issue_pem(ca, "front-proxy-client", (), server=False, client=True))
     kubelet_client = Pair(d / "apiserver-kubelet-client.crt", d / "apiserver-kubelet-client.key")
     if not _valid(kubelet_client.cert, kubelet_client.key, ca):
         # system:masters as kubeadm's cert had it: a real kubelet (--node=real) authorizes it without RBAC.
-        _issue(ca, kubelet_client, KUBELET_CLIENT_CN, ("system:masters",), server=False, client=True)
+        _save(
+            kubelet_client, _issue_pem(ca, KUBELET_CLIENT_CN, ("system:masters",), server=False, client=True)
+        )
     sa_key, sa_pub = _ensure_sa_keys(d)
     return PKI(
         ca=ca,

@@ -24,7 +24,6 @@ import asyncio
 import contextlib
 import email.parser
 import email.policy
-import http.server
 import json
 import os
 import signal
@@ -35,6 +34,8 @@ import urllib.parse
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from agentrun_dev import jsonapi
 
 if TYPE_CHECKING:  # imported where used: the in-cluster mail catcher (agentrun_dev.mailcatcher) reuses the
     import aiosmtpd.smtp  # store and the HTTP API from the image, which has no aiosmtpd (a dev extra)
@@ -139,20 +140,8 @@ class _SmtpHandler:
         return "250 2.0.0 Message accepted for delivery"
 
 
-class _ApiHandler(http.server.BaseHTTPRequestHandler):
-    server: _ApiServer
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def _send(self, status: int, payload: Any) -> None:
-        data = json.dumps(payload, sort_keys=True).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+class _ApiHandler(jsonapi.Handler):
+    server: jsonapi.Server[MessageStore]
 
     def do_GET(self) -> None:
         url = urllib.parse.urlsplit(self.path)
@@ -203,12 +192,9 @@ class _ApiHandler(http.server.BaseHTTPRequestHandler):
         self._send(200, {"faults": queued})
 
 
-class _ApiServer(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, address: tuple[str, int], store: MessageStore) -> None:
-        self.store = store
-        super().__init__(address, _ApiHandler)
+def api_server(address: tuple[str, int], store: MessageStore) -> jsonapi.Server[MessageStore]:
+    """The HTTP API over ``store`` (not serving yet): this sink's, and the in-cluster mail catcher's."""
+    return jsonapi.Server(address, _ApiHandler, store)
 
 
 class SmtpSink:
@@ -224,18 +210,11 @@ class SmtpSink:
         self.store = MessageStore(Path(store_dir))
         self._requested_port = port
         self.port = port
-        self._api = _ApiServer((host, api_port), self.store)
+        self._api = api_server((host, api_port), self.store)
+        self.api_port, self.api_url = self._api.port, self._api.url
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.Server | None = None
         self._threads: list[threading.Thread] = []
-
-    @property
-    def api_port(self) -> int:
-        return int(self._api.server_address[1])
-
-    @property
-    def api_url(self) -> str:
-        return f"http://{self.host}:{self.api_port}"
 
     def start(self) -> SmtpSink:
         import aiosmtpd.smtp

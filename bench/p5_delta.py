@@ -99,65 +99,61 @@ def run(report: stats.Report, dsn: str, *, quick: bool, reps: int) -> None:
         per_turn["bare"][n] = _checkpoint_bytes(dsn, thread) / n
         with db.pool(dsn) as p:
             load["bare"][n] = _load_seconds(PostgresSaver(p), f"chat_{n}", thread, loads)
-    report.add(
-        section,
-        stats.Row(
+    bytes_per_turn = {kind: {n: [b] for n, b in by_n.items()} for kind, by_n in per_turn.items()}
+    load_ms = {kind: {n: [s * 1000 for s in ss] for n, ss in by_n.items()} for kind, by_n in load.items()}
+    to_first, to_end = ({n: [times[i] * 1000] for n, times in resume.items()} for i in (0, 1))
+    # (figure, {turns: values}, unit, note): each figure is its values at the long chat vs the short one.
+    long_vs_short: list[tuple[str, dict[int, list[float]], str, str]] = [
+        (
             f"DeltaChannel chat (worker): checkpoint bytes per turn at {long} turns vs {short} "
             "(target <= 1.2x)",
-            [per_turn["delta"][long]],
-            [per_turn["delta"][short]],
-            unit="B",
+            bytes_per_turn["delta"],
+            "B",
+            "",
         ),
-    )
-    report.add(
-        section,
-        stats.Row(
+        (
             f"add_messages chat (bare PostgresSaver): checkpoint bytes per turn at {long} turns vs {short}",
-            [per_turn["bare"][long]],
-            [per_turn["bare"][short]],
-            unit="B",
+            bytes_per_turn["bare"],
+            "B",
+            "",
         ),
-    )
-    report.add(
-        section,
+        (
+            f"DeltaChannel chat: resume to the first step at turn {long} vs turn {short} (target <= 2x)",
+            to_first,
+            "ms",
+            "one attempt each: claim, the head read and its messages rebuilt, the step started",
+        ),
+        (
+            f"DeltaChannel chat: resumed attempt to its end at turn {long} vs turn {short}",
+            to_end,
+            "ms",
+            "with the run's result: the final state's JSON, every message's repr",
+        ),
+        (
+            f"DeltaChannel chat: state load at the head at turn {long} vs turn {short} (worker's saver)",
+            load_ms["delta"],
+            "ms",
+            "",
+        ),
+        (
+            f"add_messages chat: state load at the head at turn {long} vs turn {short} (bare PostgresSaver)",
+            load_ms["bare"],
+            "ms",
+            "",
+        ),
+    ]
+    rows = [
+        stats.Row(figure, by_n[long], by_n[short], unit=unit, note=note)
+        for figure, by_n, unit, note in long_vs_short
+    ]
+    rows.insert(  # after the bytes per turn: the two stores side by side at the long chat
+        2,
         stats.Row(
             f"{long}-turn chat: checkpoint bytes per turn, DeltaChannel (worker) vs add_messages (bare)",
-            [per_turn["delta"][long]],
-            [per_turn["bare"][long]],
+            bytes_per_turn["delta"][long],
+            bytes_per_turn["bare"][long],
             unit="B",
         ),
     )
-    report.add(
-        section,
-        stats.Row(
-            f"DeltaChannel chat: resume to the first step at turn {long} vs turn {short} (target <= 2x)",
-            [resume[long][0] * 1000],
-            [resume[short][0] * 1000],
-            note="one attempt each: claim, the head read and its messages rebuilt, the step started",
-        ),
-    )
-    report.add(
-        section,
-        stats.Row(
-            f"DeltaChannel chat: resumed attempt to its end at turn {long} vs turn {short}",
-            [resume[long][1] * 1000],
-            [resume[short][1] * 1000],
-            note="with the run's result: the final state's JSON, every message's repr",
-        ),
-    )
-    report.add(
-        section,
-        stats.Row(
-            f"DeltaChannel chat: state load at the head at turn {long} vs turn {short} (worker's saver)",
-            [s * 1000 for s in load["delta"][long]],
-            [s * 1000 for s in load["delta"][short]],
-        ),
-    )
-    report.add(
-        section,
-        stats.Row(
-            f"add_messages chat: state load at the head at turn {long} vs turn {short} (bare PostgresSaver)",
-            [s * 1000 for s in load["bare"][long]],
-            [s * 1000 for s in load["bare"][short]],
-        ),
-    )
+    for row in rows:
+        report.add(section, row)

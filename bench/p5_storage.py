@@ -112,22 +112,13 @@ def run(report: stats.Report, *, quick: bool, reps: int) -> None:
         run_id = _worker_run(dsn, f"effect_{n_effects}", "sync")
         finished.append(run_id)
         sizes = db.run_bytes(dsn, run_id)
-        report.add(
-            section,
-            stats.Row(
-                f"{n_effects} steps with an effect: ledger bytes per effect",
-                [sizes["agentrun_effects"][1] / n_effects],
-                unit="B",
-            ),
-        )
-        report.add(
-            section,
-            stats.Row(
-                f"{n_effects} steps with an effect: step-event bytes per step",
-                [sizes["agentrun_step_batches"][1] / n_effects],
-                unit="B",
-            ),
-        )
+        # What the ledger and the step events cost, per step of the effect graph (one effect each).
+        for table, per in (
+            ("agentrun_effects", "ledger bytes per effect"),
+            ("agentrun_step_batches", "step-event bytes per step"),
+        ):
+            figure = f"{n_effects} steps with an effect: {per}"
+            report.add(section, stats.Row(figure, [sizes[table][1] / n_effects], unit="B"))
         before = sum(_rows_referencing(dsn, finished).values())
         _purge(dsn, finished)
         remaining = {t: n for t, n in _rows_referencing(dsn, finished).items() if n}

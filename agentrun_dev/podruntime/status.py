@@ -133,23 +133,19 @@ def build(
             None if initialized else "ContainersNotInitialized",
             None if initialized else f"containers with incomplete status: [{' '.join(incomplete)}]",
         ),
-        _cond(
-            "ContainersReady",
-            ready,
-            transitions.since("ContainersReady", ready, now),
-            None if ready else ("PodCompleted" if ph in api_status.POD_TERMINAL else "ContainersNotReady"),
-            None
-            if ready or ph in api_status.POD_TERMINAL
-            else f"containers with unready status: [{' '.join(unready)}]",
-        ),
-        _cond(
-            "Ready",
-            ready,
-            transitions.since("Ready", ready, now),
-            None if ready else ("PodCompleted" if ph in api_status.POD_TERMINAL else "ContainersNotReady"),
-            None
-            if ready or ph in api_status.POD_TERMINAL
-            else f"containers with unready status: [{' '.join(unready)}]",
+        *(  # the kubelet reports the Pod Ready exactly when all its containers are
+            _cond(
+                type_,
+                ready,
+                transitions.since(type_, ready, now),
+                None
+                if ready
+                else ("PodCompleted" if ph in api_status.POD_TERMINAL else "ContainersNotReady"),
+                None
+                if ready or ph in api_status.POD_TERMINAL
+                else f"containers with unready status: [{' '.join(unready)}]",
+            )
+            for type_ in ("ContainersReady", "Ready")
         ),
         _cond("PodScheduled", True, transitions.since("PodScheduled", True, now)),
     ]

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import agentrun_examples
+
 
 def build_graph() -> Any:
     from agentrun_examples.support_ticket import workflow
@@ -18,7 +20,4 @@ def build_graph() -> Any:
     return workflow.build()
 
 
-def __getattr__(name: str) -> Any:
-    if name == "graph":
-        return build_graph()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = agentrun_examples.lazy_graph(__name__, build_graph)

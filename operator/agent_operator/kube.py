@@ -13,7 +13,7 @@ import base64
 import contextlib
 import datetime
 import uuid
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 
 from agent_operator.decide import admission, model
 from agentrun_core import kube as core
@@ -155,22 +155,23 @@ def delete_exact(api: ApiClient, namespace: str, kind: str, name: str, uid: str)
 # --- Secrets (only the worker DSN Secret the operator provisions) and namespaces -------------------------
 
 
-def secret_exists(api: ApiClient, namespace: str, name: str) -> bool:
+def _found(read: Callable[[], object]) -> bool:
+    """Whether ``read`` finds its object. Only a 404 says no: any other error raises, so an unreachable API
+    server never reads as "gone"."""
     try:
-        core.objects.get_secret(api, namespace, name, timeout=TIMEOUT)
+        read()
     except NotFound:
         return False
     return True
+
+
+def secret_exists(api: ApiClient, namespace: str, name: str) -> bool:
+    return _found(lambda: core.objects.get_secret(api, namespace, name, timeout=TIMEOUT))
 
 
 def namespace_exists(api: ApiClient, name: str) -> bool:
-    """Whether Kubernetes has the namespace (a terminating one still does). Only a 404 says no: any other
-    error raises, so an unreachable API server never reads as "gone"."""
-    try:
-        core.objects.get_namespace(api, name, timeout=TIMEOUT)
-    except NotFound:
-        return False
-    return True
+    """Whether Kubernetes has the namespace (a terminating one still does)."""
+    return _found(lambda: core.objects.get_namespace(api, name, timeout=TIMEOUT))
 
 
 def namespace_approval_policy(api: ApiClient, name: str) -> tuple[bool, tuple[str, ...]]:

@@ -8,6 +8,7 @@ run's own. Only Postgres knows whether a decision, retry or resolve applied: the
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -47,22 +48,15 @@ class StaleObject(kube.KubeError):
     """A Pod or Lease of the name this run needs belongs to an earlier run of the same name."""
 
 
+@dataclasses.dataclass(eq=False)  # one per process, compared by identity
 class Executor:
     """Carries out actions for one process; ``event`` posts an Event (never fails a reconcile)."""
 
-    def __init__(
-        self,
-        settings: settings_.Settings,
-        api: kube.ApiClient,
-        db: store.Conn,
-        tenants_: tenants.Tenants,
-        event: Callable[[model.RunRef, actions.Event], None],
-    ) -> None:
-        self.settings = settings
-        self.api = api
-        self.db = db
-        self.tenants = tenants_
-        self.event = event
+    settings: settings_.Settings
+    api: kube.ApiClient
+    db: store.Conn
+    tenants: tenants.Tenants
+    event: Callable[[model.RunRef, actions.Event], None]
 
     def do(self, world: model.World, action: actions.Action, memory: memory_.RunMemory) -> None:
         run = world.run

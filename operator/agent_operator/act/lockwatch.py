@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 from typing import Any
 
+from agent_operator.act import periodic
 from agent_operator.observe import metrics
 from agentrun_core import store
 from agentrun_core.store import connect
@@ -31,25 +31,17 @@ from agentrun_core.store import connect
 logger = logging.getLogger(__name__)
 
 
-class LockWatch:
+class LockWatch(periodic.Periodic):
     def __init__(self, dsn: str, *, wait_seconds: float) -> None:
+        # Looks four times per limit: a blocking session is ended at most a quarter of the limit after it.
+        super().__init__("tenant-lock-watch", max(0.5, wait_seconds / 4))
         self.dsn = dsn
         self.wait_seconds = wait_seconds
-        # Looks four times per limit: a blocking session is ended at most a quarter of the limit after it.
-        self.interval = max(0.5, wait_seconds / 4)
-        self.stopped = threading.Event()
         self.ended = 0
         self._conn: Any = None
-        self.thread = threading.Thread(target=self._run, name="tenant-lock-watch", daemon=True)
-
-    def start(self) -> LockWatch:
-        self.thread.start()
-        return self
 
     def stop(self) -> None:
-        self.stopped.set()
-        if self.thread.is_alive():
-            self.thread.join(timeout=10)
+        super().stop()
         self._close()
 
     def sweep(self) -> list[dict[str, Any]]:
@@ -79,13 +71,11 @@ class LockWatch:
                 )  # fmt: skip
         return found
 
-    def _run(self) -> None:
-        while not self.stopped.wait(self.interval):
-            try:
-                self.sweep()
-            except Exception as exc:  # Postgres restarting: the next look reconnects
-                logger.warning("lock watch: look failed: %s: %s", type(exc).__name__, exc)
-                self._close()
+    def tick(self) -> None:
+        self.sweep()
+
+    def failed(self) -> None:
+        self._close()  # Postgres restarting: the next look reconnects
 
     def _close(self) -> None:
         conn, self._conn = self._conn, None

@@ -33,6 +33,7 @@ host is
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable
@@ -100,14 +101,11 @@ class Notifier:
         wait: float | None = None
         try:
             for key in sorted(moot):
+                record = functools.partial(ledger.record, self.db, run_id=world.run.uid, key=key, epoch=epoch)
                 if open_rows[key]:
                     # Its occasion passed while a call's outcome is unknown: recorded so (flagged), not
                     # resent, and not said "failed" (it may have landed). No Warning: nobody needs to act now.
-                    ledger.record(
-                        self.db,
-                        run_id=world.run.uid,
-                        key=key,
-                        epoch=epoch,
+                    record(
                         status="pending",
                         issued=True,
                         needs_human=True,
@@ -116,11 +114,7 @@ class Notifier:
                     continue
                 # Its occasion passed (the approval was decided, the run resolved) before it could go out, and
                 # no call is outstanding: provably not sent, and no longer to be sent.
-                ledger.record(
-                    self.db,
-                    run_id=world.run.uid,
-                    key=key,
-                    epoch=epoch,
+                record(
                     status="failed",
                     issued=False,
                     error="not sent: its occasion passed (decided or resolved) before it could be delivered",
@@ -196,6 +190,8 @@ class Notifier:
         )
         if row is None:
             return None
+        # Every move of this row is fenced by the same run, key and epoch.
+        record = functools.partial(ledger.record, self.db, run_id=run.uid, key=item.key, epoch=epoch)
         # The effect ledger's machine decides what the row calls for (agent_operator.decide.notify_outcome).
         verdict = rules.reserved(
             status=row.status,
@@ -229,7 +225,7 @@ class Notifier:
         prepared = notify_http.prepare(spec.url, self.policy, self.limits.timeout_seconds)
         if isinstance(prepared, notify_http.Prepared):
             # Marked issued first: from here until the outcome is recorded, a crash leaves an unknown outcome.
-            ledger.record(self.db, run_id=run.uid, key=item.key, epoch=epoch, status="pending", issued=True)
+            record(status="pending", issued=True)
             outcome = notify_http.send(prepared, notify.body(item.content, spec.format, item.key), headers)
             faults.hit("notify_after_call")
             calls = 1
@@ -245,17 +241,7 @@ class Notifier:
             max_attempts=self.limits.max_attempts,
         )
         if step.status == "sent":
-            ledger.record(
-                self.db,
-                run_id=run.uid,
-                key=item.key,
-                epoch=epoch,
-                status="sent",
-                issued=False,
-                calls=calls,
-                result={"status": outcome.status},
-                error=None,
-            )
+            record(status="sent", issued=False, calls=calls, result={"status": outcome.status}, error=None)
             faults.hit("notify_after_record")
             self.post_event(run, actions.Event("Normal", "Notified", f"{what} delivered ({outcome.detail})"))
             if memory.notify_problem is not None and memory.notify_problem[0] not in LASTING:
@@ -263,11 +249,7 @@ class Notifier:
             return None
         if step.resend:
             delay = retry_delay(self.limits, max(attempt, 1), outcome.retry_after)
-            ledger.record(
-                self.db,
-                run_id=run.uid,
-                key=item.key,
-                epoch=epoch,
+            record(
                 status="pending",
                 issued=step.maybe_delivered,  # kept set: an earlier call may have landed
                 calls=calls,
@@ -290,16 +272,7 @@ class Notifier:
         else:
             reason, why = "NotificationFailed", outcome.detail
         message = f"{what} failed: {why}"
-        ledger.record(
-            self.db,
-            run_id=run.uid,
-            key=item.key,
-            epoch=epoch,
-            status="failed",
-            issued=False,
-            calls=calls,
-            error=message,
-        )
+        record(status="failed", issued=False, calls=calls, error=message)
         self._warn(run, memory, reason, message, f"failed:{item.key}")
         return None
 

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import datetime
 import logging
-import threading
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
+from agent_operator.act import periodic
 from agent_operator.decide import phases
 from agentrun_core import store
 from agentrun_core.api import status as api_status
@@ -62,7 +62,7 @@ def purge_delay(
     return retention_seconds, "deleted"
 
 
-class Purger:
+class Purger(periodic.Periodic):
     def __init__(
         self,
         db: Any,
@@ -72,24 +72,14 @@ class Purger:
         alive: Alive,
         after_purge: Callable[[], object] | None = None,
     ) -> None:
+        super().__init__("retention-purger", max(0.1, interval_seconds))
         self.db = db
         self.alive = alive  # which AgentRuns exist now (a fresh list of the namespaces asked about)
         # Run after each purge pass (the operator drops the worker roles of namespaces gone and purged).
         self.after_purge = after_purge
-        self.interval = max(0.1, interval_seconds)
         self.batch = max(1, batch)
-        self.stopped = threading.Event()
         self.purged = 0
         self.folded = 0
-        self.thread = threading.Thread(target=self._run, name="retention-purger", daemon=True)
-
-    def start(self) -> Purger:
-        self.thread.start()
-        return self
-
-    def stop(self) -> None:
-        self.stopped.set()
-        self.thread.join(timeout=10)
 
     def fold_now(self) -> int:
         """Fold every final run not folded yet, batch after batch; how many were folded."""
@@ -127,12 +117,8 @@ class Purger:
                 break
         return total
 
-    def _run(self) -> None:
-        while not self.stopped.wait(self.interval):
-            try:
-                self.fold_now()
-                self.purge_now()
-                if self.after_purge is not None:
-                    self.after_purge()
-            except Exception as exc:  # the next interval retries
-                logger.warning("retention: purge failed: %s: %s", type(exc).__name__, exc)
+    def tick(self) -> None:
+        self.fold_now()
+        self.purge_now()
+        if self.after_purge is not None:
+            self.after_purge()

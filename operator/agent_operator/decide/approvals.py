@@ -71,10 +71,7 @@ def parse(annotations: dict[str, str] | None) -> tuple[Request | None, str | Non
         return None, f"both {meta.APPROVE} and {meta.REJECT} are set; set exactly one"
     decided_by = ann.get(meta.DECIDED_BY, "").strip()
     if not decided_by:
-        return None, (
-            f"the decision carries no {meta.DECIDED_BY} stamp (is the agentrun MutatingAdmissionPolicy "
-            "installed?); nothing applied"
-        )
+        return None, unstamped("the decision", meta.DECIDED_BY, "agentrun")
     return (
         Request(
             approval_id=approve or reject,
@@ -127,6 +124,15 @@ POLICY_MISSING = (
     "have written it; install deploy/admission (Kubernetes 1.36+) or deploy/admission-vap-only (1.34, 1.35) "
     "whole and steer again"
 )
+
+
+def unstamped(what: str, stamp: str, policies: str) -> str:
+    """The refusal of a request that reached us without its stamp: who asked is then unknown, so nothing
+    is applied."""
+    return (
+        f"{what} carries no {stamp} stamp (is the {policies} MutatingAdmissionPolicy installed?); "
+        "nothing applied"
+    )
 
 
 def policy_missing(world: model.World) -> str:

@@ -19,7 +19,6 @@ This module decides what to ask for, and how a reopened run looks until its next
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -32,16 +31,8 @@ from agentrun_core.api import limits, meta
 REOPEN_REASONS = {"retry": "retry", "resolve_sent": "resolved", "resolve_not_sent": "resolved"}
 
 
-@dataclasses.dataclass(frozen=True)
-class ResolveRequest:
-    key: str
-    outcome: str  # sent | not_sent
-    by: str
-    result: Any = None
-
-
-def parse_resolve(annotations: Mapping[str, str]) -> tuple[ResolveRequest | None, str | None]:
-    """(request, refusal) from the resolve annotations; both None when there is none."""
+def parse_resolve(annotations: Mapping[str, str]) -> tuple[actions.ResolveEffect | None, str | None]:
+    """(the resolve to apply, refusal) from the resolve annotations; both None when there is none."""
     value = annotations.get(meta.RESOLVE, "").strip()
     if not value:
         return None, None
@@ -50,10 +41,7 @@ def parse_resolve(annotations: Mapping[str, str]) -> tuple[ResolveRequest | None
         return None, f"{meta.RESOLVE} must be <effect key>=sent or <effect key>=not-sent, not {value!r}"
     by = annotations.get(meta.RESOLVED_BY, "").strip()
     if not by:
-        return None, (
-            f"{meta.RESOLVE} carries no {meta.RESOLVED_BY} stamp (is the agentrun steering "
-            "MutatingAdmissionPolicy installed?); nothing applied"
-        )
+        return None, approvals.unstamped(meta.RESOLVE, meta.RESOLVED_BY, "agentrun steering")
     text = annotations.get(meta.RESOLVE_RESULT)
     result = None
     if text:
@@ -65,7 +53,7 @@ def parse_resolve(annotations: Mapping[str, str]) -> tuple[ResolveRequest | None
             result = json.loads(text)
         except ValueError as exc:
             return None, f"{meta.RESOLVE_RESULT} is not JSON: {exc}"
-    return ResolveRequest(key.strip(), outcome.replace("-", "_"), by, result), None
+    return actions.ResolveEffect(key.strip(), outcome.replace("-", "_"), by, result), None
 
 
 def resolve(world: model.World, plan: actions.Plan) -> bool:
@@ -87,9 +75,7 @@ def resolve(world: model.World, plan: actions.Plan) -> bool:
         plan.warn("ResolveRefused", refusal)
         return False
     assert request is not None
-    plan.actions.append(
-        actions.ResolveEffect(key=request.key, outcome=request.outcome, by=request.by, result=request.result)
-    )
+    plan.actions.append(request)
     return True
 
 
@@ -116,8 +102,7 @@ def retry(world: model.World, plan: actions.Plan, stopped: bool) -> bool:
     if not by:
         plan.warn(
             "RetryRefused",
-            f"retry generation {wanted} carries no {meta.RETRIED_BY} stamp (is the agentrun steering "
-            "MutatingAdmissionPolicy installed?); nothing applied",
+            approvals.unstamped(f"retry generation {wanted}", meta.RETRIED_BY, "agentrun steering"),
         )
         return False
     plan.actions.append(actions.ReopenRun(generation=wanted, by=by))

@@ -30,6 +30,17 @@ logger = logging.getLogger(__name__)
 ADMISSION_CHECK_SECONDS = 10.0  # how long a look at the admission policies serves the status condition
 
 
+@dataclasses.dataclass(frozen=True)
+class Watched:
+    """What the watch caches show of one run when a reconcile starts: the AgentRun's body, its Pods and its
+    Lease (kopf's indexes). ``deleting`` overrides the body's deletionTimestamp (the delete handler's)."""
+
+    body: Mapping[str, Any]
+    pods: list[model.PodInfo]
+    lease: lease_math.LeaseSummary | None
+    deleting: bool | None = None
+
+
 class Observer:
     """Reads one run's World (synchronous: the handlers call the runner in a worker thread)."""
 
@@ -87,18 +98,11 @@ class Observer:
         self._admission = (now, ok)
         return ok
 
-    def world(
-        self,
-        body: Mapping[str, Any],
-        pod_bodies: list[model.PodInfo],
-        lease: lease_math.LeaseSummary | None,
-        memory: memory_.RunMemory,
-        *,
-        deleting: bool | None = None,
-    ) -> model.World:
+    def world(self, watched: Watched, memory: memory_.RunMemory) -> model.World:
+        body, pod_bodies, lease = watched.body, watched.pods, watched.lease
         run = model.RunRef.from_body(body)
-        if deleting is not None:
-            run = dataclasses.replace(run, deleting=deleting)
+        if watched.deleting is not None:
+            run = dataclasses.replace(run, deleting=watched.deleting)
         spec = model.RunSpec.from_body(body.get("spec") or {})
         status = memory.last_status if memory.last_status is not None else dict(body.get("status") or {})
         # The run, its approvals, effect counts and interventions, in one round trip; and the policy a future

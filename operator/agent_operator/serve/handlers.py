@@ -34,6 +34,7 @@ from agent_operator.act import lockwatch, retention
 from agent_operator.decide import model
 from agent_operator.observe import memory as memory_
 from agent_operator.observe import metrics, throttle
+from agent_operator.observe import world as observe
 from agent_operator.serve import kopf_config, leader, readapi, runner
 from agentrun_core import backoff, lease_math, store
 from agentrun_core.api import protocol
@@ -315,7 +316,8 @@ async def run_loop(
             wake.clear()
             pod_list, lease = _inputs(namespace, name, uid, run_pods, run_leases)
             try:
-                plan = await asyncio.to_thread(STATE.reconciler.reconcile, body, pod_list, lease, memory)
+                watched = observe.Watched(body, pod_list, lease)
+                plan = await asyncio.to_thread(STATE.reconciler.reconcile, watched, memory)
                 delay = plan.requeue_after
                 memory.failures = 0
             except Exception as exc:  # the handler boundary: log, look again soon (backing off)
@@ -371,9 +373,8 @@ async def run_deleted(
     memory = STATE.memories.setdefault(uid, memory_.RunMemory())
     pod_list, lease = _inputs(namespace, name, uid, kwargs["run_pods"], kwargs["run_leases"])
     try:
-        plan = await asyncio.to_thread(
-            STATE.reconciler.reconcile, body, pod_list, lease, memory, deleting=True
-        )
+        watched = observe.Watched(body, pod_list, lease, deleting=True)
+        plan = await asyncio.to_thread(STATE.reconciler.reconcile, watched, memory)
     except Exception as exc:
         raise kopf.TemporaryError(
             f"deletion of {namespace}/{name}: {exc}", delay=ERROR_RETRY_SECONDS

@@ -14,7 +14,7 @@ import copy
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from agent_operator import kube
@@ -24,7 +24,7 @@ from agent_operator.decide import actions, cleanup, model, phases, reconcile, ru
 from agent_operator.observe import memory as memory_
 from agent_operator.observe import metrics, throttle
 from agent_operator.observe import world as observe
-from agentrun_core import lease_math, store
+from agentrun_core import store
 from agentrun_core.api import status as api_status
 
 logger = logging.getLogger(__name__)
@@ -70,18 +70,10 @@ class Runner:
         """``world`` with the current Pod and the Lease read fresh (raises ``kube.KubeError``: unknown)."""
         return self.observer.confirm(world, memory)
 
-    def reconcile(
-        self,
-        body: Mapping[str, Any],
-        pod_bodies: list[model.PodInfo],
-        lease: lease_math.LeaseSummary | None,
-        memory: memory_.RunMemory,
-        *,
-        deleting: bool | None = None,
-    ) -> actions.Plan:
+    def reconcile(self, watched: observe.Watched, memory: memory_.RunMemory) -> actions.Plan:
         """One observe-decide-act round. Raises on I/O errors (the caller retries)."""
-        body = copy.deepcopy(dict(body))
-        world = self.observer.world(body, pod_bodies, lease, memory, deleting=deleting)
+        watched = dataclasses.replace(watched, body=copy.deepcopy(dict(watched.body)))
+        world = self.observer.world(watched, memory)
         plan = reconcile.decide(world, self.settings.reconcile)
         if plan.confirm is not None:
             try:
