@@ -39,6 +39,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--p4-active", default=None, help="comma list of active-run counts (default 10,25,50,100; 0: none)"
     )
+    parser.add_argument(
+        "--p4-waiting",
+        default=None,
+        help="comma list of counts of runs created suspended: operator memory per waiting run (default none)",
+    )
     return parser.parse_args(argv)
 
 
@@ -70,7 +75,7 @@ def main(argv: list[str]) -> int:
             t0 = time.monotonic()
             kwargs = {}
             if name == "p4":
-                kwargs = {"parked": args.p4_parked, "active": args.p4_active}
+                kwargs = {"parked": args.p4_parked, "active": args.p4_active, "waiting": args.p4_waiting}
             module.run(report, quick=args.quick, reps=reps, **kwargs)
             print(f"  ({name} took {time.monotonic() - t0:.0f}s)", flush=True)
     finally:

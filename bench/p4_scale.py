@@ -26,6 +26,7 @@ from typing import Any
 import kubernetes
 
 from agent_operator import settings as operator_settings
+from agentrun_core.api import status as api_status
 from agentrun_dev import finalizers
 from bench import db, load, stats, stored
 
@@ -343,8 +344,38 @@ def _counts(text: str | None, default: list[int]) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip() and int(x) > 0]  # 0: none of that case
 
 
+def waiting_case(report: stats.Report, section: str, n: int) -> None:
+    """The operator's memory per waiting run, at sizes parking cannot reach in a sitting (a parked run's
+    worker is a process start each: ~1 CPU-s): ``n`` runs created suspended are admitted and wait with no
+    Pod, held by the operator as a parked run is (its AgentRun watched, its loop asleep)."""
+    with db.fresh_database(f"p4w{n}") as dsn, Cluster(f"waiting{n}") as c:
+        pid = c.start_operator(dsn)
+        time.sleep(5)  # the operator's own start settles (imports, first lists)
+        before = _rss_mb(pid)
+        t0 = time.monotonic()
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            spec = {"graph": "bench.graphs:park", "input": {}, "suspend": True}
+            list(pool.map(lambda i: c.create_run(f"r{i:05d}", spec), range(n)))
+        c.wait_all(api_status.SUSPENDED, n, timeout=120 + 2.0 * n)
+        after = _rss_mb(pid)
+    label = f"{n} runs waiting suspended (admitted, no Pod)"
+    rows = [
+        stats.Row(f"{label}: time to all admitted and waiting", [time.monotonic() - t0], unit="s"),
+        stats.Row(f"{label}: operator RSS", [after], unit="MB", note=f"{before:.0f} MB with 0 runs"),
+        stats.Row(f"{label}: operator memory per waiting run", [(after - before) * 1024 / n], unit="KiB"),
+    ]
+    for row in rows:
+        report.add(section, row)
+
+
 def run(
-    report: stats.Report, *, quick: bool, reps: int, parked: str | None = None, active: str | None = None
+    report: stats.Report,
+    *,
+    quick: bool,
+    reps: int,
+    parked: str | None = None,
+    active: str | None = None,
+    waiting: str | None = None,
 ) -> None:
     section = "P4 scale: parked and concurrent runs with a real operator"
     report.section(section)
@@ -359,3 +390,5 @@ def run(
         parked_case(report, section, n, window, settle)
     for n in _counts(active, [2] if quick else [10, 25, 50, 100]):
         active_case(report, section, n, 10)
+    for n in _counts(waiting, [3] if quick else []):
+        waiting_case(report, section, n)
