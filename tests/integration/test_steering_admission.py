@@ -25,6 +25,7 @@ import kubernetes
 import pytest
 from test_approval_admission import CUSTOM, Arena, _run_body, arena_fixture
 
+from agentrun_core.api import limits, meta
 from tests.support.waiting import wait_for
 
 ACTORS = ("creator", "approver", "editor", "stranger", "serviceaccount")
@@ -166,6 +167,34 @@ def test_refusals_say_which_verb_is_missing(arena: SteerArena) -> None:
     _, answer = _attempt(a, "approver", "resume")
     assert "may not resume AgentRun" in answer and '"suspend"' in answer, answer
     a.steer_reset()
+
+
+def test_a_resolve_result_is_bounded_in_bytes_as_the_operator_counts_them(arena: SteerArena) -> None:
+    """The policy counts the result's UTF-8 bytes, as the CLI and the operator do: a result within the
+    limit in characters but over it in bytes is refused by the API server, not admitted and then refused
+    by the operator later."""
+    a = arena
+    a.steer_reset()
+    limit = limits.RESOLVE_RESULT_MAX_BYTES
+    over = json.dumps({"note": "\u20ac" * (limit // 3)}, ensure_ascii=False)  # 3 bytes per character
+    fits = json.dumps({"note": "\u20ac" * (limit // 3 - 10)}, ensure_ascii=False)
+    assert len(over) < limit < len(over.encode()) and len(fits.encode()) <= limit
+
+    def resolve(result: str) -> str:
+        stamps = {RESOLVE: "e-0123456789ab=sent", meta.RESOLVE_RESULT: result}
+        body = {"metadata": {"annotations": stamps}}
+        proc = a.kubectl("approver", "patch", "ar", "stopped", "--type", "merge", "-p", json.dumps(body))
+        return proc.stderr if proc.returncode else ""
+
+    try:
+        answer = resolve(over)
+        assert f"at most {limit} bytes" in answer, answer
+        assert meta.RESOLVE_RESULT not in a.annotations("stopped")
+        assert resolve(fits) == ""
+        assert a.annotations("stopped")[meta.RESOLVE_RESULT] == fits
+    finally:
+        a.admin_patch("stopped", {"metadata": {"annotations": {meta.RESOLVE_RESULT: None}}})
+        a.steer_reset()
 
 
 def test_zz_steering_matrix_counts(arena: SteerArena) -> None:
