@@ -25,7 +25,6 @@ from agent_operator.observe import metrics
 from agentrun_core import store
 from agentrun_core.api import meta as api_meta
 from agentrun_core.api import protocol
-from agentrun_core.api import status as api_status
 from agentrun_core.store import connect
 
 logger = logging.getLogger(__name__)
@@ -35,9 +34,6 @@ def spec_hash(spec: model.RunSpec) -> str:
     doc = {"graph": spec.graph, "input": spec.input, "durability": spec.durability}
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
-
-# The Failed condition's reason of a run whose spec Postgres refuses to store (issue 35).
-UNSTORABLE = api_status.UNSTORABLE
 
 
 class Unstorable(Exception):

@@ -41,7 +41,7 @@ VALIDATING_OBJECTS = {
     ("validatingadmissionpolicybindings", "agentrun-approvals"): "49212e3b71a72a27",
     ("validatingadmissionpolicies", "agentrun-decision-payload"): "1eba351142573bbe",
     ("validatingadmissionpolicybindings", "agentrun-decision-payload"): "f1e133899ecee087",
-    ("validatingadmissionpolicies", "agentrun-steering"): "f9f00545a00fe167",
+    ("validatingadmissionpolicies", "agentrun-steering"): "6d9b054cd09eb8bb",
     ("validatingadmissionpolicybindings", "agentrun-steering"): "4fdc5adc5102df7e",
     ("validatingadmissionpolicies", "agentrun-fork"): "3832efe684262687",
     ("validatingadmissionpolicybindings", "agentrun-fork"): "595235bd7d932162",

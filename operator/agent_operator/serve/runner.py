@@ -236,11 +236,11 @@ def _failed_unstorable(world: model.World, plan: actions.Plan, message: str) -> 
     with a Warning, nothing else of it done. The next reconcile finds the run Failed and never admitted, and
     keeps it so (reconcile._admit) without trying again."""
     st = walk.initial(world.status)
-    st.phase, st.reason, st.message = api_status.FAILED, execute.UNSTORABLE, message
+    st.phase, st.reason, st.message = api_status.FAILED, api_status.UNSTORABLE, message
     st.completion_time = phases.iso(world.now)
     st.next_attempt_at = None
     plan.actions = []
-    plan.events = [actions.Event("Warning", execute.UNSTORABLE, message)]
+    plan.events = [actions.Event("Warning", api_status.UNSTORABLE, message)]
     plan.status = run_status.build(world, st)
 
 
