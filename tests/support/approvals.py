@@ -23,7 +23,7 @@ import kubernetes
 import pytest
 
 from agentrun_dev import smtp_sink
-from tests.support.kube import condition, create_run, kubectl, run_body, run_status
+from tests.support.kube import condition, kubectl, run_body, run_status
 from tests.support.operator_proc import OperatorHandle
 from tests.support.specs import TICKET, TICKET_GRAPH, run_spec, smtp_env
 from tests.support.waiting import wait_for, wait_phase
@@ -51,13 +51,6 @@ class Scene:
         RBAC bindings are not free)."""
         found: dict[str, Path] = self.request.getfixturevalue("people")
         return found
-
-    def create(self, name: str, spec: dict[str, Any]) -> str:
-        """Creates the run as the admin; its uid."""
-        return str(create_run(self.kube, self.ns, name, spec)["metadata"]["uid"])
-
-    def status(self, name: str) -> dict[str, Any]:
-        return run_status(self.kube, self.ns, name)
 
     def wait_phase(self, name: str, phase: str | tuple[str, ...], timeout: float) -> dict[str, Any]:
         return wait_phase(self.kube, self.ns, name, phase, timeout, self.operator)
