@@ -28,12 +28,14 @@ import kubernetes
 import pytest
 from test_approval_admission import APPROVE, CUSTOM, DECIDED_BY, GROUPS, PENDING, REJECT, _run_body
 from test_steering_admission import ACTORS, RESOLVE, SteerArena
+from test_steering_admission import ALLOWED as STEER_ALLOWED
 from test_steering_admission import _attempt as steer_attempt
 
 from agent_operator import kube as operator_kube
 from agent_operator.decide import admission
 from agentrun_core import kube as core_kube
 from agentrun_dev import second_apiserver
+from tests.support.kube import kubectl
 
 # serial: scripts/bootstrap builds the v1.34 kube-apiserver in the background (15-30 min cold on 2 cores),
 # and the first test here waits for that build: run after the parallel part, it finds the build done or
@@ -47,17 +49,13 @@ CREATED_BY, RESOLVED_BY, RETRIED_BY = (
 )
 STAMPED = ("approve", "reject", "resolve", "retry", "fork")
 VERBS = (*STAMPED, "cancel", "suspend", "resume")
-# As on 1.36+ (tests/integration/test_steering_admission.py; approve: only the listed approver who did not
-# create the run; reject: the approver and the creator, who can always stop their own run).
+# As on 1.36+: the steering verbs' sets are tests/integration/test_steering_admission.py's own; approve: only
+# the listed approver who did not create the run; reject: the approver and the creator, who can always stop
+# their own run.
 ALLOWED = {
     "approve": {"approver"},
     "reject": {"approver", "creator"},
-    "resolve": {"approver"},
-    "retry": {"approver"},
-    "fork": {"creator", "editor", "serviceaccount"},
-    "cancel": {"creator", "editor", "serviceaccount"},
-    "suspend": {"creator", "editor", "serviceaccount"},
-    "resume": {"creator", "editor", "serviceaccount"},
+    **{verb: STEER_ALLOWED[verb] for verb in ("resolve", "retry", "fork", "cancel", "suspend", "resume")},
 }
 RESULTS: collections.Counter[str] = collections.Counter()
 
@@ -79,13 +77,7 @@ class K134Arena(SteerArena):
         return self.kubeconfigs[actor]
 
     def kubectl(self, actor: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            ["kubectl", "--kubeconfig", str(self.path(actor)), "-n", self.ns, *args],
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        return kubectl(self.path(actor), "-n", self.ns, *args, stdin=stdin, timeout=60)
 
     def _create(self, actor: str, body: dict[str, Any]) -> None:
         body["metadata"].setdefault("annotations", {})[CREATED_BY] = self.names[actor]

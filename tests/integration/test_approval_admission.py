@@ -30,6 +30,7 @@ import pytest
 import yaml
 
 from agentrun_dev import identities
+from tests.support.kube import kubectl
 
 PENDING = "a-aaaaaaaaaaaa"
 OTHER = "a-bbbbbbbbbbbb"
@@ -165,13 +166,7 @@ class Arena:
         self.custom.patch_namespaced_custom_object_status(*CUSTOM, self.ns, "agentruns", run, status)
 
     def kubectl(self, actor: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            ["kubectl", "--kubeconfig", str(self.kubeconfigs[actor]), "-n", self.ns, *args],
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        return kubectl(self.kubeconfigs[actor], "-n", self.ns, *args, stdin=stdin, timeout=60)
 
     def get(self, run: str) -> dict[str, Any]:
         result: dict[str, Any] = self.custom.get_namespaced_custom_object(*CUSTOM, self.ns, "agentruns", run)

@@ -8,21 +8,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
-import kubernetes
 import psycopg
 import pytest
 
 from agentrun_core import store
 from agentrun_dev import smtp_sink
-from tests.integration.test_fork_flow import bodies, ticket_spec
-from tests.support.kube import APPROVAL_PEOPLE, Team, get_run, kubectl, run_body, run_status
-from tests.support.operator_proc import OperatorHandle
-from tests.support.waiting import wait_for, wait_phase
+from tests.support.approvals import Scene, bodies, create_as, pending, scene_fixture, ticket_spec
+from tests.support.kube import APPROVAL_PEOPLE, Team, get_run, kubectl, run_status
+from tests.support.waiting import wait_phase
 
 EDITED_BODY = "Dear Ada, we refunded the duplicate charge; it shows within 3 days. (edited by the manager)"
 EDITED_SUBJECT = "Your refund for T-7"
+scene = scene_fixture()
 
 
 @pytest.fixture
@@ -32,28 +30,13 @@ def people(team: Team) -> dict[str, Path]:
     return team(APPROVAL_PEOPLE)
 
 
-def create_as(who: Path, ns: str, name: str, spec: dict[str, Any]) -> None:
-    made = kubectl(who, "create", "-n", ns, "-f", "-", stdin=json.dumps(run_body(name, spec)))
-    assert made.returncode == 0, made.stderr
-
-
-def pending_id(kube: kubernetes.client.ApiClient, ns: str, name: str) -> str:
-    pending = wait_for(lambda: run_status(kube, ns, name).get("pendingApproval"), 240, f"{name}'s approval")
-    return str(pending["id"])
-
-
 def test_manager_edits_the_reply_before_it_is_sent_and_malformed_or_forbidden_edits_are_refused(
-    kube: kubernetes.client.ApiClient,
-    operator: OperatorHandle,
-    people: dict[str, Path],
-    pg_dsn: str,
-    sink: smtp_sink.SmtpSink,
-    tmp_path: Path,
+    scene: Scene, sink: smtp_sink.SmtpSink
 ) -> None:
-    ns = operator.namespace
+    kube, operator, people, ns = scene.kube, scene.operator, scene.people, scene.ns
     create_as(people["alice"], ns, "t", ticket_spec(sink))
     wait_phase(kube, ns, "t", "WaitingApproval", 240, operator)
-    aid = pending_id(kube, ns, "t")
+    aid = str(pending(kube, ns, "t")["id"])
     prompt = run_status(kube, ns, "t")["pendingApproval"]["prompt"]
     assert prompt["editable"] == ["subject", "body"] and prompt["action"] == "send_email"
 
@@ -84,7 +67,7 @@ def test_manager_edits_the_reply_before_it_is_sent_and_malformed_or_forbidden_ed
         cli.returncode == 1
         and "cannot edit to: the pending approval lets you edit subject, body" in cli.stderr
     )
-    bad_file = tmp_path / "bad.yaml"
+    bad_file = scene.tmp_path / "bad.yaml"
     bad_file.write_text("- body\n")
     cli = kubectl(
         people["manager"], "agentrun", "approve", "t", "-n", ns, "--id", aid, "--edits", str(bad_file)
@@ -95,7 +78,7 @@ def test_manager_edits_the_reply_before_it_is_sent_and_malformed_or_forbidden_ed
     assert not [k for k in annotations if k.startswith("edit.") or k.endswith(("/approve", "/reject"))]
     assert run_status(kube, ns, "t")["pendingApproval"]["id"] == aid and bodies(sink) == []
 
-    edits = tmp_path / "edits.yaml"
+    edits = scene.tmp_path / "edits.yaml"
     edits.write_text(json.dumps({"subject": EDITED_SUBJECT}))
     ok = kubectl(
         people["manager"], "agentrun", "approve", "t", "-n", ns, "--id", aid,
@@ -113,7 +96,7 @@ def test_manager_edits_the_reply_before_it_is_sent_and_malformed_or_forbidden_ed
         "approved", "manager", "edit", ["body", "subject"],
     )  # fmt: skip
     uid = get_run(kube, ns, "t")["metadata"]["uid"]
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+    with psycopg.connect(scene.pg_dsn, autocommit=True) as conn:
         [row] = store.list_approvals(conn, uid)
     assert row.decided_by == "manager" and row.comment == "tightened the wording"
     assert row.payload["type"] == "edit" and row.payload["args"] == {
@@ -122,22 +105,18 @@ def test_manager_edits_the_reply_before_it_is_sent_and_malformed_or_forbidden_ed
     }
     annotations = get_run(kube, ns, "t")["metadata"].get("annotations") or {}
     assert not [k for k in annotations if k.startswith("edit.")]  # consumed with the decision
-    traced = kubectl(people["manager"], "agentrun", "trace", "t", "-n", ns, "-o", "json", dsn=pg_dsn)
+    traced = kubectl(people["manager"], "agentrun", "trace", "t", "-n", ns, "-o", "json", dsn=scene.pg_dsn)
     assert traced.returncode == 0, traced.stderr
     [decided] = json.loads(traced.stdout)["approvals"]
     assert decided["by"] == "manager" and decided["payload"]["args"]["args"]["body"] == EDITED_BODY
 
 
 def test_respond_answers_without_sending_and_only_deciders_may(
-    kube: kubernetes.client.ApiClient,
-    operator: OperatorHandle,
-    people: dict[str, Path],
-    pg_dsn: str,
-    sink: smtp_sink.SmtpSink,
+    scene: Scene, sink: smtp_sink.SmtpSink
 ) -> None:
-    ns = operator.namespace
+    kube, operator, people, ns = scene.kube, scene.operator, scene.people, scene.ns
     create_as(people["alice"], ns, "r", ticket_spec(sink))
-    aid = pending_id(kube, ns, "r")
+    aid = str(pending(kube, ns, "r")["id"])
     text = "Please ask the customer for the invoice number first."
     refused = kubectl(people["mallory"], "agentrun", "respond", "r", "-n", ns, "--id", aid, "--message", text)
     assert refused.returncode == 1 and 'needs the RBAC verb "approve"' in refused.stderr, refused.stderr
@@ -151,7 +130,7 @@ def test_respond_answers_without_sending_and_only_deciders_may(
     ok = kubectl(people["alice"], "agentrun", "respond", "r", "-n", ns, "--id", aid, "--message", text)
     assert ok.returncode == 0, ok.stderr
     status = wait_phase(kube, ns, "r", "Succeeded", 240, operator)
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+    with psycopg.connect(scene.pg_dsn, autocommit=True) as conn:
         run = store.get_run(conn, get_run(kube, ns, "r")["metadata"]["uid"])
     assert run is not None and run.result["outcome"] == "responded", run
     assert run.result["decision"]["args"] == text  # the graph got the text (LangGraph's "response")

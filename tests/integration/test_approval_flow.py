@@ -12,10 +12,13 @@ import psycopg
 import pytest
 
 from agentrun_core import store
+from tests.support.approvals import Scene, scene_fixture
 from tests.support.kube import APPROVAL_PEOPLE, Team, condition, create_run, events, kubectl, pods, run_status
 from tests.support.operator_proc import OperatorHandle
 from tests.support.specs import approval_spec
 from tests.support.waiting import wait_for, wait_phase
+
+scene = scene_fixture()
 
 
 def spec(path: Path, **approval: Any) -> dict[str, Any]:
@@ -44,14 +47,18 @@ def waiting(kube: kubernetes.client.ApiClient, op: OperatorHandle, name: str) ->
     return approval_id
 
 
-def test_approve_happy_path(
-    kube: kubernetes.client.ApiClient,
-    operator: OperatorHandle,
-    people: dict[str, Path],
-    tmp_path: Path,
-    pg_dsn: str,
-) -> None:
-    ns, out = operator.namespace, tmp_path / "effects.txt"
+def approved_once(scene: Scene, name: str, approval_id: str, out: Path) -> dict[str, Any]:
+    """The manager approves: the run succeeds, its effect performed once."""
+    code, text = annotate(scene.people["manager"], scene.ns, name, f"agentrun.dev/approve={approval_id}")
+    assert code == 0, text
+    status = scene.wait_phase(name, "Succeeded", 90)
+    assert len(lines(out)) == 1
+    return status
+
+
+def test_approve_happy_path(scene: Scene) -> None:
+    kube, operator, people, ns = scene.kube, scene.operator, scene.people, scene.ns
+    out = scene.tmp_path / "effects.txt"
     uid = create_run(kube, ns, "ok", spec(out))["metadata"]["uid"]
     approval_id = waiting(kube, operator, "ok")
     assert lines(out) == []
@@ -71,7 +78,7 @@ def test_approve_happy_path(
         }
     ]
     assert status["attempts"] == 2 and status["attemptReason"] == "approval"
-    with psycopg.connect(pg_dsn) as conn:
+    with psycopg.connect(scene.pg_dsn) as conn:
         (row,) = store.list_approvals(conn, uid)
     assert (row.status, row.decided_by, row.comment) == ("approved", "manager", "looks good")
     assert "Approved" in [e.reason for e in events(kube, ns, "ok")]
@@ -83,15 +90,14 @@ def test_approve_happy_path(
     assert "agentrun.dev/approve" not in ann  # consumed
 
 
-def test_a_waiting_runs_pod_goes_after_the_retention_and_the_approval_still_resumes_it(
-    kube: kubernetes.client.ApiClient, operator: OperatorHandle, people: dict[str, Path], tmp_path: Path
-) -> None:
+def test_a_waiting_runs_pod_goes_after_the_retention_and_the_approval_still_resumes_it(scene: Scene) -> None:
     """A run may wait for days: its parked attempt's Pod (the worker exited) is deleted after
     ``AGENTRUN_FINISHED_POD_RETENTION_SECONDS``, as a finished run's is; the run goes on waiting (no attempt
     judged lost), and the approval resumes it with its effect done once."""
+    kube, operator, ns = scene.kube, scene.operator, scene.ns
     operator.restart(hard=False, extra_env={"AGENTRUN_FINISHED_POD_RETENTION_SECONDS": "3"})
     operator.wait_leader(kube, timeout=30)
-    ns, out = operator.namespace, tmp_path / "effects.txt"
+    out = scene.tmp_path / "effects.txt"
     create_run(kube, ns, "days", spec(out))
     approval_id = waiting(kube, operator, "days")
     wait_for(
@@ -107,17 +113,13 @@ def test_a_waiting_runs_pod_goes_after_the_retention_and_the_approval_still_resu
         approval_id,
     )
     assert "AttemptLost" not in [e.reason for e in events(kube, ns, "days")]
-    code, text = annotate(people["manager"], ns, "days", f"agentrun.dev/approve={approval_id}")
-    assert code == 0, text
-    status = wait_phase(kube, ns, "days", "Succeeded", 90, operator)
-    assert len(lines(out)) == 1
+    status = approved_once(scene, "days", approval_id, out)
     assert status["attempts"] == 2 and status["attemptReason"] == "approval"
 
 
-def test_double_annotate_one_resume_one_effect(
-    kube: kubernetes.client.ApiClient, operator: OperatorHandle, people: dict[str, Path], tmp_path: Path
-) -> None:
-    ns, out = operator.namespace, tmp_path / "effects.txt"
+def test_double_annotate_one_resume_one_effect(scene: Scene) -> None:
+    kube, operator, people, ns = scene.kube, scene.operator, scene.people, scene.ns
+    out = scene.tmp_path / "effects.txt"
     create_run(kube, ns, "twice", spec(out))
     approval_id = waiting(kube, operator, "twice")
     code, text = annotate(people["manager"], ns, "twice", f"agentrun.dev/approve={approval_id}")
@@ -135,10 +137,9 @@ def test_double_annotate_one_resume_one_effect(
     assert reasons.count("Approved") == 1, reasons
 
 
-def test_stale_and_unknown_ids_are_refused(
-    kube: kubernetes.client.ApiClient, operator: OperatorHandle, people: dict[str, Path], tmp_path: Path
-) -> None:
-    ns, out = operator.namespace, tmp_path / "effects.txt"
+def test_stale_and_unknown_ids_are_refused(scene: Scene) -> None:
+    kube, operator, people, ns = scene.kube, scene.operator, scene.people, scene.ns
+    out = scene.tmp_path / "effects.txt"
     create_run(kube, ns, "stale", spec(out))
     approval_id = waiting(kube, operator, "stale")
     code, text = annotate(people["manager"], ns, "stale", "agentrun.dev/approve=a-000000000000")
@@ -146,16 +147,12 @@ def test_stale_and_unknown_ids_are_refused(
     time.sleep(1)
     assert run_status(kube, ns, "stale")["phase"] == "WaitingApproval"
     assert lines(out) == []
-    code, text = annotate(people["manager"], ns, "stale", f"agentrun.dev/approve={approval_id}")
-    assert code == 0, text
-    wait_phase(kube, ns, "stale", "Succeeded", 90, operator)
-    assert len(lines(out)) == 1
+    approved_once(scene, "stale", approval_id, out)
 
 
-def test_reject_path(
-    kube: kubernetes.client.ApiClient, operator: OperatorHandle, people: dict[str, Path], tmp_path: Path
-) -> None:
-    ns, out = operator.namespace, tmp_path / "effects.txt"
+def test_reject_path(scene: Scene) -> None:
+    kube, operator, people, ns = scene.kube, scene.operator, scene.people, scene.ns
+    out = scene.tmp_path / "effects.txt"
     create_run(kube, ns, "nope", spec(out))
     approval_id = waiting(kube, operator, "nope")
     code, text = annotate(
@@ -172,10 +169,9 @@ def test_reject_path(
     )
 
 
-def test_unauthorized_and_self_approval_refused_on_a_waiting_run(
-    kube: kubernetes.client.ApiClient, operator: OperatorHandle, people: dict[str, Path], tmp_path: Path
-) -> None:
-    ns, out = operator.namespace, tmp_path / "effects.txt"
+def test_unauthorized_and_self_approval_refused_on_a_waiting_run(scene: Scene) -> None:
+    kube, operator, people, ns = scene.kube, scene.operator, scene.people, scene.ns
+    out = scene.tmp_path / "effects.txt"
     import json
     import subprocess
 
@@ -222,10 +218,9 @@ def pending_id(kube: kubernetes.client.ApiClient, op: OperatorHandle, name: str)
     return result
 
 
-def test_deadline_escalate_then_late_approval(
-    kube: kubernetes.client.ApiClient, operator: OperatorHandle, people: dict[str, Path], tmp_path: Path
-) -> None:
-    ns, out = operator.namespace, tmp_path / "effects.txt"
+def test_deadline_escalate_then_late_approval(scene: Scene) -> None:
+    kube, operator, ns = scene.kube, scene.operator, scene.ns
+    out = scene.tmp_path / "effects.txt"
     create_run(kube, ns, "slow", spec(out, timeoutSeconds=2, onTimeout="escalate"))
     approval_id = pending_id(kube, operator, "slow")
     status = wait_for(
@@ -236,20 +231,12 @@ def test_deadline_escalate_then_late_approval(
     )
     assert status["phase"] == "WaitingApproval" and status["pendingApproval"]["escalated"] is True
     assert "ApprovalEscalated" in [e.reason for e in events(kube, ns, "slow")]
-    code, text = annotate(people["manager"], ns, "slow", f"agentrun.dev/approve={approval_id}")
-    assert code == 0, text
-    wait_phase(kube, ns, "slow", "Succeeded", 90, operator)
-    assert len(lines(out)) == 1
+    approved_once(scene, "slow", approval_id, out)
 
 
-def test_deadline_cancel(
-    kube: kubernetes.client.ApiClient,
-    operator: OperatorHandle,
-    people: dict[str, Path],
-    tmp_path: Path,
-    pg_dsn: str,
-) -> None:
-    ns, out = operator.namespace, tmp_path / "effects.txt"
+def test_deadline_cancel(scene: Scene) -> None:
+    kube, operator, people, ns = scene.kube, scene.operator, scene.people, scene.ns
+    out = scene.tmp_path / "effects.txt"
     uid = create_run(kube, ns, "late", spec(out, timeoutSeconds=2, onTimeout="cancel"))["metadata"]["uid"]
     approval_id = pending_id(kube, operator, "late")
     status = wait_phase(kube, ns, "late", "Cancelled", 30, operator)
@@ -260,16 +247,15 @@ def test_deadline_cancel(
     assert code != 0 and "is not waiting for an approval" in text, text
     time.sleep(2)
     assert run_status(kube, ns, "late")["phase"] == "Cancelled" and lines(out) == []
-    with psycopg.connect(pg_dsn) as conn:
+    with psycopg.connect(scene.pg_dsn) as conn:
         (row,) = store.list_approvals(conn, uid)
         assert row.status == "expired" and row.deadline_action == "cancel"
         assert store.get_run(conn, uid).status == "cancelled"  # type: ignore[union-attr]
 
 
-def test_deadline_read_only(
-    kube: kubernetes.client.ApiClient, operator: OperatorHandle, tmp_path: Path, pg_dsn: str
-) -> None:
-    ns, out = operator.namespace, tmp_path / "effects.txt"
+def test_deadline_read_only(scene: Scene) -> None:
+    kube, operator, ns = scene.kube, scene.operator, scene.ns
+    out = scene.tmp_path / "effects.txt"
     uid = create_run(kube, ns, "ro", spec(out, timeoutSeconds=2, onTimeout="readOnly"))["metadata"]["uid"]
     pending_id(kube, operator, "ro")
     status = wait_phase(kube, ns, "ro", ("Succeeded", "Failed"), 60, operator)
@@ -277,7 +263,7 @@ def test_deadline_read_only(
     assert status["readOnly"] is True and condition(status, "ReadOnly")["status"] == "True"
     assert status["attemptReason"] == "deadline"
     assert lines(out) == []
-    with psycopg.connect(pg_dsn) as conn:
+    with psycopg.connect(scene.pg_dsn) as conn:
         (row,) = store.list_approvals(conn, uid)
         assert row.status == "expired" and row.deadline_action in ("read_only", "readOnly")
         assert store.get_run(conn, uid).read_only is True  # type: ignore[union-attr]

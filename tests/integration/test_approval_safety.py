@@ -21,9 +21,12 @@ from test_approval_flow import annotate, lines, spec
 
 from agentrun_core import store
 from tests.support import pg
+from tests.support.approvals import Scene, scene_fixture, wait_condition
 from tests.support.kube import bind, condition, create_run, events, kubectl, run_status
 from tests.support.operator_proc import REPO, OperatorHandle
 from tests.support.waiting import wait_for, wait_phase
+
+scene = scene_fixture()
 
 
 @pytest.fixture
@@ -202,19 +205,14 @@ WEAKENINGS = {
 @pytest.mark.serial
 @pytest.mark.parametrize("weakening", sorted(WEAKENINGS))
 def test_operator_refuses_decisions_without_the_admission_policies(
-    kube: kubernetes.client.ApiClient,
-    operator: OperatorHandle,
-    manager: Path,
-    admin_kubeconfig: Path,
-    tmp_path: Path,
-    pg_dsn: str,
-    weakening: str,
+    scene: Scene, manager: Path, weakening: str
 ) -> None:
-    ns, out = operator.namespace, tmp_path / "effects.txt"
+    kube, operator, ns = scene.kube, scene.operator, scene.ns
+    out = scene.tmp_path / "effects.txt"
     uid = create_run(kube, ns, "bare", spec(out))["metadata"]["uid"]
     approval_id = _pending(kube, operator, "bare")["id"]
     policy = REPO / "deploy" / "admission" / "validating-policy.yaml"
-    gone = kubectl(admin_kubeconfig, *WEAKENINGS[weakening])
+    gone = kubectl(scene.admin, *WEAKENINGS[weakening])
     assert gone.returncode == 0, gone.stderr
     try:
         # Unguarded now: anyone who can patch could have written this, so the operator must not apply it.
@@ -227,18 +225,9 @@ def test_operator_refuses_decisions_without_the_admission_policies(
             on_timeout=operator.logs,
         )
         assert "not installed" in warned[0].message and warned[0].type == "Warning"
-        status = wait_for(
-            lambda: (
-                (s := run_status(kube, ns, "bare"))
-                and condition(s, "ApprovalPolicyMissing").get("status") == "True"
-                and s
-            ),
-            30,
-            "condition ApprovalPolicyMissing",
-            on_timeout=operator.logs,
-        )
+        status = wait_condition(kube, ns, "bare", "ApprovalPolicyMissing", 30, on_timeout=operator.logs)
         assert status["phase"] == "WaitingApproval" and lines(out) == []
-        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        with psycopg.connect(scene.pg_dsn, autocommit=True) as conn:
             (row,) = store.list_approvals(conn, uid)
         assert row.status == "pending"
     finally:
@@ -246,7 +235,7 @@ def test_operator_refuses_decisions_without_the_admission_policies(
             [
                 "kubectl",
                 "--kubeconfig",
-                str(admin_kubeconfig),
+                str(scene.admin),
                 "apply",
                 "--server-side",
                 "--force-conflicts",

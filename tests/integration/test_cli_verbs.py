@@ -17,10 +17,13 @@ import psycopg
 from agent_operator.decide import imagepin
 from agentrun_core import store
 from tests.integration.test_steer_flow import FLAKY, VENV_BIN, as_user, spec
+from tests.support.approvals import Scene, scene_fixture
 from tests.support.kube import bind, create_run, pods, run_status
 from tests.support.operator_proc import OperatorHandle
 from tests.support.specs import APPROVAL
 from tests.support.waiting import wait_for, wait_phase
+
+scene = scene_fixture()
 
 
 def follow_logs(
@@ -41,14 +44,9 @@ def follow_logs(
     return follow, lines, reader
 
 
-def test_suspend_resume_logs_and_the_image_pin(
-    kube: kubernetes.client.ApiClient,
-    operator: OperatorHandle,
-    admin_kubeconfig: Path,
-    pg_dsn: str,
-    tmp_path: Path,
-) -> None:
-    ns, out = operator.namespace, tmp_path / "effects.txt"
+def test_suspend_resume_logs_and_the_image_pin(scene: Scene) -> None:
+    kube, operator, ns = scene.kube, scene.operator, scene.ns
+    out = scene.tmp_path / "effects.txt"
     uid = create_run(kube, ns, "sus", spec(FLAKY, path=str(out), pause={"prepare": 600}))["metadata"]["uid"]
     wait_for(
         lambda: (
@@ -60,30 +58,30 @@ def test_suspend_resume_logs_and_the_image_pin(
     )
 
     # logs -f streams attempt 1's worker log while it runs, and ends when the worker exits (the suspend)
-    follow, lines, reader = follow_logs(admin_kubeconfig, ns, "sus")
+    follow, lines, reader = follow_logs(scene.admin, ns, "sus")
     # the stream is open once the worker's first line (its Lease) arrived through it
     wait_for(lambda: any("acquired by sus-1" in line for line in lines), 120, "the log stream of attempt 1")
-    suspended = as_user(admin_kubeconfig, "agentrun", "suspend", "sus", "-n", ns)
+    suspended = as_user(scene.admin, "agentrun", "suspend", "sus", "-n", ns)
     assert suspended.returncode == 0 and "suspend requested" in suspended.stdout, suspended.stderr
     status = wait_phase(kube, ns, "sus", "Suspended", 120, operator)
     assert follow.wait(timeout=120) == 0, follow.stderr.read()  # type: ignore[union-attr]
     reader.join(timeout=30)
     assert any("SIGTERM: draining at the next step boundary" in line for line in lines), lines
-    again = as_user(admin_kubeconfig, "agentrun", "suspend", "sus", "-n", ns)
+    again = as_user(scene.admin, "agentrun", "suspend", "sus", "-n", ns)
     assert again.returncode == 0 and "already suspended" in again.stdout
 
     # the pin: the admitted reference, and explicitly no digest (the local runtime reports imageID "")
     pin = status["image"]
     assert pin["ref"] and pin["retryGeneration"] == 0 and "digest" not in pin, pin
     assert pin["note"] == imagepin.NO_DIGEST
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+    with psycopg.connect(scene.pg_dsn, autocommit=True) as conn:
         row = conn.execute(
             "SELECT worker_image, image_digest FROM agentrun_runs WHERE run_id = %s", (uid,)
         ).fetchone()
     assert row == (pin["ref"], None)
 
     # resume: a second attempt, from the checkpoint, runs the pinned image
-    resumed = as_user(admin_kubeconfig, "agentrun", "resume", "sus", "-n", ns)
+    resumed = as_user(scene.admin, "agentrun", "resume", "sus", "-n", ns)
     assert resumed.returncode == 0 and "resumed" in resumed.stdout, resumed.stderr
     wait_for(
         lambda: len(pods(kube, ns, "sus")) >= 1 and pods(kube, ns, "sus")[-1].metadata.name == "sus-2",
@@ -95,32 +93,27 @@ def test_suspend_resume_logs_and_the_image_pin(
     assert run_status(kube, ns, "sus")["image"]["ref"] == pin["ref"]
 
     # logs of an attempt whose Pod is gone (suspend deleted it) say which attempts have Pods
-    gone = as_user(admin_kubeconfig, "agentrun", "logs", "sus", "-n", ns, "--attempt", "1")
+    gone = as_user(scene.admin, "agentrun", "logs", "sus", "-n", ns, "--attempt", "1")
     assert gone.returncode == 1
     assert "AgentRun sus has no Pod for attempt 1 (Pods exist for: 2)" in gone.stderr, gone.stderr
-    missing = as_user(admin_kubeconfig, "agentrun", "logs", "nope", "-n", ns)
+    missing = as_user(scene.admin, "agentrun", "logs", "nope", "-n", ns)
     assert missing.returncode == 1 and 'AgentRun "nope" not found' in missing.stderr
     wait_for(
         lambda: run_status(kube, ns, "sus").get("lease", {}).get("holder") == "sus-2", 180, "attempt 2 runs"
     )
-    latest = as_user(admin_kubeconfig, "agentrun", "logs", "sus", "-n", ns, "--tail", "5")
+    latest = as_user(scene.admin, "agentrun", "logs", "sus", "-n", ns, "--tail", "5")
     assert latest.returncode == 0, latest.stderr
     # a finished run has nothing to suspend
-    assert as_user(admin_kubeconfig, "agentrun", "cancel", "sus", "-n", ns).returncode == 0
+    assert as_user(scene.admin, "agentrun", "cancel", "sus", "-n", ns).returncode == 0
     wait_phase(kube, ns, "sus", "Cancelled", 120, operator)
-    late = as_user(admin_kubeconfig, "agentrun", "suspend", "sus", "-n", ns)
+    late = as_user(scene.admin, "agentrun", "suspend", "sus", "-n", ns)
     assert late.returncode == 1 and "AgentRun sus is Cancelled: there is nothing to suspend" in late.stderr
     assert not out.exists()  # prepare never finished: no effect was performed
 
 
-def test_a_retry_with_a_new_image_repins_the_run(
-    kube: kubernetes.client.ApiClient,
-    operator: OperatorHandle,
-    admin_kubeconfig: Path,
-    pg_dsn: str,
-    tmp_path: Path,
-) -> None:
-    ns, out, flag = operator.namespace, tmp_path / "effects.txt", tmp_path / "fixed"
+def test_a_retry_with_a_new_image_repins_the_run(scene: Scene) -> None:
+    kube, operator, ns = scene.kube, scene.operator, scene.ns
+    out, flag = scene.tmp_path / "effects.txt", scene.tmp_path / "fixed"
     uid = create_run(kube, ns, "img", spec(FLAKY, path=str(out), flag=str(flag), fail_with="bug"))[
         "metadata"
     ]["uid"]
@@ -133,14 +126,14 @@ def test_a_retry_with_a_new_image_repins_the_run(
     assert (pod_1.metadata.name, pod_1.spec.containers[0].image) == ("img-1", first)
     flag.write_text("")  # the fix, in the (local runtime's) code; the new image names it
     retried = as_user(
-        admin_kubeconfig, "agentrun", "retry", "img", "-n", ns, "--image", "reg.example/worker:fixed"
+        scene.admin, "agentrun", "retry", "img", "-n", ns, "--image", "reg.example/worker:fixed"
     )
     assert retried.returncode == 0, retried.stderr
     done = wait_phase(kube, ns, "img", "Succeeded", 180, operator)
     assert done["image"]["ref"] == "reg.example/worker:fixed" and done["image"]["retryGeneration"] == 1
     images = {p.metadata.name: p.spec.containers[0].image for p in pods(kube, ns, "img")}
     assert images["img-2"] == "reg.example/worker:fixed", images
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+    with psycopg.connect(scene.pg_dsn, autocommit=True) as conn:
         row = conn.execute(
             "SELECT worker_image, image_digest, image_generation FROM agentrun_runs WHERE run_id = %s", (uid,)
         ).fetchone()
@@ -148,18 +141,16 @@ def test_a_retry_with_a_new_image_repins_the_run(
     assert len(out.read_text().splitlines()) == 1  # the effect sent before the bug was not repeated
 
 
-def test_logs_follow_goes_on_into_the_next_attempt_and_stops_when_no_attempt_will_come(
-    kube: kubernetes.client.ApiClient, operator: OperatorHandle, admin_kubeconfig: Path, tmp_path: Path
-) -> None:
-    ns = operator.namespace
-    create_run(kube, ns, "hop", spec(FLAKY, path=str(tmp_path / "effects.txt"), pause={"prepare": 600}))
+def test_logs_follow_goes_on_into_the_next_attempt_and_stops_when_no_attempt_will_come(scene: Scene) -> None:
+    kube, operator, ns = scene.kube, scene.operator, scene.ns
+    create_run(kube, ns, "hop", spec(FLAKY, path=str(scene.tmp_path / "effects.txt"), pause={"prepare": 600}))
     wait_for(
         lambda: run_status(kube, ns, "hop").get("lease", {}).get("holder") == "hop-1",
         180,
         "attempt 1's worker holds the run's Lease",
         on_timeout=lambda: operator.logs()[-3000:],
     )
-    follow, lines, reader = follow_logs(admin_kubeconfig, ns, "hop")
+    follow, lines, reader = follow_logs(scene.admin, ns, "hop")
     wait_for(lambda: any("acquired by hop-1" in line for line in lines), 120, "the log stream of attempt 1")
     # The Pod is lost (a force delete, as a node's loss ends it): the operator starts attempt 2 by itself.
     kubernetes.client.CoreV1Api(kube).delete_namespaced_pod("hop-1", ns, grace_period_seconds=0)
@@ -175,7 +166,7 @@ def test_logs_follow_goes_on_into_the_next_attempt_and_stops_when_no_attempt_wil
         ),
     )
     assert follow.poll() is None  # still following attempt 2
-    assert as_user(admin_kubeconfig, "agentrun", "cancel", "hop", "-n", ns).returncode == 0
+    assert as_user(scene.admin, "agentrun", "cancel", "hop", "-n", ns).returncode == 0
     wait_phase(kube, ns, "hop", "Cancelled", 120, operator)
     assert follow.wait(timeout=120) == 0
     reader.join(timeout=30)

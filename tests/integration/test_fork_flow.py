@@ -4,8 +4,6 @@ real SMTP sink (started here, on loopback), never inferred from our own tables."
 
 from __future__ import annotations
 
-import email
-import email.policy
 import json
 import os
 import subprocess
@@ -19,12 +17,13 @@ import pytest
 
 from agentrun_core import store
 from agentrun_dev import smtp_sink
+from tests.support.approvals import Scene, bodies, pending, scene_fixture, ticket_spec
 from tests.support.kube import bind, condition, create_run, get_run, kubectl, run_status
-from tests.support.operator_proc import OperatorHandle
-from tests.support.specs import TICKET, TICKET_GRAPH, run_spec, smtp_env
-from tests.support.waiting import wait_for, wait_phase
+from tests.support.specs import TICKET_GRAPH
+from tests.support.waiting import wait_phase
 
 GRAPH = TICKET_GRAPH
+scene = scene_fixture()
 EDITED = "Dear Ada, we refunded the duplicate charge today. (edited in the fork)"
 
 
@@ -50,36 +49,16 @@ def people(
     }
 
 
-def ticket_spec(sink: smtp_sink.SmtpSink) -> dict[str, Any]:
-    return run_spec(GRAPH, {"ticket": TICKET}, env=smtp_env("SUPPORT", sink))
-
-
-def bodies(sink: smtp_sink.SmtpSink) -> list[str]:
-    """The text of every email the SMTP sink received, in order (parsed from the raw message)."""
-    out = []
-    for meta in sink.store.find(None):
-        message = email.message_from_bytes(sink.store.raw(int(meta["seq"])), policy=email.policy.default)
-        part = message.get_body(preferencelist=("plain",))
-        out.append(str(part.get_content()) if part is not None else "")
-    return out
-
-
 def approve(kube: kubernetes.client.ApiClient, who: Path, ns: str, name: str) -> None:
-    status = wait_for(
-        lambda: run_status(kube, ns, name).get("pendingApproval"), 180, f"{name} to ask for its approval"
-    )
-    done = kubectl(who, "agentrun", "approve", name, "-n", ns, "--id", status["id"], "--yes")
+    asked = pending(kube, ns, name, 180)
+    done = kubectl(who, "agentrun", "approve", name, "-n", ns, "--id", asked["id"], "--yes")
     assert done.returncode == 0, done.stderr
 
 
 def test_fork_after_draft_with_an_edit_sends_its_own_email_and_both_traces_link(
-    kube: kubernetes.client.ApiClient,
-    operator: OperatorHandle,
-    people: dict[str, Path],
-    pg_dsn: str,
-    sink: smtp_sink.SmtpSink,
+    scene: Scene, sink: smtp_sink.SmtpSink
 ) -> None:
-    ns = operator.namespace
+    kube, operator, people, ns = scene.kube, scene.operator, scene.people, scene.ns
     source = create_run(kube, ns, "t1", ticket_spec(sink))
     wait_phase(kube, ns, "t1", "WaitingApproval", 240, operator)
     approve(kube, people["manager"], ns, "t1")
@@ -106,7 +85,7 @@ def test_fork_after_draft_with_an_edit_sends_its_own_email_and_both_traces_link(
     assert len(mails) == 2  # one each: the fork's send is its own effect, under its own run id
     assert mails[0] == original and mails[1].strip() == EDITED
     t2_uid = get_run(kube, ns, "t2")["metadata"]["uid"]
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+    with psycopg.connect(scene.pg_dsn, autocommit=True) as conn:
         keys = {
             e.idempotency_key
             for uid in (source["metadata"]["uid"], t2_uid)
@@ -114,22 +93,16 @@ def test_fork_after_draft_with_an_edit_sends_its_own_email_and_both_traces_link(
         }
     assert len(keys) == 2
 
-    trace1 = kubectl(people["dev"], "agentrun", "trace", "t1", "-n", ns, dsn=pg_dsn)
-    trace2 = kubectl(people["dev"], "agentrun", "trace", "t2", "-n", ns, dsn=pg_dsn)
+    trace1 = kubectl(people["dev"], "agentrun", "trace", "t1", "-n", ns, dsn=scene.pg_dsn)
+    trace2 = kubectl(people["dev"], "agentrun", "trace", "t2", "-n", ns, dsn=scene.pg_dsn)
     assert trace1.returncode == 0 and trace2.returncode == 0, trace1.stderr + trace2.stderr
     assert "forks: t2 (at " in trace1.stdout, trace1.stdout
     assert f"forked from t1 (uid {source['metadata']['uid']}) at checkpoint " in trace2.stdout, trace2.stdout
     assert "(after step draft), edits draft.body" in trace2.stdout
 
 
-def test_bad_forks_are_refused_clearly_and_leave_nothing(
-    kube: kubernetes.client.ApiClient,
-    operator: OperatorHandle,
-    people: dict[str, Path],
-    pg_dsn: str,
-    sink: smtp_sink.SmtpSink,
-) -> None:
-    ns = operator.namespace
+def test_bad_forks_are_refused_clearly_and_leave_nothing(scene: Scene, sink: smtp_sink.SmtpSink) -> None:
+    kube, operator, people, ns = scene.kube, scene.operator, scene.people, scene.ns
     create_run(kube, ns, "s", ticket_spec(sink))
     wait_phase(kube, ns, "s", "WaitingApproval", 240, operator)
 
@@ -177,22 +150,16 @@ def test_bad_forks_are_refused_clearly_and_leave_nothing(
     )
     names = {r["metadata"]["name"] for r in listed["items"]}
     assert names == {"s"}  # every refused fork is gone
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+    with psycopg.connect(scene.pg_dsn, autocommit=True) as conn:
         assert [r.name for r in store.list_runs(conn)] == ["s"]  # nothing admitted, nothing copied
 
 
-def test_fork_at_a_checkpoint_id_with_a_json_edit(
-    kube: kubernetes.client.ApiClient,
-    operator: OperatorHandle,
-    people: dict[str, Path],
-    pg_dsn: str,
-    sink: smtp_sink.SmtpSink,
-) -> None:
+def test_fork_at_a_checkpoint_id_with_a_json_edit(scene: Scene, sink: smtp_sink.SmtpSink) -> None:
     """``--checkpoint`` (an id read from ``agentrun trace -o json``) and ``--set-json``: a whole new draft."""
-    ns = operator.namespace
+    kube, operator, people, ns = scene.kube, scene.operator, scene.people, scene.ns
     create_run(kube, ns, "src", ticket_spec(sink))
     wait_phase(kube, ns, "src", "WaitingApproval", 240, operator)
-    traced = kubectl(people["dev"], "agentrun", "trace", "src", "-n", ns, "-o", "json", dsn=pg_dsn)
+    traced = kubectl(people["dev"], "agentrun", "trace", "src", "-n", ns, "-o", "json", dsn=scene.pg_dsn)
     assert traced.returncode == 0, traced.stderr
     [checkpoint] = [
         s["checkpointId"] for s in json.loads(traced.stdout)["steps"] if s["step"].startswith("draft")

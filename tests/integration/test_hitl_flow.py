@@ -12,23 +12,21 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import kubernetes
 import psycopg
 import pytest
 
 from agentrun_core import store
 from agentrun_dev import smtp_sink
 from agentrun_examples.outbox import model
-from tests.integration.test_approval_edits import create_as
-from tests.integration.test_fork_flow import bodies
+from tests.support.approvals import Scene, bodies, create_as, pending, scene_fixture
 from tests.support.kube import APPROVAL_PEOPLE, Team, events, get_run, kubectl, run_status
-from tests.support.operator_proc import OperatorHandle
 from tests.support.specs import run_spec, smtp_env
 from tests.support.waiting import wait_for, wait_phase
 
 GRAPH = "agentrun_examples.outbox:graph"
 ASK = "Send the outage notice to ada@example.com, bob@example.com, eve@example.com"
 EDITED = "Dear Bob, the outage lasted 40 minutes; your credit is on its way. (edited by the manager)"
+scene = scene_fixture()
 
 
 def outbox_spec(sink: smtp_sink.SmtpSink) -> dict[str, Any]:
@@ -42,11 +40,10 @@ def people(team: Team) -> dict[str, Path]:
     return team(APPROVAL_PEOPLE)
 
 
-def parked(kube: kubernetes.client.ApiClient, ns: str, name: str) -> dict[str, Any]:
-    pending: dict[str, Any] = wait_for(
-        lambda: run_status(kube, ns, name).get("pendingApproval"), 240, f"{name}'s approval"
-    )
-    return pending
+def parked(scene: Scene, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """alice's run ``name`` created and parked: the approval it asks for."""
+    create_as(scene.people["alice"], scene.ns, name, spec)
+    return pending(scene.kube, scene.ns, name)
 
 
 def recipients(sink: smtp_sink.SmtpSink) -> list[str]:
@@ -54,15 +51,11 @@ def recipients(sink: smtp_sink.SmtpSink) -> list[str]:
 
 
 def test_a_plain_approve_answers_the_middleware_batch_and_sends_each_call_once(
-    kube: kubernetes.client.ApiClient,
-    operator: OperatorHandle,
-    people: dict[str, Path],
-    sink: smtp_sink.SmtpSink,
+    scene: Scene, sink: smtp_sink.SmtpSink
 ) -> None:
-    ns = operator.namespace
-    create_as(people["alice"], ns, "all", outbox_spec(sink))
-    pending = parked(kube, ns, "all")
-    ok = kubectl(people["manager"], "agentrun", "approve", "all", "-n", ns, "--id", pending["id"], "--yes")
+    kube, operator, people, ns = scene.kube, scene.operator, scene.people, scene.ns
+    asked = parked(scene, "all", outbox_spec(sink))
+    ok = kubectl(people["manager"], "agentrun", "approve", "all", "-n", ns, "--id", asked["id"], "--yes")
     assert ok.returncode == 0, ok.stderr
     # main: the worker resumed with {"type": "accept"} and the run failed: KeyError: 'decisions'
     status = wait_phase(kube, ns, "all", "Succeeded", 240, operator)
@@ -70,18 +63,13 @@ def test_a_plain_approve_answers_the_middleware_batch_and_sends_each_call_once(
 
 
 def test_each_action_of_the_batch_is_decided_on_its_own_by_a_second_identity_and_bad_decisions_never_apply(
-    kube: kubernetes.client.ApiClient,
-    operator: OperatorHandle,
-    people: dict[str, Path],
-    pg_dsn: str,
-    sink: smtp_sink.SmtpSink,
+    scene: Scene, sink: smtp_sink.SmtpSink
 ) -> None:
-    ns = operator.namespace
-    create_as(people["alice"], ns, "mix", outbox_spec(sink))
-    pending = parked(kube, ns, "mix")
-    aid = pending["id"]
+    kube, operator, people, ns = scene.kube, scene.operator, scene.people, scene.ns
+    asked = parked(scene, "mix", outbox_spec(sink))
+    aid = asked["id"]
     everything = ["approve", "edit", "reject", "respond"]
-    assert [(a["tool"], a["args"]["to"], a["allowedDecisions"]) for a in pending["actions"]] == [
+    assert [(a["tool"], a["args"]["to"], a["allowedDecisions"]) for a in asked["actions"]] == [
         ("send_email", "ada@example.com", everything),
         ("send_email", "bob@example.com", everything),
         ("send_email", "eve@example.com", everything),
@@ -147,7 +135,7 @@ def test_each_action_of_the_batch_is_decided_on_its_own_by_a_second_identity_and
         {"tool": "send_email", "decision": "reject", "message": "Eve is not a customer."},
     ]
     uid = get_run(kube, ns, "mix")["metadata"]["uid"]
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+    with psycopg.connect(scene.pg_dsn, autocommit=True) as conn:
         [row] = store.list_approvals(conn, uid)
         run = store.get_run(conn, uid)
     assert row.decided_by == "manager" and [d["type"] for d in row.payload["decisions"]] == [
@@ -159,23 +147,19 @@ def test_each_action_of_the_batch_is_decided_on_its_own_by_a_second_identity_and
 
 
 def test_killed_after_sending_an_approved_call_the_resumed_batch_sends_each_approved_call_once(
-    kube: kubernetes.client.ApiClient,
-    operator: OperatorHandle,
-    people: dict[str, Path],
-    sink: smtp_sink.SmtpSink,
+    scene: Scene, sink: smtp_sink.SmtpSink
 ) -> None:
     """The decisions are read again from Postgres by every attempt: a worker SIGKILLed right after reading
     them, the next one after the SMTP server took the first approved email (before the ledger recorded it),
     the next at its first step checkpoint: each approved email is delivered once, the rejected one never."""
-    ns = operator.namespace
+    kube, operator, people, ns = scene.kube, scene.operator, scene.people, scene.ns
     spec = outbox_spec(sink)
     spec["worker"]["env"] += [
         {"name": "AGENTRUN_FAULT_POINTS_ATTEMPT_2", "value": "after_resume_read"},
         {"name": "AGENTRUN_FAULT_POINTS_ATTEMPT_3", "value": "after_call"},
         {"name": "AGENTRUN_FAULT_POINTS_ATTEMPT_4", "value": "after_checkpoint"},
     ]
-    create_as(people["alice"], ns, "kill", spec)
-    aid = parked(kube, ns, "kill")["id"]
+    aid = parked(scene, "kill", spec)["id"]
     ok = kubectl(
         people["manager"], "agentrun", "approve", "kill", "-n", ns, "--id", aid,
         "--set", f"1.body={EDITED}", "--reject", "2=Eve is not a customer.",
@@ -188,15 +172,10 @@ def test_killed_after_sending_an_approved_call_the_resumed_batch_sends_each_appr
 
 
 def test_the_creator_may_reject_the_whole_batch_with_a_reason_and_nothing_is_sent(
-    kube: kubernetes.client.ApiClient,
-    operator: OperatorHandle,
-    people: dict[str, Path],
-    pg_dsn: str,
-    sink: smtp_sink.SmtpSink,
+    scene: Scene, sink: smtp_sink.SmtpSink
 ) -> None:
-    ns = operator.namespace
-    create_as(people["alice"], ns, "no", outbox_spec(sink))
-    aid = parked(kube, ns, "no")["id"]
+    kube, operator, people, ns = scene.kube, scene.operator, scene.people, scene.ns
+    aid = parked(scene, "no", outbox_spec(sink))["id"]
     why = "Hold all notices until the postmortem is out."
     ok = kubectl(people["alice"], "agentrun", "respond", "no", "-n", ns, "--id", aid, "--message", why)
     assert ok.returncode == 0, ok.stderr  # rejecting her own run is allowed: nothing runs
@@ -205,6 +184,6 @@ def test_the_creator_may_reject_the_whole_batch_with_a_reason_and_nothing_is_sen
     [entry] = status["approvals"]
     assert entry["decision"] == "rejected" and entry["by"] == "alice"
     assert entry["actions"] == [{"tool": "send_email", "decision": "reject", "message": why}] * 3
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+    with psycopg.connect(scene.pg_dsn, autocommit=True) as conn:
         run = store.get_run(conn, get_run(kube, ns, "no")["metadata"]["uid"])
     assert run is not None and why in json.dumps(run.result)  # the model was told why

@@ -26,6 +26,7 @@ from agent_operator.act import scheduler
 from agentrun_core import kube as core_kube
 from agentrun_core.api import schedules
 from agentrun_dev import identities, second_apiserver
+from tests.support.kube import kubectl
 
 pytestmark = [pytest.mark.serial, pytest.mark.timeout(3600)]
 
@@ -74,13 +75,7 @@ class Place:
         }
 
     def kubectl(self, user: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            ["kubectl", "--kubeconfig", str(self.kubeconfigs[user]), "-n", self.ns, *args],
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        return kubectl(self.kubeconfigs[user], "-n", self.ns, *args, stdin=stdin, timeout=60)
 
     def cli(self, user: str, *args: str) -> subprocess.CompletedProcess[str]:
         """The agentrun CLI as ``user`` (it sends the stamps a 1.34 server requires)."""

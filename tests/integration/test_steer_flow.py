@@ -17,13 +17,14 @@ import pytest
 
 from agentrun_core import store
 from agentrun_dev import http_provider
+from tests.support.approvals import Scene, scene_fixture
 from tests.support.kube import Team, condition, create_run, events, get_run, run_status
-from tests.support.operator_proc import OperatorHandle
 from tests.support.specs import STEPS, run_spec
 from tests.support.waiting import wait_for, wait_phase
 
 FLAKY = "tests.integration.steer_graphs:flaky"
 VENV_BIN = Path(sys.executable).parent
+scene = scene_fixture()
 
 
 def as_user(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -67,48 +68,40 @@ def pending_key(dsn: str, uid: str) -> str:
     return row.idempotency_key
 
 
-def test_finished_condition_and_wait_exit_codes(
-    kube: kubernetes.client.ApiClient, operator: OperatorHandle, admin_kubeconfig: Path, tmp_path: Path
-) -> None:
-    ns = operator.namespace
-    create_run(kube, ns, "ok", spec(STEPS, path=str(tmp_path / "ok.txt")))
+def test_finished_condition_and_wait_exit_codes(scene: Scene) -> None:
+    kube, operator, ns = scene.kube, scene.operator, scene.ns
+    create_run(kube, ns, "ok", spec(STEPS, path=str(scene.tmp_path / "ok.txt")))
     create_run(
         kube,
         ns,
         "bug",
-        spec(FLAKY, path=str(tmp_path / "bug.txt"), flag=str(tmp_path / "no"), fail_with="bug"),
+        spec(FLAKY, path=str(scene.tmp_path / "bug.txt"), flag=str(scene.tmp_path / "no"), fail_with="bug"),
     )
-    create_run(kube, ns, "stop", spec(STEPS, path=str(tmp_path / "stop.txt"), pause={"prepare": 120}))
+    create_run(kube, ns, "stop", spec(STEPS, path=str(scene.tmp_path / "stop.txt"), pause={"prepare": 120}))
     wait_phase(kube, ns, "stop", "Running", 120, operator)
-    timed_out = agentrun(admin_kubeconfig, "wait", "stop", "-n", ns, "--timeout", "1")
+    timed_out = agentrun(scene.admin, "wait", "stop", "-n", ns, "--timeout", "1")
     assert timed_out.returncode == 4 and "timed out after 1s; still Running" in timed_out.stderr
-    cancel = as_user(admin_kubeconfig, "agentrun", "cancel", "stop", "-n", ns)
+    cancel = as_user(scene.admin, "agentrun", "cancel", "stop", "-n", ns)
     assert cancel.returncode == 0, cancel.stderr
     for name in ("ok", "bug", "stop"):
         waited = as_user(
-            admin_kubeconfig, "wait", "-n", ns, "--for=condition=Finished", f"ar/{name}", "--timeout=180s"
+            scene.admin, "wait", "-n", ns, "--for=condition=Finished", f"ar/{name}", "--timeout=180s"
         )
         assert waited.returncode == 0, (name, waited.stderr, operator.logs()[-4000:])
     expected = {"ok": (0, "Succeeded"), "bug": (1, "Failed (GraphFailed)"), "stop": (3, "Cancelled")}
     for name, (code, text) in expected.items():
-        proc = agentrun(admin_kubeconfig, "wait", name, "-n", ns, "--timeout", "60")
+        proc = agentrun(scene.admin, "wait", name, "-n", ns, "--timeout", "60")
         assert proc.returncode == code, (name, proc.stdout, proc.stderr)
         assert f"agentrun/{name} {text}" in proc.stdout + proc.stderr
         assert condition(run_status(kube, ns, name), "Finished")["reason"] == text.split()[0]
-    assert "bug in node check" in agentrun(admin_kubeconfig, "wait", "bug", "-n", ns).stderr
-    missing = agentrun(admin_kubeconfig, "wait", "no-such-run", "-n", ns, "--timeout", "5")
+    assert "bug in node check" in agentrun(scene.admin, "wait", "bug", "-n", ns).stderr
+    missing = agentrun(scene.admin, "wait", "no-such-run", "-n", ns, "--timeout", "5")
     assert missing.returncode == 5 and 'AgentRun "no-such-run" not found' in missing.stderr, missing.stderr
 
 
-def test_retry_after_fixing_the_graph_does_not_repeat_the_sent_effect(
-    kube: kubernetes.client.ApiClient,
-    operator: OperatorHandle,
-    people: dict[str, Path],
-    admin_kubeconfig: Path,
-    pg_dsn: str,
-    tmp_path: Path,
-) -> None:
-    ns, out, flag = operator.namespace, tmp_path / "effects.txt", tmp_path / "fixed"
+def test_retry_after_fixing_the_graph_does_not_repeat_the_sent_effect(scene: Scene) -> None:
+    kube, operator, people, ns = scene.kube, scene.operator, scene.people, scene.ns
+    out, flag = scene.tmp_path / "effects.txt", scene.tmp_path / "fixed"
     uid = create_run(kube, ns, "fix", spec(FLAKY, path=str(out), flag=str(flag), fail_with="bug"))[
         "metadata"
     ]["uid"]
@@ -132,7 +125,7 @@ def test_retry_after_fixing_the_graph_does_not_repeat_the_sent_effect(
     retried = as_user(people["oncall"], "agentrun", "retry", "fix", "-n", ns)
     assert retried.returncode == 0, retried.stderr
     assert "retry generation 1 requested" in retried.stdout
-    done = agentrun(admin_kubeconfig, "wait", "fix", "-n", ns, "--timeout", "180")
+    done = agentrun(scene.admin, "wait", "fix", "-n", ns, "--timeout", "180")
     assert done.returncode == 0, (done.stderr, operator.logs()[-6000:])
     assert len(lines(out)) == 1  # the first effect was not repeated
     status = run_status(kube, ns, "fix")
@@ -141,24 +134,18 @@ def test_retry_after_fixing_the_graph_does_not_repeat_the_sent_effect(
     (entry,) = status["interventions"]
     assert (entry["kind"], entry["by"], entry["generation"]) == ("retry", "oncall", 1) and entry["at"]
     assert get_run(kube, ns, "fix")["metadata"]["annotations"]["agentrun.dev/retried-by"] == "oncall"
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+    with psycopg.connect(scene.pg_dsn, autocommit=True) as conn:
         attempts = store.list_attempts(conn, uid)
     assert [a.start_reason for a in attempts][-1] == "retry"
-    trace = agentrun(admin_kubeconfig, "trace", "fix", "-n", ns, timeout=60, dsn=pg_dsn)
+    trace = agentrun(scene.admin, "trace", "fix", "-n", ns, timeout=60, dsn=scene.pg_dsn)
     assert "retry" in trace.stdout and "oncall" in trace.stdout, trace.stdout + trace.stderr
     again = as_user(people["oncall"], "agentrun", "retry", "fix", "-n", ns)
     assert again.returncode != 0 and "is Succeeded" in again.stderr
 
 
-def test_cancelled_run_with_a_pending_effect_retried_then_resolved_not_sent(
-    kube: kubernetes.client.ApiClient,
-    operator: OperatorHandle,
-    people: dict[str, Path],
-    admin_kubeconfig: Path,
-    pg_dsn: str,
-    tmp_path: Path,
-) -> None:
-    ns, out = operator.namespace, tmp_path / "effects.txt"
+def test_cancelled_run_with_a_pending_effect_retried_then_resolved_not_sent(scene: Scene) -> None:
+    kube, operator, people, ns = scene.kube, scene.operator, scene.people, scene.ns
+    out = scene.tmp_path / "effects.txt"
     body = spec(STEPS, path=str(out))
     body["retry"] = {"backoffSeconds": 120, "maxBackoffSeconds": 120}  # attempt 2 would wait: we cancel first
     body["worker"] = {"env": [{"name": "AGENTRUN_FAULT_POINTS_ATTEMPT_1", "value": "after_reserve"}]}
@@ -169,7 +156,7 @@ def test_cancelled_run_with_a_pending_effect_retried_then_resolved_not_sent(
         "attempt 1 killed after reserve",
         on_timeout=operator.logs,
     )
-    assert as_user(admin_kubeconfig, "agentrun", "cancel", "c", "-n", ns).returncode == 0
+    assert as_user(scene.admin, "agentrun", "cancel", "c", "-n", ns).returncode == 0
     status = wait_phase(kube, ns, "c", "Cancelled", 120, operator)
     assert "1 effect(s) left pending" in status["message"] and status["effects"]["pending"] == 1
     assert lines(out) == []  # reserved, never performed
@@ -183,27 +170,21 @@ def test_cancelled_run_with_a_pending_effect_retried_then_resolved_not_sent(
         on_timeout=operator.logs,
     )
     assert condition(status, "Failed")["reason"] == "NeedsHuman" and lines(out) == []
-    key = pending_key(pg_dsn, uid)
+    key = pending_key(scene.pg_dsn, uid)
     refused = as_user(people["mallory"], "agentrun", "resolve", "c", key, "--not-sent", "-n", ns)
     assert refused.returncode != 0 and "may not resolve effects" in refused.stderr, refused.stderr
     resolved = as_user(people["oncall"], "agentrun", "resolve", "c", key, "--not-sent", "-n", ns)
     assert resolved.returncode == 0, resolved.stderr
-    done = agentrun(admin_kubeconfig, "wait", "c", "-n", ns, "--timeout", "180")
+    done = agentrun(scene.admin, "wait", "c", "-n", ns, "--timeout", "180")
     assert done.returncode == 0, (done.stderr, operator.logs()[-6000:])
     assert len(lines(out)) == 1 and lines(out)[0].startswith(key)  # performed exactly once, under its key
     kinds = [(i["kind"], i["by"]) for i in run_status(kube, ns, "c")["interventions"]]
     assert kinds == [("retry", "oncall"), ("resolve_not_sent", "oncall")]
 
 
-def test_needs_human_retried_then_resolved_sent(
-    kube: kubernetes.client.ApiClient,
-    operator: OperatorHandle,
-    people: dict[str, Path],
-    admin_kubeconfig: Path,
-    pg_dsn: str,
-    tmp_path: Path,
-) -> None:
-    ns, out = operator.namespace, tmp_path / "effects.txt"
+def test_needs_human_retried_then_resolved_sent(scene: Scene) -> None:
+    kube, operator, people, ns = scene.kube, scene.operator, scene.people, scene.ns
+    out = scene.tmp_path / "effects.txt"
     body = spec(STEPS, path=str(out))
     body["worker"] = {"env": [{"name": "AGENTRUN_FAULT_POINTS_ATTEMPT_1", "value": "after_call"}]}
     uid = create_run(kube, ns, "s", body)["metadata"]["uid"]
@@ -217,13 +198,13 @@ def test_needs_human_retried_then_resolved_sent(
         "the retried run to stop for a human again",
         on_timeout=operator.logs,
     )
-    key = pending_key(pg_dsn, uid)
+    key = pending_key(scene.pg_dsn, uid)
     bad = as_user(people["oncall"], "agentrun", "resolve", "s", key, "--sent", "--result", "{nope", "-n", ns)
     assert bad.returncode != 0 and "--result is not JSON" in bad.stderr
     result = '{"path": "recorded-by-a-human", "line": "hello"}'
     ok = as_user(people["oncall"], "agentrun", "resolve", "s", key, "--sent", "--result", result, "-n", ns)
     assert ok.returncode == 0, ok.stderr
-    done = agentrun(admin_kubeconfig, "wait", "s", "-n", ns, "--timeout", "180")
+    done = agentrun(scene.admin, "wait", "s", "-n", ns, "--timeout", "180")
     assert done.returncode == 0, (done.stderr, operator.logs()[-6000:])
     assert len(lines(out)) == 1  # the effect happened once, before the crash; never again
     status = run_status(kube, ns, "s")
@@ -269,19 +250,12 @@ def test_admission_rules_of_retry_and_resolve(
     assert annotations["agentrun.dev/resolved-by"] == "oncall"
 
 
-def test_retry_rekeys_only_the_failed_effect_proven_not_performed_and_says_which(
-    kube: kubernetes.client.ApiClient,
-    operator: OperatorHandle,
-    people: dict[str, Path],
-    admin_kubeconfig: Path,
-    pg_dsn: str,
-    tmp_path: Path,
-) -> None:
+def test_retry_rekeys_only_the_failed_effect_proven_not_performed_and_says_which(scene: Scene) -> None:
     """`agentrun retry` of a run with two failed effects: the gift card the provider refused (proven not
     performed) gets a new key; the charge whose first call timed out and committed late (then a refusal
     used its last attempt) keeps its key. Cents counted at the real HTTP provider: once per effect."""
-    ns = operator.namespace
-    with http_provider.HttpProvider(tmp_path / "http") as provider:
+    kube, operator, people, ns = scene.kube, scene.operator, scene.people, scene.ns
+    with http_provider.HttpProvider(scene.tmp_path / "http") as provider:
         for fault in (
             {"mode": "429", "retry_after": 1000},  # gift_card: refused for longer than its policy waits
             {"mode": "late", "delay": 2.0},  # charge_twice call 1: times out (1 s), commits at 2 s
@@ -297,7 +271,7 @@ def test_retry_rekeys_only_the_failed_effect_proven_not_performed_and_says_which
             60,
             "the provider's late commit of the charge",
         )
-        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        with psycopg.connect(scene.pg_dsn, autocommit=True) as conn:
             failed = {e.tool: e for e in store.list_effects(conn, uid)}
         gift, charge = failed["gift_card"].idempotency_key, failed["charge_twice"].idempotency_key
         assert [failed[t].status for t in ("gift_card", "charge_twice")] == ["failed", "failed"]
@@ -310,14 +284,14 @@ def test_retry_rekeys_only_the_failed_effect_proven_not_performed_and_says_which
         assert gift in rekeyed and charge not in rekeyed, out
         assert charge in kept and gift not in kept, out
         assert f"agentrun resolve two {charge} --sent|--not-sent" in out
-        done = agentrun(admin_kubeconfig, "wait", "two", "-n", ns, "--timeout", "180")
+        done = agentrun(scene.admin, "wait", "two", "-n", ns, "--timeout", "180")
         assert done.returncode == 0, (done.stderr, operator.logs()[-6000:])
         status = run_status(kube, ns, "two")
         (entry,) = status["interventions"]
         assert (entry["rekeyed"], entry["kept"]) == ([gift], [charge])
         (event,) = [e for e in events(kube, ns, "two") if e.reason == "Retried"]
         assert gift in event.message and charge in event.message and "proven not performed" in event.message
-        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        with psycopg.connect(scene.pg_dsn, autocommit=True) as conn:
             final = store.list_effects(conn, uid)
         (new_gift,) = [e.idempotency_key for e in final if e.tool == "gift_card" and e.status == "sent"]
         assert new_gift != gift

@@ -18,7 +18,7 @@ import kubernetes
 import pytest
 
 from agentrun_dev import smtp_sink
-from tests.integration.test_fork_flow import bodies, ticket_spec
+from tests.support.approvals import Scene, bodies, scene_fixture, ticket_spec, wait_condition
 from tests.support.kube import (
     Team,
     bind,
@@ -35,6 +35,7 @@ from tests.support.waiting import wait_for, wait_phase
 
 FLAKY = "tests.integration.steer_graphs:flaky"
 UNAPPROVED = "Dear Ada, here is a reply the manager never saw."
+scene = scene_fixture()
 
 
 @pytest.fixture
@@ -49,13 +50,8 @@ def people(team: Team) -> dict[str, Path]:
     )
 
 
-def test_a_fork_does_not_walk_past_a_rejected_approval(
-    kube: kubernetes.client.ApiClient,
-    operator: OperatorHandle,
-    people: dict[str, Path],
-    sink: smtp_sink.SmtpSink,
-) -> None:
-    ns = operator.namespace
+def test_a_fork_does_not_walk_past_a_rejected_approval(scene: Scene, sink: smtp_sink.SmtpSink) -> None:
+    kube, operator, people, ns = scene.kube, scene.operator, scene.people, scene.ns
     create_run(kube, ns, "t1", ticket_spec(sink))
     asked = wait_for(lambda: run_status(kube, ns, "t1").get("pendingApproval"), 240, "t1 to ask", interval=1)
     rejected = kubectl(people["manager"], "agentrun", "reject", "t1", "-n", ns, "--id", asked["id"], "--yes")
@@ -163,15 +159,7 @@ def test_operator_refuses_a_retry_while_the_steering_policy_is_narrowed_to_creat
         )
         assert "retry generation 1 ignored" in warned[0].message, warned[0].message
         assert "validatingadmissionpolicies/agentrun-steering (its spec" in warned[0].message
-        status = wait_for(
-            lambda: (
-                (s := run_status(kube, ns, "fix"))
-                and condition(s, "ApprovalPolicyMissing").get("status") == "True"
-                and s
-            ),
-            60,
-            "condition ApprovalPolicyMissing",
-        )
+        status = wait_condition(kube, ns, "fix", "ApprovalPolicyMissing", 60)
         assert "agentrun-steering" in condition(status, "ApprovalPolicyMissing")["message"]
         assert status["phase"] == "Failed" and not status.get("reopened"), status
     finally:
