@@ -11,6 +11,9 @@
   messages read from its checkpoints.
 * ``graphs`` — what the test graphs share: ``chain`` (START -> steps -> END), ``react_loop``, ``pause``,
   ``unless_404``. Their scripted chat models subclass ``agent_worker.scripted.ScriptedChatModel``.
+* ``approvals`` — the approval scenes: ``scene_fixture`` (one fixture for the cluster client, the operator,
+  the admin kubeconfig, the test's database and folder), the support-ticket spec, bodies created as an
+  identity, the pending approval and waiting on a condition.
 * ``deploy`` — kubectl as the admin and kustomizations rendered into a test namespace (the deploy/ tests).
 
 Worker processes for the worker, chaos and ledger tests: ``tests/chaos/worker_harness.py``.
