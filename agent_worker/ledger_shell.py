@@ -21,7 +21,8 @@ from agentrun_core import errors, faults, ledger, store
 logger = logging.getLogger("agent_worker.effects")  # the effect API's logger, as before the split
 
 
-@dataclasses.dataclass(eq=False)
+# eq/repr: an effect call is itself, and its repr would print the tool's arguments.
+@dataclasses.dataclass(eq=False, repr=False)
 class Execution:
     """One logical effect: the I/O shell around ``agentrun_core.ledger``. It performs the machine's actions
     (the store calls, the tool call, lookups, waits, sleeps) and feeds back what happened; every decision is
