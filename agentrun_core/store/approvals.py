@@ -58,6 +58,7 @@ def list_approvals(conn: db.Conn, run_id: str) -> list[rows.Approval]:
     return [rows.pack(rows.Approval, r) for r in db.fetch_all(conn, "list_approvals", {"run_id": run_id})]
 
 
+# What every decision names; the optional fields in a total=False subclass, as ``runs.Admission``.
 class _VerdictNeeds(TypedDict):
     approval_id: str
     decision: str  # one of rows.DECISIONS

@@ -22,6 +22,8 @@ from agentrun_core.store import attempts, db, rows, step_packing
 logger = logging.getLogger(__name__)
 
 
+# The fields every admission names; the defaulted ones in a total=False subclass, not NotRequired[...]: under
+# postponed annotations Python 3.11 counts those required (``__required_keys__``, checked at run time below).
 class _AdmissionNeeds(TypedDict):
     run_id: str
     namespace: str
@@ -52,7 +54,7 @@ def admission_params(admission: Admission) -> dict[str, Any]:
     missing = Admission.__required_keys__ - admission.keys()
     unknown = admission.keys() - Admission.__required_keys__ - Admission.__optional_keys__
     if missing or unknown:
-        raise TypeError(f"admission: missing {sorted(missing)}, unknown {sorted(unknown)}")
+        raise TypeError(f"admission: fields missing {sorted(missing)}, fields unknown {sorted(unknown)}")
     durability = admission.get("durability", "sync")
     if durability not in rows.DURABILITIES:
         raise ValueError(f"durability must be one of {rows.DURABILITIES}, not {durability!r}")
