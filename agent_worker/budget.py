@@ -23,7 +23,6 @@ can never raise a limit twice).
 from __future__ import annotations
 
 import collections
-import contextvars
 import logging
 import threading
 import uuid
@@ -31,9 +30,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from langchain_core.callbacks import BaseCallbackHandler
-from langchain_core.tracers.context import register_configure_hook
 
-from agent_worker import calls, context
+from agent_worker import calls, context, hooks
 from agentrun_core import budget, faults, store
 
 logger = logging.getLogger(__name__)
@@ -210,13 +208,5 @@ class _Expected(logging.Filter):
 
 logging.getLogger("langchain_core.callbacks.manager").addFilter(_Expected())
 
-_active: contextvars.ContextVar[Meter | None] = contextvars.ContextVar("agentrun_budget", default=None)
-register_configure_hook(_active, True)
-
-
-def activate(meter: Meter) -> contextvars.Token[Meter | None]:
-    return _active.set(meter)
-
-
-def deactivate(token: contextvars.Token[Meter | None]) -> None:
-    _active.reset(token)
+_hook = hooks.Hook[Meter]("agentrun_budget")
+activate, deactivate = _hook.activate, _hook.deactivate

@@ -12,7 +12,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import Any
 
 from agent_worker import calls, context, identity, retry
@@ -21,88 +21,87 @@ from agentrun_core import errors, faults, ledger, store
 logger = logging.getLogger("agent_worker.effects")  # the effect API's logger, as before the split
 
 
+# eq/repr: an effect call is itself, and its repr would print the tool's arguments.
+@dataclasses.dataclass(eq=False, repr=False)
 class Execution:
     """One logical effect: the I/O shell around ``agentrun_core.ledger``. It performs the machine's actions
     (the store calls, the tool call, lookups, waits, sleeps) and feeds back what happened; every decision is
     the machine's."""
 
-    def __init__(
-        self,
-        tool_: calls.ToolSpec,
-        ctx: context.RunContext,
-        *,
-        key: str,
-        step: str,
-        args: Any,
-        args_hash: str,
-        occurrence: int,
-        call_args: tuple[Any, ...],
-        call_kwargs: dict[str, Any],
-        rekey: Callable[[int], str],
-        raced: Callable[[], bool] | None = None,
-    ) -> None:
-        self.tool = tool_
-        self.ctx = ctx
-        self.key = key
-        self.step = step
-        self.args = args
-        self.args_hash = args_hash  # computed once, by the caller
-        self.occurrence = occurrence
-        self.call_args = call_args
-        self.call_kwargs = call_kwargs
-        self.rekey = rekey  # the key of a retry generation (agentrun_core.keys.derive)
-        self.raced = (
-            raced  # key format v3: was this call's occurrence space seen racing (agent_worker.identity)
-        )
+    tool: calls.ToolSpec
+    ctx: context.RunContext
+    _: dataclasses.KW_ONLY
+    key: str
+    step: str
+    args: Any
+    args_hash: str  # computed once, by the caller
+    occurrence: int
+    call_args: tuple[Any, ...]
+    call_kwargs: dict[str, Any]
+    rekey: Callable[[int], str]  # the key of a retry generation (agentrun_core.keys.derive)
+    # key format v3: was this call's occurrence space seen racing (agent_worker.identity)
+    raced: Callable[[], bool] | None = None
+    # What the walk keeps: the machine's spec, the row the last reserve returned, the last value obtained
+    # (call or lookup, recorded by RecordSuccess), what Return returns (the stored result or the one just
+    # recorded), the last provider call's exception (Raise from_call).
+    spec: ledger.Spec = dataclasses.field(init=False)
+    row: store.Effect | None = dataclasses.field(default=None, init=False)
+    value: Any = dataclasses.field(default=None, init=False)
+    result: Any = dataclasses.field(default=None, init=False)
+    call_error: Exception | None = dataclasses.field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        tool_ = self.tool
         self.spec = ledger.Spec(
             tool=tool_.name,
-            step=step,
-            run_id=ctx.run_id,
-            args_hash=args_hash,
+            step=self.step,
+            run_id=self.ctx.run_id,
+            args_hash=self.args_hash,
             has_lookup=tool_.lookup is not None,
             dedupes_by_key=tool_.dedupes_by_key,
             timeout=tool_.timeout,
             max_attempts=tool_.retry_policy.max_attempts,
             on_divergence=tool_.on_divergence,
             max_in_flight_wait=tool_.max_in_flight_wait,
-            retry_generation=ctx.retry_generation,
+            retry_generation=self.ctx.retry_generation,
         )
-        self.row: store.Effect | None = None  # the row the last reserve returned
-        self.value: Any = None  # the last value obtained (call or lookup), recorded by RecordSuccess
-        self.result: Any = None  # what Return returns: the stored result, or the one just recorded
-        self.call_error: Exception | None = None  # the last provider call's exception (Raise from_call)
 
     def run(self) -> Any:
-        step = ledger.start(self.spec, self.key)
-        while True:
-            event: ledger.Event | None = None
-            for action in step.actions:
-                if isinstance(action, ledger.Return):
-                    return self.result
-                event = self._perform(action)
-            if event is None:
-                raise ledger.Unexpected(f"effect {self.key}: a transition left nothing to wait for")
-            step = ledger.transition(self.spec, step.state, event)
+        walk = self._walk()
+        action = next(walk)
+        while not isinstance(action, ledger.Return):
+            action = walk.send(self._perform(action))
+        return self.result
 
     async def arun(self) -> Any:
         """``run`` for an ``async def`` effect: the provider call and the backoff are awaited; every other
         action (the store's statements, the lookup hook) is the sync one, in the event loop's thread."""
+        walk = self._walk()
+        action = next(walk)
+        while not isinstance(action, ledger.Return):
+            action = walk.send(await self._aperform(action))
+        return self.result
+
+    def _walk(self) -> Generator[ledger.Action, ledger.Event | None, None]:
+        """The machine's actions in order, up to its ``Return`` (``run`` and ``arun`` walk the one machine,
+        each performing in its own way): each action's outcome is sent back, the last one's is the event
+        of the next transition."""
         step = ledger.start(self.spec, self.key)
         while True:
             event: ledger.Event | None = None
             for action in step.actions:
-                if isinstance(action, ledger.Return):
-                    return self.result
-                if isinstance(action, ledger.Call):
-                    event = await self._acall(action.attempt)
-                elif isinstance(action, ledger.Sleep) and self.ctx.sleep is time.sleep:
-                    await asyncio.sleep(action.seconds)  # other tasks of the step run meanwhile
-                    event = ledger.Event(ledger.EventKind.SLEPT)
-                else:
-                    event = self._perform(action)
+                event = yield action
             if event is None:
                 raise ledger.Unexpected(f"effect {self.key}: a transition left nothing to wait for")
             step = ledger.transition(self.spec, step.state, event)
+
+    async def _aperform(self, action: ledger.Action) -> ledger.Event | None:
+        if isinstance(action, ledger.Call):
+            return await self._acall(action.attempt)
+        if isinstance(action, ledger.Sleep) and self.ctx.sleep is time.sleep:
+            await asyncio.sleep(action.seconds)  # other tasks of the step run meanwhile
+            return ledger.Event(ledger.EventKind.SLEPT)
+        return self._perform(action)
 
     def _perform(self, action: ledger.Action) -> ledger.Event | None:
         """Do one action; the ones whose outcome the machine waits for return it as the next event."""

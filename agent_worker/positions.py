@@ -35,15 +35,14 @@ parallel calls reached ``invoke``).
 from __future__ import annotations
 
 import collections
-import contextvars
 import threading
 import uuid
 from collections.abc import Mapping
 from typing import Any
 
 from langchain_core.callbacks import BaseCallbackHandler
-from langchain_core.tracers.context import register_configure_hook
 
+from agent_worker import hooks
 from agentrun_core import keys
 
 _NS_KEY = "langgraph_checkpoint_ns"
@@ -237,14 +236,5 @@ def call_indexes(value: Any, depth: int = 0) -> dict[str, int]:
     return found
 
 
-_active: contextvars.ContextVar[Tracker | None] = contextvars.ContextVar("agentrun_positions", default=None)
-# inheritable: child callback managers (tasks, subgraphs, subgraph tasks) get the handler too.
-register_configure_hook(_active, True)
-
-
-def activate(tracker: Tracker) -> contextvars.Token[Tracker | None]:
-    return _active.set(tracker)
-
-
-def deactivate(token: contextvars.Token[Tracker | None]) -> None:
-    _active.reset(token)
+_hook = hooks.Hook[Tracker]("agentrun_positions")
+activate, deactivate = _hook.activate, _hook.deactivate

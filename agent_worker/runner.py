@@ -271,35 +271,27 @@ class Attempt:
 
     def _succeed(self, values: Any, last_steps: steps.Batch = ([], None)) -> int:
         events, current_step = last_steps
-        store.finish_attempt(  # the outcome, this attempt's end and its last step events: one statement
-            self.pool,
-            run_id=self.run_id,
-            epoch=self.epoch,
-            attempt=self.settings.attempt,
-            status="succeeded",
-            outcome="succeeded",
-            result=_result(values),
-            step_events=events,
-            current_step=current_step,
-        )
-        self._release()
+        self._finish("succeeded", result=_result(values), step_events=events, current_step=current_step)
         return protocol.EXIT_SUCCEEDED
 
     def _fail(self, error: str, reason: str) -> int:
+        self._finish("failed", detail=reason, error=error, reason=reason)
+        logger.error("run %s failed: %s", self.run_id, error.splitlines()[0] if error else "")
+        return protocol.EXIT_FAILED
+
+    def _finish(self, status: str, **fields: Any) -> None:
+        """The run's final ``status`` (this attempt's outcome too), this attempt's end and its last step
+        events in one statement (``store.finish_attempt``), then the Lease given back."""
         store.finish_attempt(
             self.pool,
             run_id=self.run_id,
             epoch=self.epoch,
             attempt=self.settings.attempt,
-            status="failed",
-            outcome="failed",
-            detail=reason,
-            error=error,
-            reason=reason,
+            status=status,
+            outcome=status,
+            **fields,
         )
         self._release()
-        logger.error("run %s failed: %s", self.run_id, error.splitlines()[0] if error else "")
-        return protocol.EXIT_FAILED
 
     def _on_error(self, exc: BaseException) -> int:
         found = _worker_error(exc) or (self.ctx.stop if self.ctx is not None else None)

@@ -13,11 +13,13 @@ directly, so settings stay testable.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import TypeVar
 
 TRUE = frozenset({"1", "true", "yes", "on"})
 FALSE = frozenset({"0", "false", "no", "off"})
 
 ErrorFactory = Callable[[str], Exception]
+N = TypeVar("N", int, float)
 
 
 class EnvError(ValueError):
@@ -36,29 +38,13 @@ def text(env: Mapping[str, str], name: str, default: str = "") -> str:
 def integer(env: Mapping[str, str], name: str, default: int, *, minimum: int | None = None,
             error: ErrorFactory = EnvError) -> int:
     """A whole number (``"8"``; not ``"8.5"``)."""
-    raw = _raw(env, name)
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise error(f"{name}={raw!r} is not an integer") from None
-    _check_minimum(name, raw, value, minimum, error)
-    return value
+    return _parsed(env, name, default, int, "an integer", minimum, error)
 
 
 def number(env: Mapping[str, str], name: str, default: float, *, minimum: float | None = None,
            error: ErrorFactory = EnvError) -> float:
     """A decimal number (``"2"``, ``"0.5"``, ``"1e3"``); the unit is the variable's (its name says it)."""
-    raw = _raw(env, name)
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise error(f"{name}={raw!r} is not a number") from None
-    _check_minimum(name, raw, value, minimum, error)
-    return value
+    return _parsed(env, name, default, float, "a number", minimum, error)
 
 
 def flag(env: Mapping[str, str], name: str, default: bool, *, error: ErrorFactory = EnvError) -> bool:
@@ -73,9 +59,17 @@ def flag(env: Mapping[str, str], name: str, default: bool, *, error: ErrorFactor
     raise error(f"{name}={env.get(name)!r}: expected true or false")
 
 
-def _check_minimum(name: str, raw: str, value: float, minimum: float | None, error: ErrorFactory) -> None:
+def _parsed(env: Mapping[str, str], name: str, default: N, parse: Callable[[str], N], kind: str,
+            minimum: float | None, error: ErrorFactory) -> N:
+    raw = _raw(env, name)
+    if not raw:
+        return default
+    try:
+        value = parse(raw)
+    except ValueError:
+        raise error(f"{name}={raw!r} is not {kind}") from None
     if minimum is None or value >= minimum:
-        return
+        return value
     if minimum == 0:
         raise error(f"{name}={raw!r}: must not be negative")
     raise error(f"{name}={raw!r}: must be at least {minimum:g}")

@@ -23,6 +23,21 @@ MAX_DEADLINE_SECONDS = 315360000
 _STATE_PATH = "^[A-Za-z_][A-Za-z0-9_]*([.][A-Za-z_][A-Za-z0-9_]*){0,7}$"
 
 
+def _state_edits(field: str, description: str) -> openapi.Schema:
+    """spec.forkOf.set / setJson: state path -> value text, the keys kept to state paths by a CEL rule."""
+    return openapi.obj(
+        description=description,
+        max_properties=32,
+        rules=[
+            openapi.rule(
+                f"self.all(k, k.matches('{_STATE_PATH}'))",
+                f"spec.forkOf.{field} keys are state paths: identifiers joined by dots (e.g. draft.body)",
+            )
+        ],
+        additional=openapi.string(max_length=limits.FORK_VALUE_MAX_CHARS),
+    )
+
+
 # spec: what a user writes. Comments say why a rule is there; descriptions are what `kubectl explain` shows.
 SPEC: openapi.Schema = openapi.obj(
     {
@@ -234,22 +249,10 @@ SPEC: openapi.Schema = openapi.obj(
                     max_length=128,
                     pattern="^[A-Za-z_][A-Za-z0-9_.:-]*$",
                 ),
-                "set": openapi.obj(
-                    description=(
-                        "Edits of the state at that checkpoint: dotted path (draft.body) -> new string "
-                        "value; applied with LangGraph's update_state by the fork's first worker."
-                    ),
-                    max_properties=32,
-                    rules=[
-                        openapi.rule(
-                            f"self.all(k, k.matches('{_STATE_PATH}'))",
-                            (
-                                "spec.forkOf.set keys are state paths: identifiers joined by dots (e.g. "
-                                "draft.body)"
-                            ),
-                        )
-                    ],
-                    additional=openapi.string(max_length=limits.FORK_VALUE_MAX_CHARS),
+                "set": _state_edits(
+                    "set",
+                    "Edits of the state at that checkpoint: dotted path (draft.body) -> new string value; "
+                    "applied with LangGraph's update_state by the fork's first worker.",
                 ),
                 "approve": openapi.boolean(
                     "The requester approves what the fork carries past a gate: the source's decided "
@@ -257,22 +260,10 @@ SPEC: openapi.Schema = openapi.obj(
                     "on the source run (admission policy agentrun-fork); implied by edits. Without it, the "
                     "operator refuses a fork from a checkpoint written after a decided approval."
                 ),
-                "setJson": openapi.obj(
-                    description=(
-                        "Like set, with each value JSON text (a number, list, object ...): kubectl agentrun "
-                        "fork --set-json."
-                    ),
-                    max_properties=32,
-                    rules=[
-                        openapi.rule(
-                            f"self.all(k, k.matches('{_STATE_PATH}'))",
-                            (
-                                "spec.forkOf.setJson keys are state paths: identifiers joined by dots (e.g. "
-                                "draft.body)"
-                            ),
-                        )
-                    ],
-                    additional=openapi.string(max_length=limits.FORK_VALUE_MAX_CHARS),
+                "setJson": _state_edits(
+                    "setJson",
+                    "Like set, with each value JSON text (a number, list, object ...): kubectl agentrun fork "
+                    "--set-json.",
                 ),
             },
             (

@@ -173,6 +173,20 @@ def request(
     return result
 
 
+def patch(
+    api: ApiClient,
+    path: str,
+    params: dict[str, str],
+    body: Body,
+    content_type: str,
+    *,
+    timeout: float | None = None,
+) -> Body:
+    """PATCH ``path`` with ``body`` as ``content_type`` (``MERGE_PATCH`` or ``STRATEGIC_MERGE_PATCH``: which
+    one a kind takes is its module's rule); the object as the server stored it."""
+    return request(api, "PATCH", path, params, body, content_type=content_type, timeout=timeout)
+
+
 def stream(
     api: ApiClient,
     path: str,

@@ -102,7 +102,7 @@ def create_node(api: api_.ApiClient, body: Body) -> Body:
 def patch_node(api: api_.ApiClient, name: str, body: Body, *, status: bool = False) -> Body:
     """Strategic-merge-patch the Node (its ``status`` subresource with ``status``)."""
     path = NODE + "/status" if status else NODE
-    return api_.request(api, "PATCH", path, {"name": name}, body, content_type=api_.STRATEGIC_MERGE_PATCH)
+    return api_.patch(api, path, {"name": name}, body, api_.STRATEGIC_MERGE_PATCH)
 
 
 # --- admission policies (cluster-scoped) -------------------------------------------------------------------

@@ -56,15 +56,8 @@ def remove_finalizer(
     ``$deleteFromPrimitiveList`` names the value, not its index, so no read-modify-write race. A no-op
     when the Pod does not carry it. ``NotFound`` when the Pod is gone."""
     body = {"metadata": {"$deleteFromPrimitiveList/finalizers": [finalizer]}}
-    return api_.request(
-        api,
-        "PATCH",
-        POD,
-        {"namespace": namespace, "name": name},
-        body,
-        content_type=api_.STRATEGIC_MERGE_PATCH,
-        timeout=timeout,
-    )
+    params = {"namespace": namespace, "name": name}
+    return api_.patch(api, POD, params, body, api_.STRATEGIC_MERGE_PATCH, timeout=timeout)
 
 
 def list_(
@@ -103,14 +96,8 @@ def bind(api: api_.ApiClient, namespace: str, name: str, uid: str, node: str) ->
 
 def patch_status(api: api_.ApiClient, namespace: str, name: str, body: Body) -> Body:
     """Strategic-merge-patch the Pod's status (what a kubelet writes)."""
-    return api_.request(
-        api,
-        "PATCH",
-        POD + "/status",
-        {"namespace": namespace, "name": name},
-        body,
-        content_type=api_.STRATEGIC_MERGE_PATCH,
-    )
+    params = {"namespace": namespace, "name": name}
+    return api_.patch(api, POD + "/status", params, body, api_.STRATEGIC_MERGE_PATCH)
 
 
 def log(

@@ -102,15 +102,8 @@ def patch(
 ) -> Body:
     """Merge-patch the AgentRun (metadata, spec). The API server's refusal (schema, CEL, admission
     policies) comes back as the KubeError's ``detail``."""
-    return api_.request(
-        api,
-        "PATCH",
-        RUN,
-        {"namespace": namespace, "name": name},
-        body,
-        content_type=api_.MERGE_PATCH,
-        timeout=timeout,
-    )
+    params = {"namespace": namespace, "name": name}
+    return api_.patch(api, RUN, params, body, api_.MERGE_PATCH, timeout=timeout)
 
 
 def patch_status(
@@ -118,15 +111,8 @@ def patch_status(
 ) -> Body:
     """Merge-patch through the status subresource (spec and metadata other than a resourceVersion
     precondition are ignored there)."""
-    return api_.request(
-        api,
-        "PATCH",
-        RUN + "/status",
-        {"namespace": namespace, "name": name},
-        body,
-        content_type=api_.MERGE_PATCH,
-        timeout=timeout,
-    )
+    params = {"namespace": namespace, "name": name}
+    return api_.patch(api, RUN + "/status", params, body, api_.MERGE_PATCH, timeout=timeout)
 
 
 def delete(

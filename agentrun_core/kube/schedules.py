@@ -28,12 +28,5 @@ def list_(api: api_.ApiClient, namespace: str, *, timeout: float | None = None) 
 def patch_status(
     api: api_.ApiClient, namespace: str, name: str, body: Body, *, timeout: float | None = None
 ) -> Body:
-    return api_.request(
-        api,
-        "PATCH",
-        SCHEDULE + "/status",
-        {"namespace": namespace, "name": name},
-        body,
-        content_type=api_.MERGE_PATCH,
-        timeout=timeout,
-    )
+    params = {"namespace": namespace, "name": name}
+    return api_.patch(api, SCHEDULE + "/status", params, body, api_.MERGE_PATCH, timeout=timeout)

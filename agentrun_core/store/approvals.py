@@ -8,7 +8,7 @@ next worker hands to ``Command(resume=...)``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from psycopg.types.json import Jsonb
 
@@ -58,42 +58,30 @@ def list_approvals(conn: db.Conn, run_id: str) -> list[rows.Approval]:
     return [rows.pack(rows.Approval, r) for r in db.fetch_all(conn, "list_approvals", {"run_id": run_id})]
 
 
-def decide_approval(
-    conn: db.Conn,
-    *,
-    approval_id: str,
-    run_id: str,
-    decision: str,
-    decided_by: str | None,
-    comment: str | None = None,
-    deadline_action: str | None = None,
-) -> bool:
+# What every decision names; the optional fields in a total=False subclass, as ``runs.Admission``.
+class _VerdictNeeds(TypedDict):
+    approval_id: str
+    decision: str  # one of rows.DECISIONS
+    decided_by: str | None
+
+
+class Verdict(_VerdictNeeds, total=False):
+    """A decision on a pending approval (``rows.resume_payload`` checks it and builds what the graph gets)."""
+
+    comment: str | None
+    deadline_action: str | None  # the policy's onTimeout when ``expired``
+    edits: Mapping[str, Any] | None
+    response: str | None
+    action: str | None
+    decisions: list[dict[str, Any]] | None
+
+
+def decide_approval(conn: db.Conn, *, run_id: str, **verdict: Unpack[Verdict]) -> bool:
     """Decide a pending approval exactly once (True the one time it changes). One statement."""
-    return decide_approval_detail(
-        conn,
-        approval_id=approval_id,
-        run_id=run_id,
-        decision=decision,
-        decided_by=decided_by,
-        comment=comment,
-        deadline_action=deadline_action,
-    ).won
+    return decide_approval_detail(conn, run_id=run_id, **verdict).won
 
 
-def decide_approval_detail(
-    conn: db.Conn,
-    *,
-    approval_id: str,
-    run_id: str,
-    decision: str,
-    decided_by: str | None,
-    comment: str | None = None,
-    deadline_action: str | None = None,
-    edits: Mapping[str, Any] | None = None,
-    response: str | None = None,
-    action: str | None = None,
-    decisions: list[dict[str, Any]] | None = None,
-) -> rows.Decision:
+def decide_approval_detail(conn: db.Conn, *, run_id: str, **verdict: Unpack[Verdict]) -> rows.Decision:
     """Decide a pending approval exactly once, judging the deadline with Postgres's clock. One statement.
 
     ``decision='expired'`` applies only once the stored deadline has passed; approved/rejected only before
@@ -102,28 +90,18 @@ def decide_approval_detail(
     next worker passes it to ``Command(resume=...)``; ``decisions`` answer a HumanInTheLoopMiddleware batch
     (``agentrun_core.hitl.decide``).
     """
-    payload = rows.resume_payload(
-        approval_id=approval_id,
-        decision=decision,
-        decided_by=decided_by,
-        comment=comment,
-        deadline_action=deadline_action,
-        edits=edits,
-        response=response,
-        action=action,
-        decisions=decisions,
-    )
+    payload = rows.resume_payload(**verdict)
     row = db.fetch_one(
         conn,
         "decide_approval",
         {
-            "approval_id": approval_id,
+            "approval_id": verdict["approval_id"],
             "run_id": run_id,
-            "decision": decision,
-            "decided_by": decided_by,
-            "comment": comment,
+            "decision": verdict["decision"],
+            "decided_by": verdict["decided_by"],
+            "comment": verdict.get("comment"),
             "payload": Jsonb(payload),
-            "deadline_action": deadline_action,
+            "deadline_action": verdict.get("deadline_action"),
             "read_only": bool(payload.get("read_only")),
         },
     )

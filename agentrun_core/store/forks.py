@@ -8,7 +8,7 @@ the copy of the checkpoint commits with the fork's admission row in one statemen
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Unpack
 
 from psycopg.types.json import Jsonb
 
@@ -79,43 +79,13 @@ def find_fork_source(
     return dataclasses.replace(found, problem=problem)
 
 
-def admit_fork(
-    conn: db.Conn,
-    *,
-    run_id: str,
-    namespace: str,
-    name: str,
-    graph: str,
-    input: Any,
-    spec_hash: str,
-    durability: str,
-    approval_policy: dict[str, Any],
-    retry_generation: int,
-    fork_of: dict[str, Any],
-) -> rows.Run:
+def admit_fork(conn: db.Conn, *, fork_of: dict[str, Any], **admission: Unpack[runs.Admission]) -> rows.Run:
     """``admit_run`` for a fork: the row (``fork_of`` recorded, its head the copied checkpoint) and the copy
     of the source checkpoint (row, blobs, pending writes) in one statement. Idempotent."""
-    params = runs.admission_params(
-        run_id=run_id,
-        namespace=namespace,
-        name=name,
-        graph=graph,
-        input=input,
-        spec_hash=spec_hash,
-        durability=durability,
-        approval_policy=approval_policy,
-        retry_generation=retry_generation,
-    )
-    row = db.fetch_one(
-        conn,
-        "admit_fork",
-        {
-            **params,
-            "fork_of": Jsonb(fork_of),
-            "source_run_id": fork_of["run_id"],
-            "checkpoint_id": fork_of["checkpoint_id"],
-        },
-    )
+    params = runs.admission_params(admission)
+    source = {"source_run_id": fork_of["run_id"], "checkpoint_id": fork_of["checkpoint_id"]}
+    params.update(source, fork_of=Jsonb(fork_of))
+    row = db.fetch_one(conn, "admit_fork", params)
     assert row is not None
     return rows.pack(rows.Run, row)
 

@@ -1,5 +1,6 @@
 """Named SQL queries from the ``sql/*.sql`` files (``queries.sql``, ``fork.sql``): blocks introduced by
-``-- name: foo`` lines. A name is unique across all the files.
+``-- name: foo`` lines. A name is unique across all the files. A line ``-- part: foo`` inside a block stands
+for the block named foo: SQL that several statements must share word for word is written once.
 
 Queries use psycopg named placeholders (``%(run_id)s``). Loading is pure text parsing, cached once.
 """
@@ -11,6 +12,7 @@ import importlib.resources
 import re
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$")
+_PART = re.compile(r"^--\s*part:\s*([a-z_][a-z0-9_]*)\s*$")
 
 
 def parse(text: str) -> dict[str, str]:
@@ -40,6 +42,20 @@ def parse(text: str) -> dict[str, str]:
     return queries
 
 
+def splice(queries: dict[str, str]) -> dict[str, str]:
+    """Every ``-- part: foo`` line replaced by the block named foo (one level: a part holds no part)."""
+
+    def expand(line: str) -> str:
+        match = _PART.match(line.strip())
+        if match is None:
+            return line
+        if match.group(1) not in queries:
+            raise ValueError(f"no part named {match.group(1)!r}")
+        return queries[match.group(1)]
+
+    return {name: "\n".join(expand(line) for line in sql.splitlines()) for name, sql in queries.items()}
+
+
 @functools.cache
 def all_queries() -> dict[str, str]:
     root = importlib.resources.files("agentrun_core.store") / "sql"
@@ -49,7 +65,7 @@ def all_queries() -> dict[str, str]:
             if name in merged:
                 raise ValueError(f"query {name!r} defined twice ({path.name})")
             merged[name] = sql
-    return merged
+    return splice(merged)
 
 
 def get(name: str) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime
 import logging
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypedDict, Unpack
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -22,63 +22,48 @@ from agentrun_core.store import attempts, db, rows, step_packing
 logger = logging.getLogger(__name__)
 
 
-def admit_run(
-    conn: db.Conn,
-    *,
-    run_id: str,
-    namespace: str,
-    name: str,
-    graph: str,
-    input: Any,
-    spec_hash: str,
-    durability: str = "sync",
-    approval_policy: dict[str, Any] | None = None,
-    retry_generation: int = 0,
-) -> rows.Run:
-    """Insert-or-return the admission row: admitting the same run id again returns the first row.
+# The fields every admission names; the defaulted ones in a total=False subclass, not NotRequired[...]: under
+# postponed annotations Python 3.11 counts those required (``__required_keys__``, checked at run time below).
+class _AdmissionNeeds(TypedDict):
+    run_id: str
+    namespace: str
+    name: str
+    graph: str
+    input: Any
+    spec_hash: str
 
-    ``retry_generation``: spec.retryGeneration at admission, the baseline later retries count from."""
-    params = admission_params(
-        run_id=run_id,
-        namespace=namespace,
-        name=name,
-        graph=graph,
-        input=input,
-        spec_hash=spec_hash,
-        durability=durability,
-        approval_policy=approval_policy or {},
-        retry_generation=retry_generation,
-    )
-    row = db.fetch_one(conn, "admit_run", params)
+
+class Admission(_AdmissionNeeds, total=False):
+    """What admission records of any run (``admit_run``; ``admit_fork`` adds where the fork starts)."""
+
+    durability: str  # one of rows.DURABILITIES; "sync" when not given
+    approval_policy: dict[str, Any] | None  # spec.approval; none when not given
+    retry_generation: int  # spec.retryGeneration at admission, the baseline later retries count from; 0
+
+
+def admit_run(conn: db.Conn, **admission: Unpack[Admission]) -> rows.Run:
+    """Insert-or-return the admission row: admitting the same run id again returns the first row."""
+    row = db.fetch_one(conn, "admit_run", admission_params(admission))
     assert row is not None  # insert-or-return always yields the row
     return rows.pack(rows.Run, row)
 
 
-def admission_params(
-    *,
-    run_id: str,
-    namespace: str,
-    name: str,
-    graph: str,
-    input: Any,
-    spec_hash: str,
-    durability: str,
-    approval_policy: dict[str, Any],
-    retry_generation: int,
-) -> dict[str, Any]:
-    """The admission row's query parameters (``admit_run``, ``admit_fork``), the durability checked."""
+def admission_params(admission: Admission) -> dict[str, Any]:
+    """The admission row's query parameters (``admit_run``, ``admit_fork``), the fields and the durability
+    checked (``Unpack`` types the keywords for mypy only: at run time they are checked here)."""
+    missing = Admission.__required_keys__ - admission.keys()
+    unknown = admission.keys() - Admission.__required_keys__ - Admission.__optional_keys__
+    if missing or unknown:
+        raise TypeError(f"admission: fields missing {sorted(missing)}, fields unknown {sorted(unknown)}")
+    durability = admission.get("durability", "sync")
     if durability not in rows.DURABILITIES:
         raise ValueError(f"durability must be one of {rows.DURABILITIES}, not {durability!r}")
     return {
-        "run_id": run_id,
-        "namespace": namespace,
-        "name": name,
-        "graph": graph,
-        "input": Jsonb(input),
-        "spec_hash": spec_hash,
+        **admission,
+        "input": Jsonb(admission["input"]),
         "durability": durability,
-        "approval_policy": Jsonb(approval_policy),
-        "retry_generation": retry_generation,
+        "approval_policy": Jsonb(admission.get("approval_policy") or {}),
+        "retry_generation": admission.get("retry_generation", 0),
     }
 
 

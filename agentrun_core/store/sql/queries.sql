@@ -188,6 +188,19 @@ SELECT * FROM agentrun_attempts WHERE run_id = %(run_id)s ORDER BY attempt
 
 -- ------------------------------------------------------------------------------------------- effects
 
+-- name: insert_new_effect
+-- A part of both reserves (spliced where they say `-- part: insert_new_effect`), not a statement: the new
+-- pending row of the key, its call deadline set (the call follows at once), under the caller's epoch and
+-- never for a read-only run; nothing when the key has a row. Needs a CTE `run` (lease_epoch, read_only).
+INSERT INTO agentrun_effects (idempotency_key, run_id, step, action, tool, occurrence, args_hash, args, epoch,
+                              key_version, call_deadline)
+SELECT %(key)s, %(run_id)s, %(step)s, %(action)s, %(tool)s, %(occurrence)s, %(args_hash)s, %(args)s,
+       %(epoch)s, %(key_version)s,
+       now() + make_interval(secs => %(timeout_seconds)s::double precision)
+FROM run WHERE run.lease_epoch = %(epoch)s AND NOT run.read_only
+ON CONFLICT (run_id, idempotency_key) DO NOTHING
+RETURNING 1
+
 -- name: reserve_new_effect
 -- ONE round trip, the common case: fencing check + a new pending row (its call deadline set: the call
 -- follows at once). Nothing of the row comes back. inserted false with the caller's epoch current: the key
@@ -197,14 +210,7 @@ SELECT * FROM agentrun_attempts WHERE run_id = %(run_id)s ORDER BY attempt
 WITH run AS (
     SELECT lease_epoch, read_only FROM agentrun_runs WHERE run_id = %(run_id)s FOR SHARE
 ), ins AS (
-    INSERT INTO agentrun_effects (idempotency_key, run_id, step, action, tool, occurrence, args_hash, args, epoch,
-                                  key_version, call_deadline)
-    SELECT %(key)s, %(run_id)s, %(step)s, %(action)s, %(tool)s, %(occurrence)s, %(args_hash)s, %(args)s,
-           %(epoch)s, %(key_version)s,
-           now() + make_interval(secs => %(timeout_seconds)s::double precision)
-    FROM run WHERE run.lease_epoch = %(epoch)s AND NOT run.read_only
-    ON CONFLICT (run_id, idempotency_key) DO NOTHING
-    RETURNING 1
+    -- part: insert_new_effect
 )
 SELECT run.lease_epoch AS current_epoch, run.read_only, EXISTS (SELECT 1 FROM ins) AS inserted
 FROM run
@@ -223,14 +229,7 @@ FROM run
 WITH run AS (
     SELECT lease_epoch, read_only, claimed_at FROM agentrun_runs WHERE run_id = %(run_id)s FOR SHARE
 ), ins AS (
-    INSERT INTO agentrun_effects (idempotency_key, run_id, step, action, tool, occurrence, args_hash, args, epoch,
-                                  key_version, call_deadline)
-    SELECT %(key)s, %(run_id)s, %(step)s, %(action)s, %(tool)s, %(occurrence)s, %(args_hash)s, %(args)s,
-           %(epoch)s, %(key_version)s,
-           now() + make_interval(secs => %(timeout_seconds)s::double precision)
-    FROM run WHERE run.lease_epoch = %(epoch)s AND NOT run.read_only
-    ON CONFLICT (run_id, idempotency_key) DO NOTHING
-    RETURNING 1
+    -- part: insert_new_effect
 ), hit AS (
     UPDATE agentrun_effects e
     SET duplicates_prevented = e.duplicates_prevented
