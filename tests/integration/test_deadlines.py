@@ -29,6 +29,11 @@ def db(pg_dsn: str) -> psycopg.Connection[Any]:
     return psycopg.connect(pg_dsn, autocommit=True)
 
 
+def deadline_spec(graph: str, input_: dict[str, Any], **deadlines: int) -> dict[str, Any]:
+    """A run of ``graph`` with these deadline fields, retried at once (the default Lease)."""
+    return {"graph": graph, "input": input_, "retry": {"backoffSeconds": 0}, **deadlines}
+
+
 def lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
@@ -69,14 +74,10 @@ def test_a_looping_heartbeating_graph_ends_at_its_active_deadline(
     kube: kubernetes.client.ApiClient, operator: OperatorHandle, pg_dsn: str, tmp_path: Path
 ) -> None:
     ns, out, deadline = operator.namespace, tmp_path / "ticks.txt", 15
-    spec = {
-        "graph": LOOP,
-        "input": {"path": str(out), "tick": 0.2},
-        # progress is made all along (a step every 0.2 s): only the active deadline can end it
-        "activeDeadlineSeconds": deadline,
-        "progressDeadlineSeconds": 10,
-        "retry": {"backoffSeconds": 0},
-    }
+    # progress is made all along (a step every 0.2 s): only the active deadline can end it
+    spec = deadline_spec(
+        LOOP, {"path": str(out), "tick": 0.2}, activeDeadlineSeconds=deadline, progressDeadlineSeconds=10
+    )
     uid = create_run(kube, ns, "looper", spec)["metadata"]["uid"]
     assert_failed_by(kube, operator, "looper", "DeadlineExceeded", "activeDeadlineSeconds=15")
     row, attempts = ended(pg_dsn, uid)
@@ -105,7 +106,7 @@ def test_a_step_that_heartbeats_forever_ends_at_its_progress_deadline(
     kube: kubernetes.client.ApiClient, operator: OperatorHandle, pg_dsn: str
 ) -> None:
     ns, deadline = operator.namespace, 8
-    spec = {"graph": STUCK, "input": {}, "progressDeadlineSeconds": deadline, "retry": {"backoffSeconds": 0}}
+    spec = deadline_spec(STUCK, {}, progressDeadlineSeconds=deadline)
     uid = create_run(kube, ns, "stuck", spec)["metadata"]["uid"]
     assert_failed_by(kube, operator, "stuck", "ProgressDeadlineExceeded", "progressDeadlineSeconds=8")
     row, attempts = ended(pg_dsn, uid)
@@ -131,12 +132,7 @@ def test_time_parked_on_an_approval_is_not_counted(
     kube: kubernetes.client.ApiClient, operator: OperatorHandle, pg_dsn: str, tmp_path: Path, manager: Path
 ) -> None:
     ns, out = operator.namespace, tmp_path / "out.txt"
-    spec = {
-        "graph": APPROVAL,
-        "input": {"path": str(out), "line": "approved-line"},
-        "progressDeadlineSeconds": 60,
-        "retry": {"backoffSeconds": 0},
-    }
+    spec = deadline_spec(APPROVAL, {"path": str(out), "line": "approved-line"}, progressDeadlineSeconds=60)
     uid = create_run(kube, ns, "parked", spec)["metadata"]["uid"]
     status = wait_phase(kube, ns, "parked", "WaitingApproval", 120, operator)
     approval_id = status["pendingApproval"]["id"]
@@ -176,12 +172,7 @@ def test_time_suspended_is_not_counted(
     kube: kubernetes.client.ApiClient, operator: OperatorHandle, pg_dsn: str, tmp_path: Path
 ) -> None:
     ns, out, deadline = operator.namespace, tmp_path / "ticks.txt", 30
-    spec = {
-        "graph": LOOP,
-        "input": {"path": str(out), "tick": 0.2},
-        "activeDeadlineSeconds": deadline,
-        "retry": {"backoffSeconds": 0},
-    }
+    spec = deadline_spec(LOOP, {"path": str(out), "tick": 0.2}, activeDeadlineSeconds=deadline)
     uid = create_run(kube, ns, "pausing", spec)["metadata"]["uid"]
     wait_for(lambda: len(lines(out)) >= 3, 120, "the loop to tick", on_timeout=operator.logs)
     patch_spec(kube, ns, "pausing", {"suspend": True})
