@@ -15,7 +15,7 @@ from agentrun_dev.podruntime import control
 from tests.integration.lease_holder import holder_spec
 from tests.support.kube import create_run, events, pods
 from tests.support.operator_proc import OperatorHandle
-from tests.support.takeover import start_holder, wait_held, wait_pod
+from tests.support.takeover import Attempts, start_holder
 from tests.support.waiting import wait_phase
 
 
@@ -30,14 +30,14 @@ def test_hung_worker_lease_expiry_takeover(
     kube: kubernetes.client.ApiClient, operator: OperatorHandle, unfreeze: None
 ) -> None:
     ns, duration = operator.namespace, 3
-    first = start_holder(kube, operator, "hung", duration, 30)
+    hung, first = start_holder(kube, operator, "hung", duration, 30)
     assert first.lease_transitions == 1
 
     control.freeze_pod(ns, "hung-1")  # SIGSTOP: still Running in the API, no more renewals
     frozen_at = time.monotonic()
-    wait_pod(kube, operator, "hung", 2, 30, "attempt 2")
+    hung.pod(2, 30, "attempt 2")
     replaced_after = time.monotonic() - frozen_at
-    second = wait_held(kube, operator, "hung", 2, 30, "attempt 2 to take the Lease")
+    second = hung.held(2, 30, "attempt 2 to take the Lease")
     assert second.lease_transitions == 2  # the new fencing epoch
     assert (
         "hung-1" not in [p.metadata.name for p in pods(kube, ns, "hung")]
@@ -60,11 +60,12 @@ def test_the_next_worker_takes_the_lapsed_lease_at_once(
     duration of its own: a lost node's run moves on after one Lease duration, not two."""
     ns, duration = operator.namespace, 8
     create_run(kube, ns, "lapse", holder_spec(duration))
-    wait_held(kube, operator, "lapse", 1, 60, "attempt 1 to hold the Lease")
+    lapse = Attempts(kube, operator, "lapse")
+    lapse.held(1, 60, "attempt 1 to hold the Lease")
     control.freeze_pod(ns, "lapse-1")
-    wait_pod(kube, operator, "lapse", 2, 60, "attempt 2's Pod")
+    lapse.pod(2, 60, "attempt 2's Pod")
     created = time.monotonic()
-    second = wait_held(kube, operator, "lapse", 2, 60, "attempt 2 to take the Lease", interval=0.05)
+    second = lapse.held(2, 60, "attempt 2 to take the Lease", interval=0.05)
     taken_after = time.monotonic() - created
     assert second.lease_transitions == 2  # a higher epoch: the frozen holder is fenced
     # A worker that had to watch the Lease itself would take it a full duration after its first look at

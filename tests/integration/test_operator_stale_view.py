@@ -20,7 +20,7 @@ from agentrun_dev.podruntime import control
 from tests.integration.lease_holder import lease_spec
 from tests.support.kube import events, pods, run_status
 from tests.support.operator_proc import OperatorHandle, operator_env
-from tests.support.takeover import start_holder, wait_pod
+from tests.support.takeover import start_holder
 from tests.support.waiting import wait_for
 
 STALL_SECONDS = 20.0
@@ -63,7 +63,7 @@ def test_stalled_watch_kills_nothing_and_a_real_hang_is_still_taken_over(
 ) -> None:
     operator, proxy = proxied_operator
     ns = operator.namespace
-    start_holder(kube, operator, "stall", DURATION, 60)
+    stall, _ = start_holder(kube, operator, "stall", DURATION, 60)
     assert proxy.connections > 0
 
     proxy.stall()  # every open connection of the operator (its watches) stops moving
@@ -91,7 +91,7 @@ def test_stalled_watch_kills_nothing_and_a_real_hang_is_still_taken_over(
     # A real hang is still taken over, within a Lease duration plus a poll (and slack for a loaded machine).
     control.freeze_pod(ns, "stall-1")
     frozen_at = time.monotonic()
-    wait_pod(kube, operator, "stall", 2, 30, "attempt 2 after a real hang")
+    stall.pod(2, 30, "attempt 2 after a real hang")
     took = time.monotonic() - frozen_at
     assert took <= DURATION + 1 + 4, took
     print(f"stalled watch {STALL_SECONDS:.0f}s: no takeover; real hang taken over in {took:.2f}s")
@@ -104,10 +104,10 @@ def test_a_pod_the_stalled_watch_never_delivered_is_not_deleted(
     stalled Pod watch never delivers, is not taken for deleted: no third attempt."""
     operator, proxy = proxied_operator
     ns = operator.namespace
-    start_holder(kube, operator, "late", DURATION, 60)
+    late, _ = start_holder(kube, operator, "late", DURATION, 60)
     proxy.stall()
     control.freeze_pod(ns, "late-1")
-    wait_pod(kube, operator, "late", 2, 60, "attempt 2 (the hang is real, confirmed by fresh reads)")
+    late.pod(2, 60, "attempt 2 (the hang is real, confirmed by fresh reads)")
     seen_at = time.monotonic()
     while time.monotonic() - seen_at < STALL_SECONDS:
         names = [p.metadata.name for p in pods(kube, ns, "late")]
