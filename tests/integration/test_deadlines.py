@@ -70,6 +70,31 @@ def assert_failed_by(
     return status
 
 
+def ended_at_its_deadline(
+    kube: kubernetes.client.ApiClient,
+    op: OperatorHandle,
+    pg_dsn: str,
+    name: str,
+    spec: dict[str, Any],
+    reason: str,
+    deadline: int,
+) -> tuple[str, list[store.Attempt]]:
+    """Run ``name`` created and failed by ``reason`` (its message naming the deadline field) ``deadline`` s
+    after its first attempt started, or a margin later at most: its uid and attempts."""
+    field = {
+        "DeadlineExceeded": "activeDeadlineSeconds",
+        "ProgressDeadlineExceeded": "progressDeadlineSeconds",
+    }
+    uid = str(create_run(kube, op.namespace, name, spec)["metadata"]["uid"])
+    assert_failed_by(kube, op, name, reason, f"{field[reason]}={deadline}")
+    row, attempts = ended(pg_dsn, uid)
+    assert (row.status, row.status_reason) == ("failed", reason)
+    assert row.finished_at is not None
+    took = (row.finished_at - attempts[0].started_at).total_seconds()
+    assert deadline <= took <= deadline + MARGIN, (took, attempts)
+    return uid, attempts
+
+
 def test_a_looping_heartbeating_graph_ends_at_its_active_deadline(
     kube: kubernetes.client.ApiClient, operator: OperatorHandle, pg_dsn: str, tmp_path: Path
 ) -> None:
@@ -78,13 +103,9 @@ def test_a_looping_heartbeating_graph_ends_at_its_active_deadline(
     spec = deadline_spec(
         LOOP, {"path": str(out), "tick": 0.2}, activeDeadlineSeconds=deadline, progressDeadlineSeconds=10
     )
-    uid = create_run(kube, ns, "looper", spec)["metadata"]["uid"]
-    assert_failed_by(kube, operator, "looper", "DeadlineExceeded", "activeDeadlineSeconds=15")
-    row, attempts = ended(pg_dsn, uid)
-    assert (row.status, row.status_reason) == ("failed", "DeadlineExceeded")
-    assert row.finished_at is not None
-    active = (row.finished_at - attempts[0].started_at).total_seconds()
-    assert deadline <= active <= deadline + MARGIN, (active, attempts)
+    uid, attempts = ended_at_its_deadline(
+        kube, operator, pg_dsn, "looper", spec, "DeadlineExceeded", deadline
+    )
     assert len(attempts) == 1  # no new attempt after the deadline
     # The worker is stopped (its Pod deleted) ...
     wait_for(
@@ -107,13 +128,9 @@ def test_a_step_that_heartbeats_forever_ends_at_its_progress_deadline(
 ) -> None:
     ns, deadline = operator.namespace, 8
     spec = deadline_spec(STUCK, {}, progressDeadlineSeconds=deadline)
-    uid = create_run(kube, ns, "stuck", spec)["metadata"]["uid"]
-    assert_failed_by(kube, operator, "stuck", "ProgressDeadlineExceeded", "progressDeadlineSeconds=8")
-    row, attempts = ended(pg_dsn, uid)
-    assert (row.status, row.status_reason) == ("failed", "ProgressDeadlineExceeded")
-    assert row.finished_at is not None
-    idle = (row.finished_at - attempts[0].started_at).total_seconds()
-    assert deadline <= idle <= deadline + MARGIN, (idle, attempts)
+    uid, _ = ended_at_its_deadline(
+        kube, operator, pg_dsn, "stuck", spec, "ProgressDeadlineExceeded", deadline
+    )
     with db(pg_dsn) as conn:
         assert store.list_heartbeats(conn, uid), "the worker was alive and heartbeating in its step"
         assert not store.list_step_events(conn, uid)  # and never finished a step
