@@ -23,6 +23,7 @@ from agentrun_dev import http_provider
 from tests.chaos import worker_harness
 from tests.graphs import delta_chat
 from tests.integration.test_delta_channel import messages_at
+from tests.support import kills
 
 pytestmark = [pytest.mark.chaos, pytest.mark.cluster, pytest.mark.postgres, pytest.mark.slow]
 
@@ -43,6 +44,7 @@ HITS: dict[str, tuple[int, ...]] = {
     "after_resume_read": (1,),
     "before_lease_renew": (1,),
 }
+KILLS = kills.Plan(HITS, processes=9, reuse_pods=True, approve=True)
 
 
 def test_plan_covers_every_fault_point() -> None:
@@ -51,33 +53,15 @@ def test_plan_covers_every_fault_point() -> None:
 
 def _one_rep(worker: worker_harness.Worker, point: str, seed: str) -> dict[str, object]:
     rng = random.Random(seed)
-    # exit saves nothing mid-run (a 25-turn stretch snapshots instead of saving writes): no after_task_writes
-    durability = rng.choice(["sync", "async"] if point == "after_task_writes" else ["sync", "async", "exit"])
-    fault = f"{point}@{rng.choice(HITS[point])}"
     run_id = f"delta-{point.replace('_', '-')}-{uuid.uuid4().hex[:8]}"
-    worker_harness.admit(
-        worker.dsn, run_id, graph=GRAPH, durability=durability,
-        turns=TURNS, charge_every=CHARGE_EVERY, approve_at=APPROVE_AT,
-    )  # fmt: skip
     # The keeper renews every second: a run of 100 nodes with up to 40 ms each outlives a renewal.
     jitter = "40" if point == "before_lease_renew" else str(rng.choice([0, 5]))
-    done = worker_harness.drive(
-        worker,
-        run_id,
-        fault,
-        processes=9,
-        pod=lambda attempt: f"{run_id}-p{attempt if rng.random() < 0.25 else 0}",
-        env=lambda killed: {"AGENTRUN_TEST_JITTER_MS": jitter},
-        approve=True,
-        what=f"{run_id} ({fault}, {durability})",
-    )
-    return {
-        "run_id": run_id,
-        "fault": fault,
-        "mode": durability,
-        "killed": done.killed,
-        "processes": done.processes,
-    }
+    # No exit mode for after_task_writes (kills.durability_for): a 25-turn stretch under exit snapshots
+    # instead of saving writes.
+    return KILLS.kill_once(
+        worker, rng, run_id, point, GRAPH, lambda: jitter,
+        turns=TURNS, charge_every=CHARGE_EVERY, approve_at=APPROVE_AT,
+    )  # fmt: skip
 
 
 def test_a_delta_chat_killed_anywhere_ends_as_an_unkilled_one(

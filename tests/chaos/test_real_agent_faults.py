@@ -36,7 +36,7 @@ from agentrun_core import faults, store
 from agentrun_dev import http_provider
 from tests.chaos import worker_harness
 from tests.graphs import real_agents
-from tests.support import pg
+from tests.support import kills, pg
 
 pytestmark = [pytest.mark.chaos, pytest.mark.postgres, pytest.mark.slow]
 
@@ -64,7 +64,8 @@ NOT_HERE = {  # and where they are covered
     "while_parking": "no interrupt in these agents: tests/chaos/test_worker_faults.py",
     "after_resume_read": "no interrupt in these agents: tests/chaos/test_worker_faults.py",
 }
-START = {"messages": [{"role": "user", "content": "settle everything"}]}
+START: dict[str, Any] = {"messages": [{"role": "user", "content": "settle everything"}]}
+KILLS = kills.Plan(PLAN, processes=3, reuse_pods=False, fenced_ok=False)
 
 
 def test_plan_names_every_worker_point() -> None:
@@ -84,29 +85,13 @@ def _deliveries(url: str) -> dict[str, collections.Counter[str]]:
 def _one_rep(worker: worker_harness.Worker, agent: str, point: str, rep: int) -> dict[str, Any]:
     started = time.monotonic()
     rng = random.Random(f"{agent}-{point}-{rep}-{uuid.uuid4()}")
-    durability = rng.choice(["sync", "async"] if point == "after_task_writes" else ["sync", "async", "exit"])
     run_id = f"ra-{agent.replace('_', '-')}-{point.replace('_', '-')}-{rep}-{uuid.uuid4().hex[:6]}"
-    worker_harness.admit(worker.dsn, run_id, graph=AGENTS[agent], durability=durability, **START)
-    fault = f"{point}@{rng.choice(PLAN[point])}"
-    done = worker_harness.drive(
-        worker,
-        run_id,
-        fault,
-        processes=3,
-        pod=lambda attempt: f"{run_id}-p{attempt}",
-        env=lambda killed: {"AGENTRUN_TEST_JITTER_MS": str(rng.choice([5, 30]))},
-        fenced_ok=False,
-        what=f"{run_id} ({fault}, {durability})",
-    )
-    seconds = round(time.monotonic() - started, 1)
-    return {
-        "run_id": run_id,
-        "point": point,
-        "killed": done.killed,
-        "fault": fault,
-        "mode": durability,
-        "s": seconds,
-    }
+
+    def jitter() -> str:
+        return str(rng.choice([5, 30]))
+
+    done = KILLS.kill_once(worker, rng, run_id, point, AGENTS[agent], jitter, **START)
+    return {**done, "point": point, "s": round(time.monotonic() - started, 1)}
 
 
 @pytest.mark.parametrize("agent", sorted(AGENTS))

@@ -22,6 +22,7 @@ import pytest
 
 from agentrun_core import store
 from tests.chaos import worker_harness
+from tests.support import kills
 
 pytestmark = [pytest.mark.chaos, pytest.mark.cluster, pytest.mark.postgres, pytest.mark.slow]
 
@@ -39,29 +40,13 @@ PLAN: dict[str, tuple[int, ...]] = {
     # of the 2·N subgraph executions (__start__, pay); none mid-run under exit, so that mode is not drawn
     "after_task_writes": tuple(range(1, 7 * N + 4)),
 }
+KILLS = kills.Plan(PLAN, processes=5, reuse_pods=True)
 
 
 def _one_rep(worker: worker_harness.Worker, point: str, rep: int) -> dict[str, object]:
     rng = random.Random(f"{point}-{rep}-{uuid.uuid4()}")
-    durability = rng.choice(["sync", "async"] if point == "after_task_writes" else ["sync", "async", "exit"])
     run_id = f"sub-{point.replace('_', '-')}-{rep}-{uuid.uuid4().hex[:8]}"
-    worker_harness.admit(worker.dsn, run_id, graph=GRAPH, durability=durability, n=N)
-    fault = f"{point}@{rng.choice(PLAN[point])}"
-    done = worker_harness.drive(
-        worker,
-        run_id,
-        fault,
-        processes=5,
-        pod=lambda attempt: f"{run_id}-p{attempt if rng.random() < 0.25 else 0}",
-        env=lambda killed: {"AGENTRUN_TEST_JITTER_MS": str(rng.choice([0, 20]))},
-    )
-    return {
-        "run_id": run_id,
-        "killed": done.killed,
-        "processes": done.processes,
-        "fault": fault,
-        "mode": durability,
-    }
+    return KILLS.kill_once(worker, rng, run_id, point, GRAPH, lambda: str(rng.choice([0, 20])), n=N)
 
 
 # after_checkpoint under async once finished runs with 8 (or 0) of their 12 effects: the kill left a head

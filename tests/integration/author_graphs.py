@@ -13,10 +13,10 @@ import urllib.error
 import urllib.request
 from typing import Any, TypedDict
 
-from langgraph.graph import END, START, StateGraph
 from langgraph.types import interrupt
 
 from agent_worker import effects
+from tests.support.graphs import chain
 
 
 class State(TypedDict, total=False):
@@ -63,14 +63,4 @@ def charge(state: State) -> State:
     return {"charged": scheduled_charge(customer="c-scheduled", cents=500)}
 
 
-def _gated_charge() -> StateGraph[State]:
-    builder: StateGraph[State] = StateGraph(State)
-    builder.add_node("gate", gate)
-    builder.add_node("charge", charge)
-    builder.add_edge(START, "gate")
-    builder.add_edge("gate", "charge")
-    builder.add_edge("charge", END)
-    return builder
-
-
-gated_charge = _gated_charge()
+gated_charge = chain(State, gate=gate, charge=charge)

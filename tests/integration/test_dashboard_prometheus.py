@@ -63,27 +63,42 @@ class Ledger:
     def status(self, run_id: str, status: str) -> None:
         self.sql("UPDATE agentrun_runs SET status = %s, updated_at = now() WHERE run_id = %s", status, run_id)
 
+    def attempt(self, run_id: str, attempt: int, reason: str) -> None:
+        """Attempt ``attempt`` starts (epoch = attempt), in Pod ``run-<run_id>-<attempt>``; the operator
+        counts it."""
+        metrics.attempt_started(reason, self.ns)
+        pod = f"run-{run_id}-{attempt}"
+        self.sql(
+            "INSERT INTO agentrun_attempts (run_id, attempt, pod, epoch, start_reason)"
+            " VALUES (%s, %s, %s, %s, %s)",
+            *(run_id, attempt, pod, attempt, reason),
+        )
+
+    def step(
+        self, run_id: str, attempt: int, step: str, checkpoint: str, seconds: float, saving: float
+    ) -> None:
+        """A step of ``seconds`` ended, its checkpoint saved in ``saving`` seconds."""
+        self.sql(
+            "INSERT INTO agentrun_step_events (run_id, attempt, step, checkpoint_id, started_at,"
+            " duration_seconds, checkpoint_seconds) VALUES (%s, %s, %s, %s, now(), %s, %s)",
+            *(run_id, attempt, step, checkpoint, seconds, saving),
+        )
+
+    def beat(self, run_id: str) -> None:
+        self.sql("UPDATE agentrun_heartbeats SET beat_at = now() WHERE run_id = %s", run_id)
+
 
 def drive_run(ledger: Ledger, hold: float = 2.0) -> None:
     """One run: attempt 1 runs two steps and sends an email, is evicted; attempt 2 resumes, parks on an
     approval, is approved; attempt 3 finishes. Each state is held for a few scrapes."""
-    ns, run = ledger.ns, "e2e-1"
+    run = "e2e-1"
     ledger.admit(run)
     metrics.admission_mode("mutating")  # as the operator reports the shipped policies it found
     time.sleep(hold)  # the namespace's zero series exist before the first event
-    metrics.attempt_started("first", ns)
-    ledger.sql(
-        "INSERT INTO agentrun_attempts (run_id, attempt, pod, epoch, start_reason) VALUES"
-        " (%s, 1, 'run-e2e-1-1', 1, 'first')",
-        run,
-    )
+    ledger.attempt(run, 1, "first")
     ledger.status(run, "running")
     ledger.sql("INSERT INTO agentrun_heartbeats (run_id, key) VALUES (%s, 'worker')", run)
-    ledger.sql(
-        "INSERT INTO agentrun_step_events (run_id, attempt, step, checkpoint_id, started_at,"
-        " duration_seconds, checkpoint_seconds) VALUES (%s, 1, 'classify', 'c1', now(), 0.4, 0.006)",
-        run,
-    )
+    ledger.step(run, 1, "classify", "c1", 0.4, 0.006)
     ledger.sql(
         "INSERT INTO agentrun_effects (idempotency_key, run_id, step, action, tool, args_hash, args,"
         " epoch, attempts) VALUES ('k-email', %s, 'reply', 'send_email', 'email', 'a1', '{}', 1, 1)",
@@ -93,12 +108,8 @@ def drive_run(ledger: Ledger, hold: float = 2.0) -> None:
     ledger.sql(
         "UPDATE agentrun_effects SET status = 'sent', sent_at = now() WHERE idempotency_key = 'k-email'"
     )
-    ledger.sql(
-        "INSERT INTO agentrun_step_events (run_id, attempt, step, checkpoint_id, started_at,"
-        " duration_seconds, checkpoint_seconds) VALUES (%s, 1, 'reply', 'c2', now(), 1.2, 0.008)",
-        run,
-    )
-    ledger.sql("UPDATE agentrun_heartbeats SET beat_at = now() WHERE run_id = %s", run)
+    ledger.step(run, 1, "reply", "c2", 1.2, 0.008)
+    ledger.beat(run)
     # spec.budget: one model call's usage, as a budgeted worker records it (agentrun_model_usage)
     ledger.sql(
         "INSERT INTO agentrun_model_usage (run_id, call_key, attempt, step, model, input_tokens,"
@@ -110,15 +121,10 @@ def drive_run(ledger: Ledger, hold: float = 2.0) -> None:
     # eviction: the pod drains, the operator starts attempt 2, which hits the ledger for the sent email
     ledger.sql("UPDATE agentrun_attempts SET ended_at = now(), outcome = 'drained' WHERE run_id = %s", run)
     lost_at = time.monotonic()
-    ledger.sql(
-        "INSERT INTO agentrun_attempts (run_id, attempt, pod, epoch, start_reason) VALUES"
-        " (%s, 2, 'run-e2e-1-2', 2, 'evicted')",
-        run,
-    )
-    metrics.attempt_started("evicted", ns)
+    ledger.attempt(run, 2, "evicted")
     metrics.resume_latency(time.monotonic() - lost_at + 1.7, "evicted")
     ledger.sql("UPDATE agentrun_effects SET duplicates_prevented = 1 WHERE idempotency_key = 'k-email'")
-    ledger.sql("UPDATE agentrun_heartbeats SET beat_at = now() WHERE run_id = %s", run)
+    ledger.beat(run)
     time.sleep(hold)
     # approval: attempt 2 parks
     ledger.sql(
@@ -136,19 +142,10 @@ def drive_run(ledger: Ledger, hold: float = 2.0) -> None:
         "UPDATE agentrun_approvals SET status = 'approved', decided_by = 'alice', decided_at = now()"
         " WHERE approval_id = 'a-e2e'"
     )
-    metrics.attempt_started("approval", ns)
-    ledger.sql(
-        "INSERT INTO agentrun_attempts (run_id, attempt, pod, epoch, start_reason) VALUES"
-        " (%s, 3, 'run-e2e-1-3', 3, 'approval')",
-        run,
-    )
+    ledger.attempt(run, 3, "approval")
     ledger.status(run, "running")
-    ledger.sql("UPDATE agentrun_heartbeats SET beat_at = now() WHERE run_id = %s", run)
-    ledger.sql(
-        "INSERT INTO agentrun_step_events (run_id, attempt, step, checkpoint_id, started_at,"
-        " duration_seconds, checkpoint_seconds) VALUES (%s, 3, 'refund', 'c3', now(), 0.7, 0.004)",
-        run,
-    )
+    ledger.beat(run)
+    ledger.step(run, 3, "refund", "c3", 0.7, 0.004)
     time.sleep(hold)
     ledger.sql("UPDATE agentrun_effects SET status = 'confirmed', confirmed_at = now()")
     ledger.sql(
@@ -287,7 +284,8 @@ def test_dashboards_and_alerts_on_ledger_rows(
 # --- the real operator, evicted once and approved once -----------------------------------------------
 
 
-def _evicted_and_approved_run(
+@pytest.mark.cluster
+def test_dashboards_and_alerts_on_a_real_run(
     tmp_path: pathlib.Path,
     dev_cluster: Any,
     kube: Any,
@@ -296,9 +294,30 @@ def _evicted_and_approved_run(
     operator: Any,
     identity: Any,
     broken_operator_metrics: str,
-    spec: dict[str, Any],
-    evict_after: str,
 ) -> None:
+    """Operator + worker + the support-ticket graph: evicted inside `retrieve` (its 8 s pause, right after
+    `analyze` is recorded), approved at `review`."""
+    env = dev_cluster.env
+    spec = {
+        "graph": "agentrun_examples.support_ticket:graph",
+        "input": {
+            "ticket": {
+                "id": "T-1042",
+                "customer": {"name": "Ada", "email": "ada@example.com"},
+                "subject": "Charged twice",
+                "body": "I was charged twice for my subscription.",
+            },
+            "options": {"pause_seconds": {"retrieve": 8}},
+        },
+        "worker": {
+            "env": [
+                {"name": "SUPPORT_SMTP_HOST", "value": env.get("AGENTRUN_SMTP_HOST", "127.0.0.1")},
+                {"name": "SUPPORT_SMTP_PORT", "value": env.get("AGENTRUN_SMTP_PORT", "2525")},
+                {"name": "SUPPORT_SMTP_API", "value": env.get("AGENTRUN_SMTP_API", "")},
+            ]
+        },
+    }
+    evict_after = "analyze"
     import kubernetes
 
     from tests.support import kube as op
@@ -379,50 +398,3 @@ def _evicted_and_approved_run(
             assert_alerts_fire_when_staged(prom, conn, f"{namespace}-staged", "agentrun-operator-nodb")
     finally:
         staging.shutdown()
-
-
-@pytest.mark.cluster
-def test_dashboards_and_alerts_on_a_real_run(
-    tmp_path: pathlib.Path,
-    dev_cluster: Any,
-    kube: Any,
-    namespace: str,
-    pg_dsn: str,
-    operator: Any,
-    identity: Any,
-    broken_operator_metrics: str,
-) -> None:
-    """Operator + worker + the support-ticket graph: evicted inside `retrieve` (its 8 s pause, right after
-    `analyze` is recorded), approved at `review`."""
-    env = dev_cluster.env
-    spec = {
-        "graph": "agentrun_examples.support_ticket:graph",
-        "input": {
-            "ticket": {
-                "id": "T-1042",
-                "customer": {"name": "Ada", "email": "ada@example.com"},
-                "subject": "Charged twice",
-                "body": "I was charged twice for my subscription.",
-            },
-            "options": {"pause_seconds": {"retrieve": 8}},
-        },
-        "worker": {
-            "env": [
-                {"name": "SUPPORT_SMTP_HOST", "value": env.get("AGENTRUN_SMTP_HOST", "127.0.0.1")},
-                {"name": "SUPPORT_SMTP_PORT", "value": env.get("AGENTRUN_SMTP_PORT", "2525")},
-                {"name": "SUPPORT_SMTP_API", "value": env.get("AGENTRUN_SMTP_API", "")},
-            ]
-        },
-    }
-    _evicted_and_approved_run(
-        tmp_path,
-        dev_cluster,
-        kube,
-        namespace,
-        pg_dsn,
-        operator,
-        identity,
-        broken_operator_metrics,
-        spec,
-        evict_after="analyze",
-    )

@@ -29,6 +29,11 @@ def db(pg_dsn: str) -> psycopg.Connection[Any]:
     return psycopg.connect(pg_dsn, autocommit=True)
 
 
+def deadline_spec(graph: str, input_: dict[str, Any], **deadlines: int) -> dict[str, Any]:
+    """A run of ``graph`` with these deadline fields, retried at once (the default Lease)."""
+    return {"graph": graph, "input": input_, "retry": {"backoffSeconds": 0}, **deadlines}
+
+
 def lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
@@ -65,25 +70,42 @@ def assert_failed_by(
     return status
 
 
+def ended_at_its_deadline(
+    kube: kubernetes.client.ApiClient,
+    op: OperatorHandle,
+    pg_dsn: str,
+    name: str,
+    spec: dict[str, Any],
+    reason: str,
+    deadline: int,
+) -> tuple[str, list[store.Attempt]]:
+    """Run ``name`` created and failed by ``reason`` (its message naming the deadline field) ``deadline`` s
+    after its first attempt started, or a margin later at most: its uid and attempts."""
+    field = {
+        "DeadlineExceeded": "activeDeadlineSeconds",
+        "ProgressDeadlineExceeded": "progressDeadlineSeconds",
+    }
+    uid = str(create_run(kube, op.namespace, name, spec)["metadata"]["uid"])
+    assert_failed_by(kube, op, name, reason, f"{field[reason]}={deadline}")
+    row, attempts = ended(pg_dsn, uid)
+    assert (row.status, row.status_reason) == ("failed", reason)
+    assert row.finished_at is not None
+    took = (row.finished_at - attempts[0].started_at).total_seconds()
+    assert deadline <= took <= deadline + MARGIN, (took, attempts)
+    return uid, attempts
+
+
 def test_a_looping_heartbeating_graph_ends_at_its_active_deadline(
     kube: kubernetes.client.ApiClient, operator: OperatorHandle, pg_dsn: str, tmp_path: Path
 ) -> None:
     ns, out, deadline = operator.namespace, tmp_path / "ticks.txt", 15
-    spec = {
-        "graph": LOOP,
-        "input": {"path": str(out), "tick": 0.2},
-        # progress is made all along (a step every 0.2 s): only the active deadline can end it
-        "activeDeadlineSeconds": deadline,
-        "progressDeadlineSeconds": 10,
-        "retry": {"backoffSeconds": 0},
-    }
-    uid = create_run(kube, ns, "looper", spec)["metadata"]["uid"]
-    assert_failed_by(kube, operator, "looper", "DeadlineExceeded", "activeDeadlineSeconds=15")
-    row, attempts = ended(pg_dsn, uid)
-    assert (row.status, row.status_reason) == ("failed", "DeadlineExceeded")
-    assert row.finished_at is not None
-    active = (row.finished_at - attempts[0].started_at).total_seconds()
-    assert deadline <= active <= deadline + MARGIN, (active, attempts)
+    # progress is made all along (a step every 0.2 s): only the active deadline can end it
+    spec = deadline_spec(
+        LOOP, {"path": str(out), "tick": 0.2}, activeDeadlineSeconds=deadline, progressDeadlineSeconds=10
+    )
+    uid, attempts = ended_at_its_deadline(
+        kube, operator, pg_dsn, "looper", spec, "DeadlineExceeded", deadline
+    )
     assert len(attempts) == 1  # no new attempt after the deadline
     # The worker is stopped (its Pod deleted) ...
     wait_for(
@@ -105,14 +127,10 @@ def test_a_step_that_heartbeats_forever_ends_at_its_progress_deadline(
     kube: kubernetes.client.ApiClient, operator: OperatorHandle, pg_dsn: str
 ) -> None:
     ns, deadline = operator.namespace, 8
-    spec = {"graph": STUCK, "input": {}, "progressDeadlineSeconds": deadline, "retry": {"backoffSeconds": 0}}
-    uid = create_run(kube, ns, "stuck", spec)["metadata"]["uid"]
-    assert_failed_by(kube, operator, "stuck", "ProgressDeadlineExceeded", "progressDeadlineSeconds=8")
-    row, attempts = ended(pg_dsn, uid)
-    assert (row.status, row.status_reason) == ("failed", "ProgressDeadlineExceeded")
-    assert row.finished_at is not None
-    idle = (row.finished_at - attempts[0].started_at).total_seconds()
-    assert deadline <= idle <= deadline + MARGIN, (idle, attempts)
+    spec = deadline_spec(STUCK, {}, progressDeadlineSeconds=deadline)
+    uid, _ = ended_at_its_deadline(
+        kube, operator, pg_dsn, "stuck", spec, "ProgressDeadlineExceeded", deadline
+    )
     with db(pg_dsn) as conn:
         assert store.list_heartbeats(conn, uid), "the worker was alive and heartbeating in its step"
         assert not store.list_step_events(conn, uid)  # and never finished a step
@@ -131,12 +149,7 @@ def test_time_parked_on_an_approval_is_not_counted(
     kube: kubernetes.client.ApiClient, operator: OperatorHandle, pg_dsn: str, tmp_path: Path, manager: Path
 ) -> None:
     ns, out = operator.namespace, tmp_path / "out.txt"
-    spec = {
-        "graph": APPROVAL,
-        "input": {"path": str(out), "line": "approved-line"},
-        "progressDeadlineSeconds": 60,
-        "retry": {"backoffSeconds": 0},
-    }
+    spec = deadline_spec(APPROVAL, {"path": str(out), "line": "approved-line"}, progressDeadlineSeconds=60)
     uid = create_run(kube, ns, "parked", spec)["metadata"]["uid"]
     status = wait_phase(kube, ns, "parked", "WaitingApproval", 120, operator)
     approval_id = status["pendingApproval"]["id"]
@@ -176,12 +189,7 @@ def test_time_suspended_is_not_counted(
     kube: kubernetes.client.ApiClient, operator: OperatorHandle, pg_dsn: str, tmp_path: Path
 ) -> None:
     ns, out, deadline = operator.namespace, tmp_path / "ticks.txt", 30
-    spec = {
-        "graph": LOOP,
-        "input": {"path": str(out), "tick": 0.2},
-        "activeDeadlineSeconds": deadline,
-        "retry": {"backoffSeconds": 0},
-    }
+    spec = deadline_spec(LOOP, {"path": str(out), "tick": 0.2}, activeDeadlineSeconds=deadline)
     uid = create_run(kube, ns, "pausing", spec)["metadata"]["uid"]
     wait_for(lambda: len(lines(out)) >= 3, 120, "the loop to tick", on_timeout=operator.logs)
     patch_spec(kube, ns, "pausing", {"suspend": True})

@@ -9,24 +9,19 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 from typing import Any
 
 import pytest
+
+from tests.support import cli
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 
 def _agentrun(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """As a user runs it: no AGENTRUN_ setting of the tests' own but the dev cluster's home."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTRUN_") or k == "AGENTRUN_DEV_HOME"}
-    return subprocess.run(
-        [sys.executable, "-c", "from agentrun import cli; cli.entrypoint()", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    return cli.agentrun(*args, timeout=timeout, env=env)
 
 
 def test_demo_evicts_resumes_approves_and_sends_one_email(dev_cluster: Any) -> None:

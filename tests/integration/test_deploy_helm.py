@@ -19,16 +19,12 @@ import yaml
 from agentrun_dev import helm, helmgen
 from agentrun_dev import settings as settings_mod
 from tests.support import deploy as ds
+from tests.support import pod_security
 
 pytestmark = pytest.mark.cluster
 
 CHART = helmgen.CHART
-RESTRICTED = {
-    "pod-security.kubernetes.io/enforce": "restricted",
-    "pod-security.kubernetes.io/enforce-version": "latest",
-    "pod-security.kubernetes.io/warn": "restricted",
-    "pod-security.kubernetes.io/warn-version": "latest",
-}
+RESTRICTED = pod_security.tenant_labels()
 CA_PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"  # content is not parsed here
 EXTERNAL = [
     "--set", "database.secretName=external-db",
@@ -149,6 +145,8 @@ def test_server_accepts_helm_template(
     kube: kubernetes.client.ApiClient,
     admin_kubeconfig: pathlib.Path,
 ) -> None:
+    # enforced and warned about, as a tenant namespace is labelled
+    assert [RESTRICTED.get(pod_security.PREFIX + m) for m in ("enforce", "warn")] == ["restricted"] * 2
     kubernetes.client.CoreV1Api(kube).patch_namespace(namespace, {"metadata": {"labels": RESTRICTED}})
     tenant = ["--set", f"tenantNamespaces.names={{{namespace}}}", "--set", "tenantNamespaces.create=false"]
     docs = template(helm_bin, namespace, *VALUES[values], *tenant)

@@ -38,6 +38,21 @@ def _finish(worker: worker_harness.Worker, run_id: str, log: Path) -> None:
         assert run is not None and run.status == "succeeded"
 
 
+@contextlib.contextmanager
+def _killed(
+    pg_dsn: str, tmp_path: Path, durability: str, fault: str
+) -> Iterator[tuple[worker_harness.Worker, worker_harness.Providers, Path]]:
+    """Run ``r`` of the effect graph (real providers) in ``durability`` mode, its worker SIGKILLed at
+    ``fault``: the worker, the providers (still up) and the log of the nodes that ran."""
+    log = tmp_path / "nodes.log"
+    with worker_harness.real_providers(tmp_path) as providers:
+        worker = worker_harness.Worker(pg_dsn, providers)
+        worker_harness.admit(pg_dsn, "r", durability=durability)
+        proc = worker.run("r", pod="p1", faults=fault, AGENTRUN_TEST_NODE_LOG=str(log))
+        assert proc.returncode == -9, proc.stderr[-3000:]
+        yield worker, providers, log
+
+
 @pytest.mark.parametrize(
     ("checkpoint_hit", "killed_after"),
     # checkpoint events: 1 = input, 2 = step 0, 3 = after "prepare", 4 = after "act", 5 = after "approve"
@@ -48,14 +63,7 @@ def test_sync_checkpoint_holds_the_step_writes(
 ) -> None:
     """Would fail if ``sync`` reported a checkpoint before the step's writes were stored (issue 8039)."""
 
-    log = tmp_path / "nodes.log"
-    with worker_harness.real_providers(tmp_path) as providers:
-        worker = worker_harness.Worker(pg_dsn, providers)
-        worker_harness.admit(pg_dsn, "r", durability="sync")
-        proc = worker.run(
-            "r", pod="p1", faults=f"after_checkpoint@{checkpoint_hit}", AGENTRUN_TEST_NODE_LOG=str(log)
-        )
-        assert proc.returncode == -9, proc.stderr[-3000:]
+    with _killed(pg_dsn, tmp_path, "sync", f"after_checkpoint@{checkpoint_hit}") as (worker, _, log):
         _finish(worker, "r", log)
     counts = _counts(log)
     assert counts == {"prepare": 1, "act": 1, "approve": 1, "finish": 1}, counts
@@ -75,12 +83,7 @@ def test_sync_keeps_a_finished_sibling_when_the_superstep_dies(pg_dsn: str, tmp_
 def test_exit_mode_reruns_from_the_input_after_a_mid_run_kill(pg_dsn: str, tmp_path: Path) -> None:
     from agentrun_dev import http_provider
 
-    log = tmp_path / "nodes.log"
-    with worker_harness.real_providers(tmp_path) as providers:
-        worker = worker_harness.Worker(pg_dsn, providers)
-        worker_harness.admit(pg_dsn, "r", durability="exit")
-        proc = worker.run("r", pod="p1", faults="after_checkpoint@4", AGENTRUN_TEST_NODE_LOG=str(log))
-        assert proc.returncode == -9
+    with _killed(pg_dsn, tmp_path, "exit", "after_checkpoint@4") as (worker, providers, log):
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             saved = conn.execute("SELECT count(*) FROM checkpoints WHERE thread_id = 'r'").fetchone()
         assert saved is not None and saved[0] == 0  # exit: nothing persisted mid-run
@@ -94,12 +97,7 @@ def test_exit_mode_reruns_from_the_input_after_a_mid_run_kill(pg_dsn: str, tmp_p
 def test_async_mode_completes_with_single_effects(pg_dsn: str, tmp_path: Path) -> None:
     from agentrun_dev import http_provider
 
-    log = tmp_path / "nodes.log"
-    with worker_harness.real_providers(tmp_path) as providers:
-        worker = worker_harness.Worker(pg_dsn, providers)
-        worker_harness.admit(pg_dsn, "r", durability="async")
-        proc = worker.run("r", pod="p1", faults="after_record@2", AGENTRUN_TEST_NODE_LOG=str(log))
-        assert proc.returncode == -9
+    with _killed(pg_dsn, tmp_path, "async", "after_record@2") as (worker, providers, log):
         _finish(worker, "r", log)
         stats = http_provider.stats(providers.http_url)
         _, mail, _ = http_provider.request(providers.smtp_api + "/stats")

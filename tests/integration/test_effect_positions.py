@@ -24,6 +24,7 @@ from agentrun_core import canonical, errors, keys, store
 from agentrun_core.store import metrics_sql
 from agentrun_dev import http_provider
 from tests.support import pg
+from tests.support.graphs import chain
 
 pytestmark = pytest.mark.postgres
 
@@ -56,11 +57,27 @@ def _run(graph: Any, ctx: context.RunContext, thread: str, start: Any = None) ->
 
 
 def _single(node: Any) -> Any:
-    g: StateGraph[State] = StateGraph(State)
-    g.add_node("draft_and_send", node)
-    g.add_edge(START, "draft_and_send")
-    g.add_edge("draft_and_send", END)
-    return g.compile(checkpointer=InMemorySaver())
+    return chain(State, draft_and_send=node).compile(checkpointer=InMemorySaver())
+
+
+def _charge_tool(provider_url: str) -> Any:
+    """A ``charge`` tool posting to the provider under its key (the provider dedupes by key)."""
+
+    @effects.tool(name="charge", dedupes_by_key=True)
+    def charge(call: effects.Call, *, cents: int) -> Any:
+        return _post(provider_url, {"cents": cents}, call.idempotency_key)
+
+    return charge
+
+
+def _paying_subgraph(provider_url: str, cents: int) -> Any:
+    """A subgraph of one node, ``pay``: one charge of ``cents``, with equal arguments every time it runs."""
+    charge = _charge_tool(provider_url)
+
+    def pay(state: State) -> State:
+        return {"out": [charge(cents=cents)["id"]]}
+
+    return chain(State, pay=pay).compile()
 
 
 @pytest.mark.parametrize("policy", ["return_stored", "needs_human"])
@@ -94,24 +111,12 @@ def test_replay_with_other_arguments_does_not_repeat_the_effect(
 def test_subgraph_node_in_a_loop_is_one_effect_per_iteration(
     pool: psycopg_pool.ConnectionPool[Any], provider_url: str
 ) -> None:
-    @effects.tool(name="charge", dedupes_by_key=True)
-    def charge(call: effects.Call, *, cents: int) -> Any:
-        return _post(provider_url, {"cents": cents}, call.idempotency_key)
-
-    def pay(state: State) -> State:
-        return {"out": [charge(cents=1)["id"]]}  # equal arguments in every iteration
-
-    sub: StateGraph[State] = StateGraph(State)
-    sub.add_node("pay", pay)
-    sub.add_edge(START, "pay")
-    sub.add_edge("pay", END)
-
     def loop(state: State) -> State:
         return {"i": state.get("i", 0) + 1}
 
     g: StateGraph[State] = StateGraph(State)
     g.add_node("loop", loop)
-    g.add_node("sub", sub.compile())
+    g.add_node("sub", _paying_subgraph(provider_url, 1))  # equal arguments in every iteration
     g.add_edge(START, "loop")
     g.add_conditional_edges("loop", lambda s: "sub" if s["i"] <= 3 else END, ["sub", END])
     g.add_edge("sub", "loop")
@@ -128,21 +133,9 @@ def test_subgraph_node_in_a_loop_is_one_effect_per_iteration(
 def test_send_fan_out_into_a_subgraph_with_equal_arguments_is_one_effect_per_branch(
     pool: psycopg_pool.ConnectionPool[Any], provider_url: str
 ) -> None:
-    @effects.tool(name="charge", dedupes_by_key=True)
-    def charge(call: effects.Call, *, cents: int) -> Any:
-        return _post(provider_url, {"cents": cents}, call.idempotency_key)
-
-    def pay(state: State) -> State:
-        return {"out": [charge(cents=5)["id"]]}
-
-    sub: StateGraph[State] = StateGraph(State)
-    sub.add_node("pay", pay)
-    sub.add_edge(START, "pay")
-    sub.add_edge("pay", END)
-
     g: StateGraph[State] = StateGraph(State)
     g.add_node("plan", lambda s: {"out": []})
-    g.add_node("branch", sub.compile())
+    g.add_node("branch", _paying_subgraph(provider_url, 5))
     g.add_edge(START, "plan")
     g.add_conditional_edges("plan", lambda s: [Send("branch", {"out": []}) for _ in range(4)], ["branch"])
     g.add_edge("branch", END)
@@ -192,10 +185,7 @@ def test_lookup_only_tool_must_declare_its_timeout() -> None:
 
 
 def test_a_v1_run_keeps_deriving_v1_keys(pool: psycopg_pool.ConnectionPool[Any], provider_url: str) -> None:
-    @effects.tool(name="charge", dedupes_by_key=True)
-    def charge(call: effects.Call, *, cents: int) -> Any:
-        return _post(provider_url, {"cents": cents}, call.idempotency_key)
-
+    charge = _charge_tool(provider_url)
     ctx = _ctx(pool, key_version=1)
     _run(_single(lambda s: {"out": [charge(cents=7)]}), ctx, "a")
     (row,) = store.list_effects(pool, "r")

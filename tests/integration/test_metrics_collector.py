@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from typing import Any
 
 import prometheus_client
@@ -64,18 +66,27 @@ def seed(conn: psycopg.Connection[Any], ns: str = "team-a") -> None:
     conn.commit()
 
 
-def test_collector_reads_the_ledger(pg_dsn: str) -> None:
+@contextlib.contextmanager
+def seeded_registry(pg_dsn: str, **source_options: Any) -> Iterator[prometheus_client.CollectorRegistry]:
+    """A registry of the ledger collector on the seeded ledger; its Postgres connection closed after."""
     with psycopg.connect(pg_dsn) as conn:
         seed(conn)
-    source = metrics_sql.SnapshotSource(pg_dsn)
+    source = metrics_sql.SnapshotSource(pg_dsn, **source_options)
     reg = prometheus_client.CollectorRegistry()
     reg.register(metrics.LedgerCollector(source.fetch))
-
-    def v(name: str, **labels: str) -> float | None:
-        value: float | None = reg.get_sample_value(name, labels)
-        return value
-
     try:
+        yield reg
+    finally:
+        source.close()
+
+
+def test_collector_reads_the_ledger(pg_dsn: str) -> None:
+    with seeded_registry(pg_dsn) as reg:
+
+        def v(name: str, **labels: str) -> float | None:
+            value: float | None = reg.get_sample_value(name, labels)
+            return value
+
         assert v("agentrun_collector_up") == 1
         assert v("agentrun_runs", namespace="team-a", phase="Running") == 1
         assert v("agentrun_runs", namespace="team-a", phase="WaitingApproval") == 1
@@ -105,8 +116,6 @@ def test_collector_reads_the_ledger(pg_dsn: str) -> None:
         assert v("agentrun_step_duration_seconds_bucket", namespace="team-a", le="0.25") == 1
         assert v("agentrun_step_duration_seconds_count", namespace="team-a") == 2
         assert v("agentrun_checkpoint_write_duration_seconds_count", namespace="team-a") == 1
-    finally:
-        source.close()
 
 
 def _closed_port() -> int:
@@ -137,43 +146,28 @@ def test_postgres_down_exports_collector_up_zero_over_http() -> None:
 def test_statement_timeout_bounds_a_blocked_scrape(pg_dsn: str) -> None:
     """A table locked by someone else must not hang the scrape: the statement timeout ends it (up 0),
     and the next scrape after the lock is gone works again (the connection is re-opened)."""
-    with psycopg.connect(pg_dsn) as conn:
-        seed(conn)
-    source = metrics_sql.SnapshotSource(pg_dsn, statement_timeout_seconds=0.5)
-    collector = metrics.LedgerCollector(source.fetch)
-    reg = prometheus_client.CollectorRegistry()
-    reg.register(collector)
-    locker = psycopg.connect(pg_dsn)
-    try:
+    with seeded_registry(pg_dsn, statement_timeout_seconds=0.5) as reg, psycopg.connect(pg_dsn) as locker:
         locker.execute("LOCK TABLE agentrun_effects IN ACCESS EXCLUSIVE MODE")
         started = time.monotonic()
         assert reg.get_sample_value("agentrun_collector_up") == 0
         assert time.monotonic() - started < 3
         locker.rollback()
         assert reg.get_sample_value("agentrun_collector_up") == 1
-    finally:
-        locker.close()
-        source.close()
 
 
 def test_concurrent_scrapes_share_one_connection_safely(pg_dsn: str) -> None:
-    with psycopg.connect(pg_dsn) as conn:
-        seed(conn)
-    source = metrics_sql.SnapshotSource(pg_dsn)
-    reg = prometheus_client.CollectorRegistry()
-    reg.register(metrics.LedgerCollector(source.fetch))
     results: list[float | None] = []
+    with seeded_registry(pg_dsn) as reg:
 
-    def scrape() -> None:
-        for _ in range(5):
-            results.append(reg.get_sample_value("agentrun_collector_up"))
+        def scrape() -> None:
+            for _ in range(5):
+                results.append(reg.get_sample_value("agentrun_collector_up"))
 
-    threads = [threading.Thread(target=scrape) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    source.close()
+        threads = [threading.Thread(target=scrape) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
     assert results == [1.0] * 20
 
 

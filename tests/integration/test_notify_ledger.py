@@ -11,6 +11,7 @@ import pytest
 
 from agentrun_core import errors, store
 from agentrun_core.store import notifications as ledger
+from tests.support.queries import one_row
 
 pytestmark = pytest.mark.postgres
 
@@ -84,15 +85,16 @@ def test_no_row_for_a_run_that_was_never_admitted(conn: psycopg.Connection[Any])
     )
 
 
+WORKER_GRANTS = (
+    "SELECT count(*) FROM information_schema.role_table_grants"
+    " WHERE table_name = %s AND grantee = 'agentrun_worker'"
+)
+
+
 def test_workers_get_nothing_on_the_notifier_table(conn: psycopg.Connection[Any]) -> None:
     def grants(table: str) -> int:
-        row = conn.execute(
-            "SELECT count(*) FROM information_schema.role_table_grants"
-            " WHERE table_name = %s AND grantee = 'agentrun_worker'",
-            (table,),
-        ).fetchone()
-        assert row is not None
-        return int(row[0])
+        (count,) = one_row(conn, WORKER_GRANTS, (table,))
+        return int(count)
 
     assert grants("agentrun_effects") > 0  # the query sees the worker role's grants at all
     assert grants("agentrun_notifier") == 0

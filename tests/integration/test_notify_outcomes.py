@@ -13,7 +13,7 @@ after acting, a 503 / 429 before), on the dev cluster.
 
 from __future__ import annotations
 
-import functools
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,54 +32,72 @@ from tests.support.specs import approval_spec
 from tests.support.waiting import wait_for, wait_phase
 
 
+@dataclasses.dataclass
+class Notifying:
+    """What each test here drives: the operator (reconfigured per test) on the dev cluster, the loopback
+    receivers it starts (closed after the test), files for the runs' effects, Postgres."""
+
+    kube: kubernetes.client.ApiClient
+    operator: OperatorHandle
+    tmp_path: Path
+    pg_dsn: str
+    receivers: list[Receiver] = dataclasses.field(default_factory=list)
+
+    def receiver(self, answers: list[int], **kw: Any) -> Receiver:
+        server = Receiver(**kw).start()
+        server.answers = list(answers)
+        self.receivers.append(server)
+        return server
+
+    def create(self, name: str, hook: dict[str, Any]) -> str:
+        """An approval run notifying ``hook`` when it asks; its uid."""
+        spec = approval_spec(self.tmp_path / name, "x", notify=hook)
+        return str(create_run(self.kube, self.operator.namespace, name, spec)["metadata"]["uid"])
+
+    def requested_key(self, name: str, uid: str) -> str:
+        status = wait_phase(self.kube, self.operator.namespace, name, "WaitingApproval", 180, self.operator)
+        return notify.key_for(uid, str(status["pendingApproval"]["id"]), "requested")[0]
+
+    def settled_row(self, name: str, uid: str, timeout: float) -> effect_rows.Effect:
+        """The run's one notification row once it is sent, failed or handed to a human."""
+
+        def settled() -> effect_rows.Effect | None:
+            with psycopg.connect(self.pg_dsn, autocommit=True) as conn:
+                found = notifications.list_notifications(conn, uid)
+            done = [r for r in found if r.status != "pending" or r.needs_human]
+            return done[0] if done else None
+
+        row = wait_for(settled, timeout, f"{name}: row settled", on_timeout=self.operator.logs)
+        assert row is not None  # wait_for returns a truthy value only
+        return row
+
+    def shown(self, name: str, reason: str, timeout: float) -> dict[str, Any]:
+        """The NotificationFailed condition once it has ``reason`` and the Warning Event was posted."""
+
+        def shown() -> dict[str, Any] | None:
+            found = condition(run_status(self.kube, self.operator.namespace, name), "NotificationFailed")
+            posted = reason in [e.reason for e in events(self.kube, self.operator.namespace, name)]
+            return found if found.get("reason") == reason and posted else None
+
+        found = wait_for(shown, timeout, f"{name}: {reason}", on_timeout=self.operator.logs)
+        assert found is not None  # wait_for returns a truthy value only
+        return found
+
+
 @pytest.fixture
-def receivers() -> Iterator[list[Receiver]]:
-    started: list[Receiver] = []
-    yield started
-    for server in started:
+def notifying(
+    kube: kubernetes.client.ApiClient, operator: OperatorHandle, tmp_path: Path, pg_dsn: str
+) -> Iterator[Notifying]:
+    bench = Notifying(kube, operator, tmp_path, pg_dsn)
+    yield bench
+    for server in bench.receivers:
         server.close()
 
 
-def receiver(started: list[Receiver], answers: list[int], **kw: Any) -> Receiver:
-    server = Receiver(**kw).start()
-    server.answers = list(answers)
-    started.append(server)
-    return server
-
-
-def spec(path: Path, hook: dict[str, Any]) -> dict[str, Any]:
-    return approval_spec(path, "x", notify=hook)
-
-
-def requested_key(kube: kubernetes.client.ApiClient, op: OperatorHandle, name: str, uid: str) -> str:
-    status = wait_phase(kube, op.namespace, name, "WaitingApproval", 180, op)
-    return notify.key_for(uid, str(status["pendingApproval"]["id"]), "requested")[0]
-
-
-def settled_row(pg_dsn: str, uid: str) -> effect_rows.Effect | None:
-    """The run's one notification row once it is sent, failed or handed to a human."""
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        found = notifications.list_notifications(conn, uid)
-    done = [r for r in found if r.status != "pending" or r.needs_human]
-    return done[0] if done else None
-
-
-def shown(kube: kubernetes.client.ApiClient, ns: str, name: str, reason: str) -> dict[str, Any] | None:
-    """The NotificationFailed condition once it has ``reason`` and the Warning Event was posted."""
-    found = condition(run_status(kube, ns, name), "NotificationFailed")
-    posted = reason in [e.reason for e in events(kube, ns, name)]
-    return found if found.get("reason") == reason and posted else None
-
-
-def test_an_ambiguous_answer_is_resent_only_to_a_receiver_that_dedupes(
-    kube: kubernetes.client.ApiClient,
-    operator: OperatorHandle,
-    receivers: list[Receiver],
-    tmp_path: Path,
-    pg_dsn: str,
-) -> None:
-    ns = operator.namespace
-    operator.reconfigure(kube, AGENTRUN_NOTIFY_BACKOFF_SECONDS="0.3", AGENTRUN_NOTIFY_MAX_ATTEMPTS="3")
+def test_an_ambiguous_answer_is_resent_only_to_a_receiver_that_dedupes(notifying: Notifying) -> None:
+    notifying.operator.reconfigure(
+        notifying.kube, AGENTRUN_NOTIFY_BACKOFF_SECONDS="0.3", AGENTRUN_NOTIFY_MAX_ATTEMPTS="3"
+    )
     # name: (the receiver's answers, it dedupes by Idempotency-Key, requests expected, settles as)
     cases = {
         "a500": ([500, 200], False, 1, "unknown"),
@@ -93,15 +111,12 @@ def test_an_ambiguous_answer_is_resent_only_to_a_receiver_that_dedupes(
     }
     runs: dict[str, tuple[str, Receiver]] = {}
     for name, (answers, dedupes, _, _) in cases.items():
-        server = receiver(receivers, answers, dedupes=dedupes)
-        hook = {"url": server.url, "receiverDedupes": dedupes}
-        runs[name] = (create_run(kube, ns, name, spec(tmp_path / name, hook))["metadata"]["uid"], server)
+        server = notifying.receiver(answers, dedupes=dedupes)
+        runs[name] = (notifying.create(name, {"url": server.url, "receiverDedupes": dedupes}), server)
     for name, (answers, _, requests, settles) in cases.items():
         uid, server = runs[name]
-        key = requested_key(kube, operator, name, uid)
-        row = wait_for(
-            functools.partial(settled_row, pg_dsn, uid), 120, f"{name}: row settled", on_timeout=operator.logs
-        )
+        key = notifying.requested_key(name, uid)
+        row = notifying.settled_row(name, uid, 120)
         assert [r.answered for r in server.by_key(key)] == answers[:requests], name
         assert server.acted_on(key) == 1, name  # what the receiver's users saw: once
         if settles == "sent":
@@ -110,29 +125,21 @@ def test_an_ambiguous_answer_is_resent_only_to_a_receiver_that_dedupes(
         # Flagged, never resent: the 200 scripted next was never asked for.
         assert (row.status, row.needs_human, row.attempts) == ("pending", True, requests), (name, row)
         assert f"HTTP {answers[requests - 1]}" in str(row.error) and "not sent again" in str(row.error)
-        found = wait_for(
-            functools.partial(shown, kube, ns, name, "NotificationOutcomeUnknown"),
-            60,
-            f"{name}: NotificationOutcomeUnknown",
-            on_timeout=operator.logs,
-        )
+        found = notifying.shown(name, "NotificationOutcomeUnknown", 60)
         assert found["status"] == "True" and key in found["message"]
         assert len(server.requests) == requests, name
 
 
 def test_a_forbidden_target_is_refused_before_any_connection_and_a_redirect_is_not_followed(
-    kube: kubernetes.client.ApiClient,
-    operator: OperatorHandle,
-    receivers: list[Receiver],
-    tmp_path: Path,
-    pg_dsn: str,
+    notifying: Notifying,
 ) -> None:
+    kube, operator = notifying.kube, notifying.operator
     ns = operator.namespace
     # Only 127.0.0.2 may be reached: 127.0.0.1 (where `hidden` listens) is loopback and not allowed.
     operator.reconfigure(kube, AGENTRUN_NOTIFY_ALLOWED_NETWORKS="127.0.0.2/32")
-    hidden = receiver(receivers, [])
+    hidden = notifying.receiver([])
     port = hidden.server.server_address[1]
-    allowed = receiver(receivers, [302], host="127.0.0.2")
+    allowed = notifying.receiver([302], host="127.0.0.2")
     allowed.location = hidden.url
     targets = {
         "metadata": "http://169.254.169.254/latest/meta-data/iam/",
@@ -141,22 +148,12 @@ def test_a_forbidden_target_is_refused_before_any_connection_and_a_redirect_is_n
         "mapped": f"http://[::ffff:127.0.0.1]:{port}/hooks/agentrun",
         "redirect": allowed.url,
     }
-    uids = {
-        name: create_run(kube, ns, name, spec(tmp_path / name, {"url": url}))["metadata"]["uid"]
-        for name, url in targets.items()
-    }
+    uids = {name: notifying.create(name, {"url": url}) for name, url in targets.items()}
     for name, uid in uids.items():
         wait_phase(kube, ns, name, "WaitingApproval", 180, operator)  # the approval is not in the way
         reason = "NotificationFailed" if name == "redirect" else "NotificationRefused"
-        found = wait_for(
-            functools.partial(shown, kube, ns, name, reason),
-            90,
-            f"{name}: {reason}",
-            on_timeout=operator.logs,
-        )
-        row = wait_for(
-            functools.partial(settled_row, pg_dsn, uid), 60, f"{name}: row settled", on_timeout=operator.logs
-        )
+        found = notifying.shown(name, reason, 90)
+        row = notifying.settled_row(name, uid, 60)
         assert row.status == "failed", (name, row)
         messages = [found["message"], *(str(e.message) for e in events(kube, ns, name))]
         if name == "redirect":

@@ -11,10 +11,10 @@ from typing import Any
 
 import kubernetes
 
-from tests.support.kube import create_run, run_status, sampling_live_pods
+from tests.support.kube import sampling_live_pods
 from tests.support.operator_proc import OperatorHandle
-from tests.support.specs import STEPS
-from tests.support.waiting import wait_for, wait_phase
+from tests.support.queueing import IDLE_POLL, all_succeed_once, start_steps, wait_queued
+from tests.support.waiting import wait_phase
 
 LIMIT = 2
 KEYED = 5
@@ -23,16 +23,8 @@ KEYED = 5
 def test_runs_sharing_a_key_never_exceed_its_limit_and_others_are_not_held(
     kube: kubernetes.client.ApiClient, operator: OperatorHandle, tmp_path: Path
 ) -> None:
-    ns = operator.namespace
-    operator.restart(
-        hard=False,
-        extra_env={
-            "AGENTRUN_MAX_WORKERS_PER_NAMESPACE": "0",  # only the key's limit applies
-            # Queued runs look again only at the idle poll unless a freed slot wakes them.
-            "AGENTRUN_IDLE_POLL_SECONDS": "600",
-        },
-    )
-    operator.wait_leader(kube, timeout=30)
+    ns, keyed = operator.namespace, [f"keyed-{i}" for i in range(KEYED)]
+    operator.reconfigure(kube, **IDLE_POLL, AGENTRUN_MAX_WORKERS_PER_NAMESPACE="0")  # only the key's limit
     peak: list[list[str]] = [[]]
     other_overlapped = threading.Event()
 
@@ -45,29 +37,11 @@ def test_runs_sharing_a_key_never_exceed_its_limit_and_others_are_not_held(
             other_overlapped.set()
 
     with sampling_live_pods(kube, ns, observe):
-        for i in range(KEYED):
-            spec = {
-                "graph": STEPS,
-                "input": {"path": str(tmp_path / f"keyed-{i}"), "pause": {"prepare": 1.5}},
-                "concurrency": {"limit": LIMIT},  # key: the graph
-            }
-            create_run(kube, ns, f"keyed-{i}", spec)
-        wait_for(
-            lambda: any(
-                "spec.concurrency key" in (run_status(kube, ns, f"keyed-{i}").get("message") or "")
-                for i in range(KEYED)
-            ),
-            60,
-            "a keyed run queued by its key, saying so",
-            on_timeout=operator.logs,
-        )
+        start_steps(kube, ns, tmp_path, keyed, 1.5, concurrency={"limit": LIMIT})  # key: the graph
+        wait_queued(kube, operator, keyed, "spec.concurrency key", "a keyed run queued by its key, saying so")
         # No spec.concurrency: starts while the keyed runs wait (nothing holds it).
-        other = {"graph": STEPS, "input": {"path": str(tmp_path / "other-0"), "pause": {"prepare": 1.5}}}
-        create_run(kube, ns, "other-0", other)
+        start_steps(kube, ns, tmp_path, ["other-0"], 1.5)
         wait_phase(kube, ns, "other-0", "Succeeded", 300, operator)
-        for i in range(KEYED):
-            wait_phase(kube, ns, f"keyed-{i}", "Succeeded", 300, operator)
+        all_succeed_once(kube, operator, tmp_path, [*keyed, "other-0"])
     assert 0 < len(peak[0]) <= LIMIT, peak[0]
     assert other_overlapped.is_set()  # its worker ran while keyed ones did: the key's line held only them
-    for name in [f"keyed-{i}" for i in range(KEYED)] + ["other-0"]:  # every effect performed once
-        assert len((tmp_path / name).read_text().splitlines()) == 1, name

@@ -9,13 +9,14 @@ import time
 from collections.abc import Iterator
 
 import kubernetes
-import lease_holder
 import pytest
 
 from agentrun_dev.podruntime import control
+from tests.integration.lease_holder import holder_spec
 from tests.support.kube import create_run, events, pods
 from tests.support.operator_proc import OperatorHandle
-from tests.support.waiting import wait_for, wait_phase
+from tests.support.takeover import Attempts, start_holder
+from tests.support.waiting import wait_phase
 
 
 @pytest.fixture
@@ -29,37 +30,14 @@ def test_hung_worker_lease_expiry_takeover(
     kube: kubernetes.client.ApiClient, operator: OperatorHandle, unfreeze: None
 ) -> None:
     ns, duration = operator.namespace, 3
-    create_run(
-        kube,
-        ns,
-        "hung",
-        lease_holder.holder_spec(duration),
-    )
-    wait_phase(kube, ns, "hung", "Running", 30, operator)
-    first = wait_for(
-        lambda: (s := lease_holder.lease_spec(kube, ns, "hung")) and s.holder_identity == "hung-1" and s,
-        30,
-        "attempt 1 to hold the Lease",
-        on_timeout=operator.logs,
-    )
+    hung, first = start_holder(kube, operator, "hung", duration, 30)
     assert first.lease_transitions == 1
 
     control.freeze_pod(ns, "hung-1")  # SIGSTOP: still Running in the API, no more renewals
     frozen_at = time.monotonic()
-    wait_for(
-        lambda: "hung-2" in [p.metadata.name for p in pods(kube, ns, "hung")],
-        30,
-        "attempt 2",
-        interval=0.05,
-        on_timeout=operator.logs,
-    )
+    hung.pod(2, 30, "attempt 2")
     replaced_after = time.monotonic() - frozen_at
-    second = wait_for(
-        lambda: (s := lease_holder.lease_spec(kube, ns, "hung")) and s.holder_identity == "hung-2" and s,
-        30,
-        "attempt 2 to take the Lease",
-        on_timeout=operator.logs,
-    )
+    second = hung.held(2, 30, "attempt 2 to take the Lease")
     assert second.lease_transitions == 2  # the new fencing epoch
     assert (
         "hung-1" not in [p.metadata.name for p in pods(kube, ns, "hung")]
@@ -81,29 +59,13 @@ def test_the_next_worker_takes_the_lapsed_lease_at_once(
     on that version), so the next worker takes it on its first look instead of watching it for a full
     duration of its own: a lost node's run moves on after one Lease duration, not two."""
     ns, duration = operator.namespace, 8
-    create_run(kube, ns, "lapse", lease_holder.holder_spec(duration))
-    wait_for(
-        lambda: (s := lease_holder.lease_spec(kube, ns, "lapse")) and s.holder_identity == "lapse-1",
-        60,
-        "attempt 1 to hold the Lease",
-        on_timeout=operator.logs,
-    )
+    create_run(kube, ns, "lapse", holder_spec(duration))
+    lapse = Attempts(kube, operator, "lapse")
+    lapse.held(1, 60, "attempt 1 to hold the Lease")
     control.freeze_pod(ns, "lapse-1")
-    wait_for(
-        lambda: "lapse-2" in [p.metadata.name for p in pods(kube, ns, "lapse")],
-        60,
-        "attempt 2's Pod",
-        interval=0.05,
-        on_timeout=operator.logs,
-    )
+    lapse.pod(2, 60, "attempt 2's Pod")
     created = time.monotonic()
-    second = wait_for(
-        lambda: (s := lease_holder.lease_spec(kube, ns, "lapse")) and s.holder_identity == "lapse-2" and s,
-        60,
-        "attempt 2 to take the Lease",
-        interval=0.05,
-        on_timeout=operator.logs,
-    )
+    second = lapse.held(2, 60, "attempt 2 to take the Lease", interval=0.05)
     taken_after = time.monotonic() - created
     assert second.lease_transitions == 2  # a higher epoch: the frozen holder is fenced
     # A worker that had to watch the Lease itself would take it a full duration after its first look at

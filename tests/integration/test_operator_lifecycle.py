@@ -19,6 +19,7 @@ from agentrun_dev.podruntime import control
 from tests.support.kube import condition, create_run, events, kubectl, pods, run_gone
 from tests.support.operator_proc import OperatorHandle
 from tests.support.specs import steps_spec
+from tests.support.takeover import Attempts
 from tests.support.waiting import wait_for, wait_phase
 
 
@@ -91,13 +92,7 @@ def test_eviction_mid_run_resumes_from_checkpoint(
     )
     evicted_at = time.monotonic()
     loss_seen = _wait_gone_or_terminated(kube, ns, "evictee", "evictee-1")
-    wait_for(
-        lambda: pod_named(kube, ns, "evictee", "evictee-2"),
-        30,
-        "attempt 2",
-        interval=0.05,
-        on_timeout=operator.logs,
-    )
+    Attempts(kube, operator, "evictee").pod(2, 30, "attempt 2")
     resumed_after = time.monotonic() - loss_seen
     since_eviction = time.monotonic() - evicted_at
     status = wait_phase(kube, ns, "evictee", "Succeeded", 90, operator)
@@ -153,25 +148,12 @@ def test_lost_node_lease_expiry_takeover_fences_stale_worker(
 ) -> None:
     ns, out = operator.namespace, tmp_path / "effects.txt"
     uid = create_run(kube, ns, "island", spec(out, lease=4, pause={"prepare": 6}))["metadata"]["uid"]
-    coord = kubernetes.client.CoordinationV1Api(kube)
-
-    def holder() -> str:
-        try:
-            return coord.read_namespaced_lease("agentrun-island", ns).spec.holder_identity or ""
-        except kubernetes.client.ApiException:
-            return ""
-
-    wait_for(lambda: holder() == "island-1", 60, "attempt 1 holds the Lease", on_timeout=operator.logs)
+    island = Attempts(kube, operator, "island")
+    island.held(1, 60, "attempt 1 holds the Lease")
     control.freeze()  # the node looks lost: processes stopped, no status or Lease writes
     frozen_at = time.monotonic()
     try:
-        wait_for(
-            lambda: pod_named(kube, ns, "island", "island-2"),
-            30,
-            "attempt 2 Pod",
-            interval=0.05,
-            on_timeout=operator.logs,
-        )
+        island.pod(2, 30, "attempt 2 Pod")
         replaced_after = time.monotonic() - frozen_at
     finally:
         control.thaw()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+from typing import Any
 
 import kubernetes
 import psycopg
@@ -15,22 +16,21 @@ from tests.support.kube import condition, create_run, events, pods
 from tests.support.operator_proc import OperatorHandle
 from tests.support.waiting import wait_for, wait_phase
 
+SLEEP = ["sleep", "60"]  # a worker that stays Running and does nothing
+
+
+def stand_in_run(
+    kube: kubernetes.client.ApiClient, ns: str, name: str, command: list[str], **fields: Any
+) -> dict[str, Any]:
+    """A run whose worker container runs ``command``: what the operator does is all there is to see."""
+    return create_run(kube, ns, name, {"graph": "pkg.mod:graph", "worker": {"command": command}, **fields})
+
 
 def test_admission_row_before_pod_and_pod_contract(
     kube: kubernetes.client.ApiClient, operator: OperatorHandle, pg_dsn: str
 ) -> None:
     ns = operator.namespace
-    body = create_run(
-        kube,
-        ns,
-        "contract",
-        {
-            "graph": "pkg.mod:graph",
-            "input": {"x": 1},
-            "lease": {"durationSeconds": 6},
-            "worker": {"command": ["sleep", "60"]},
-        },
-    )
+    body = stand_in_run(kube, ns, "contract", SLEEP, input={"x": 1}, lease={"durationSeconds": 6})
     (pod,) = wait_for(lambda: pods(kube, ns, "contract"), 30, "the first Pod", on_timeout=operator.logs)
     with psycopg.connect(pg_dsn) as conn:
         row = store.get_run(conn, body["metadata"]["uid"])
@@ -75,16 +75,8 @@ def test_failing_attempts_retry_until_the_limit(
     kube: kubernetes.client.ApiClient, operator: OperatorHandle, pg_dsn: str
 ) -> None:
     ns = operator.namespace
-    body = create_run(
-        kube,
-        ns,
-        "crashy",
-        {
-            "graph": "pkg.mod:graph",
-            "retry": {"maxAttempts": 3, "backoffSeconds": 1, "maxBackoffSeconds": 2},
-            "worker": {"command": ["python", "-c", "import sys; sys.exit(7)"]},
-        },
-    )
+    retry = {"maxAttempts": 3, "backoffSeconds": 1, "maxBackoffSeconds": 2}
+    body = stand_in_run(kube, ns, "crashy", ["python", "-c", "import sys; sys.exit(7)"], retry=retry)
     status = wait_phase(kube, ns, "crashy", "Failed", 60, operator)
     failed = condition(status, "Failed")
     assert failed["status"] == "True" and failed["reason"] == "AttemptsExhausted"
@@ -110,7 +102,7 @@ def test_operator_restart_adopts_running_pod(
     kube: kubernetes.client.ApiClient, operator: OperatorHandle
 ) -> None:
     ns = operator.namespace
-    create_run(kube, ns, "adopt", {"graph": "pkg.mod:graph", "worker": {"command": ["sleep", "60"]}})
+    stand_in_run(kube, ns, "adopt", SLEEP)
     wait_phase(kube, ns, "adopt", "Running", 30, operator)
     operator.restart()  # SIGKILL, then a fresh process (standby until the old Lease expires)
     operator.wait_leader(kube, timeout=30)

@@ -12,15 +12,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import kubernetes
-import lease_holder
 import pytest
 import yaml
 
 from agentrun_dev import tcpproxy
 from agentrun_dev.podruntime import control
-from tests.support.kube import create_run, events, pods, run_status
+from tests.integration.lease_holder import lease_spec
+from tests.support.kube import events, pods, run_status
 from tests.support.operator_proc import OperatorHandle, operator_env
-from tests.support.waiting import wait_for, wait_phase
+from tests.support.takeover import start_holder
+from tests.support.waiting import wait_for
 
 STALL_SECONDS = 20.0
 DURATION = 3
@@ -62,26 +63,14 @@ def test_stalled_watch_kills_nothing_and_a_real_hang_is_still_taken_over(
 ) -> None:
     operator, proxy = proxied_operator
     ns = operator.namespace
-    create_run(
-        kube,
-        ns,
-        "stall",
-        lease_holder.holder_spec(DURATION),
-    )
-    wait_phase(kube, ns, "stall", "Running", 60, operator)
-    wait_for(
-        lambda: (s := lease_holder.lease_spec(kube, ns, "stall")) and s.holder_identity == "stall-1",
-        30,
-        "attempt 1 to hold the Lease",
-        on_timeout=operator.logs,
-    )
+    stall, _ = start_holder(kube, operator, "stall", DURATION, 60)
     assert proxy.connections > 0
 
     proxy.stall()  # every open connection of the operator (its watches) stops moving
     stalled_at = time.monotonic()
     renewals = set()
     while time.monotonic() - stalled_at < STALL_SECONDS:
-        spec = lease_holder.lease_spec(kube, ns, "stall")
+        spec = lease_spec(kube, ns, "stall")
         assert spec is not None and spec.holder_identity == "stall-1", spec
         renewals.add(str(spec.renew_time))
         names = [(p.metadata.name, p.metadata.deletion_timestamp) for p in pods(kube, ns, "stall")]
@@ -95,20 +84,14 @@ def test_stalled_watch_kills_nothing_and_a_real_hang_is_still_taken_over(
     time.sleep(2 * DURATION)  # room for a late, wrong takeover to show
     assert [p.metadata.name for p in pods(kube, ns, "stall")] == ["stall-1"]
     assert [p.metadata.deletion_timestamp for p in pods(kube, ns, "stall")] == [None]
-    assert lease_holder.lease_spec(kube, ns, "stall").lease_transitions == 1
+    assert lease_spec(kube, ns, "stall").lease_transitions == 1
     assert run_status(kube, ns, "stall")["attempts"] == 1
     assert "LeaseExpired" not in [e.reason for e in events(kube, ns, "stall")]
 
     # A real hang is still taken over, within a Lease duration plus a poll (and slack for a loaded machine).
     control.freeze_pod(ns, "stall-1")
     frozen_at = time.monotonic()
-    wait_for(
-        lambda: "stall-2" in [p.metadata.name for p in pods(kube, ns, "stall")],
-        30,
-        "attempt 2 after a real hang",
-        interval=0.05,
-        on_timeout=operator.logs,
-    )
+    stall.pod(2, 30, "attempt 2 after a real hang")
     took = time.monotonic() - frozen_at
     assert took <= DURATION + 1 + 4, took
     print(f"stalled watch {STALL_SECONDS:.0f}s: no takeover; real hang taken over in {took:.2f}s")
@@ -121,27 +104,10 @@ def test_a_pod_the_stalled_watch_never_delivered_is_not_deleted(
     stalled Pod watch never delivers, is not taken for deleted: no third attempt."""
     operator, proxy = proxied_operator
     ns = operator.namespace
-    create_run(
-        kube,
-        ns,
-        "late",
-        lease_holder.holder_spec(DURATION),
-    )
-    wait_phase(kube, ns, "late", "Running", 60, operator)
-    wait_for(
-        lambda: (s := lease_holder.lease_spec(kube, ns, "late")) and s.holder_identity == "late-1",
-        30,
-        "attempt 1 to hold the Lease",
-        on_timeout=operator.logs,
-    )
+    late, _ = start_holder(kube, operator, "late", DURATION, 60)
     proxy.stall()
     control.freeze_pod(ns, "late-1")
-    wait_for(
-        lambda: "late-2" in [p.metadata.name for p in pods(kube, ns, "late")],
-        60,
-        "attempt 2 (the hang is real, confirmed by fresh reads)",
-        on_timeout=operator.logs,
-    )
+    late.pod(2, 60, "attempt 2 (the hang is real, confirmed by fresh reads)")
     seen_at = time.monotonic()
     while time.monotonic() - seen_at < STALL_SECONDS:
         names = [p.metadata.name for p in pods(kube, ns, "late")]

@@ -13,10 +13,10 @@ from typing import Any
 
 import kubernetes
 
-from tests.support.kube import create_run, pods, run_status, sampling_live_pods
+from tests.support.kube import pods, sampling_live_pods
 from tests.support.operator_proc import OperatorHandle
-from tests.support.specs import STEPS
-from tests.support.waiting import wait_for, wait_phase
+from tests.support.queueing import IDLE_POLL, all_succeed_once, start_steps, wait_queued
+from tests.support.waiting import wait_for
 
 LIMIT = 3
 RUNS = 8
@@ -26,18 +26,9 @@ RETENTION = 5
 def test_more_runs_than_the_limit_never_exceed_it_and_all_finish(
     kube: kubernetes.client.ApiClient, operator: OperatorHandle, tmp_path: Path
 ) -> None:
-    ns = operator.namespace
-    operator.restart(
-        hard=False,
-        extra_env={
-            "AGENTRUN_MAX_WORKERS_PER_NAMESPACE": str(LIMIT),
-            "AGENTRUN_FINISHED_POD_RETENTION_SECONDS": str(RETENTION),
-            # Queued runs look again only at the idle poll unless a freed slot wakes them: this long a poll
-            # makes the test fail if the wake-up does not work.
-            "AGENTRUN_IDLE_POLL_SECONDS": "600",
-        },
-    )
-    operator.wait_leader(kube, timeout=30)
+    ns, many = operator.namespace, [f"many-{i}" for i in range(RUNS)]
+    retention = {"AGENTRUN_FINISHED_POD_RETENTION_SECONDS": str(RETENTION)}
+    operator.reconfigure(kube, **IDLE_POLL, **retention, AGENTRUN_MAX_WORKERS_PER_NAMESPACE=str(LIMIT))
     peak: list[list[str]] = [[]]
 
     def observe(live: list[Any]) -> None:
@@ -45,30 +36,13 @@ def test_more_runs_than_the_limit_never_exceed_it_and_all_finish(
             peak[0] = [p.metadata.name for p in live]
 
     with sampling_live_pods(kube, ns, observe):
-        for i in range(RUNS):
-            spec = {
-                "graph": STEPS,
-                "input": {"path": str(tmp_path / f"out-{i}"), "pause": {"prepare": 1.0}},
-                "retry": {"backoffSeconds": 0},
-            }
-            create_run(kube, ns, f"many-{i}", spec)
-        queued = wait_for(
-            lambda: any(
-                "queued" in (run_status(kube, ns, f"many-{i}").get("message") or "") for i in range(RUNS)
-            ),
-            60,
-            "a run waiting in the queue",
-            on_timeout=operator.logs,
-        )
-        assert queued
-        for i in range(RUNS):
-            wait_phase(kube, ns, f"many-{i}", "Succeeded", 300, operator)
+        start_steps(kube, ns, tmp_path, many, 1.0, retry={"backoffSeconds": 0})
+        wait_queued(kube, operator, many, "queued", "a run waiting in the queue")
+        all_succeed_once(kube, operator, tmp_path, many)
     assert 0 < len(peak[0]) <= LIMIT, peak[0]
-    for i in range(RUNS):  # every effect performed once: nothing ran twice for the queue
-        assert len((tmp_path / f"out-{i}").read_text().splitlines()) == 1
     # Finished Pods are cleaned up after the retention (the operator looks again when it is due).
     wait_for(
-        lambda: all(not pods(kube, ns, f"many-{i}") for i in range(RUNS)),
+        lambda: all(not pods(kube, ns, name) for name in many),
         RETENTION + 60,
         "finished worker Pods deleted after the retention",
         on_timeout=operator.logs,

@@ -61,12 +61,17 @@ def _deposed_holder_reserved_long_ago(conn: psycopg.Connection) -> None:
     conn.execute("UPDATE agentrun_effects SET call_deadline = now() - interval '1 second' WHERE run_id = 'r'")
 
 
+def _attempt_1_reserved_and_stalled(pg_dsn: str, conn: psycopg.Connection) -> None:
+    """Attempt 1 (Pod p1, epoch 1) claimed run ``r``, reserved its call's row and stalled before the call."""
+    worker_harness.admit(pg_dsn, "r", graph=LATE)
+    store.claim_attempt(conn, run_id="r", epoch=1, holder="p1", attempt=1)
+    assert _reserve(conn, 1).outcome == "reserved"
+    _deposed_holder_reserved_long_ago(conn)
+
+
 def test_the_takeover_floor_counts_from_the_claim_not_from_the_attempt_row(pg_dsn: str) -> None:
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        worker_harness.admit(pg_dsn, "r", graph=LATE)
-        store.claim_attempt(conn, run_id="r", epoch=1, holder="p1", attempt=1)
-        assert _reserve(conn, 1).outcome == "reserved"
-        _deposed_holder_reserved_long_ago(conn)
+        _attempt_1_reserved_and_stalled(pg_dsn, conn)
         _pod_started_late(conn, 2, "p2")
         claiming = time.monotonic()
         store.claim_attempt(conn, run_id="r", epoch=2, holder="p2", attempt=2)
@@ -81,10 +86,7 @@ def test_the_takeover_floor_counts_from_the_claim_not_from_the_attempt_row(pg_ds
 def test_a_run_claimed_before_the_claim_was_recorded_waits_the_whole_timeout(pg_dsn: str) -> None:
     """A run whose claim time is unknown (claimed by a worker before migration 28) counts from now."""
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        worker_harness.admit(pg_dsn, "r", graph=LATE)
-        store.claim_attempt(conn, run_id="r", epoch=1, holder="p1", attempt=1)
-        assert _reserve(conn, 1).outcome == "reserved"
-        _deposed_holder_reserved_long_ago(conn)
+        _attempt_1_reserved_and_stalled(pg_dsn, conn)
         store.claim_attempt(conn, run_id="r", epoch=2, holder="p2", attempt=2)
         conn.execute("UPDATE agentrun_runs SET claimed_at = NULL WHERE run_id = 'r'")
         again = _reserve(conn, 2)

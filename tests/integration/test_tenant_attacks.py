@@ -194,18 +194,28 @@ def test_a_tenant_creates_nothing(attacker: psycopg.Connection[Any], attempt: st
 # --- 2. identifiers one tenant could squat --------------------------------------------------------------
 
 
+# A row of A's own run, under an identifier (the first column) B derives for its next row.
+SQUATS = {
+    "agentrun_effects": "INSERT INTO agentrun_effects"
+    " (idempotency_key, run_id, step, action, tool, args_hash, args, epoch)"
+    " VALUES (%s, 'run-a', 's', 'a', 't', 'x', '{}', 1)",
+    "agentrun_approvals": "INSERT INTO agentrun_approvals (approval_id, run_id, interrupt_id, prompt)"
+    " VALUES (%s, 'run-a', 'i', '{}')",
+}
+
+
+def _squat(attacker: psycopg.Connection[Any], table: str, identifier: str) -> None:
+    """A takes ``identifier`` first, under its own run: allowed (the row is A's)."""
+    assert _try(attacker, SQUATS[table], (identifier,)) == ""
+
+
 def test_a_squatting_bs_next_effect_key_does_not_fence_b(
     two: dict[str, Any], attacker: psycopg.Connection[Any], pg_dsn: str
 ) -> None:
     """The reproduction of issue 35 item 2: keys are a pure function of the run's uid; A inserts B's next key
     under its own run, and B's worker must still reserve (and record) that effect."""
     key = keys.derive(RUN_B, "send:2", "send_email", 0)
-    assert _try(
-        attacker,
-        "INSERT INTO agentrun_effects (idempotency_key, run_id, step, action, tool, args_hash, args, epoch)"
-        " VALUES (%s, 'run-a', 's', 'a', 't', 'x', '{}', 1)",
-        (key,),
-    ) == ""
+    _squat(attacker, "agentrun_effects", key)
     with psycopg.connect(two["dsn_b"], autocommit=True) as b:
         res = pg.reserve(
             b,
@@ -232,12 +242,7 @@ def test_a_squatting_bs_next_approval_id_does_not_block_b(
 ) -> None:
     """Approval ids are deterministic per interrupt too: A takes B's next one under its own run first."""
     approval_id = keys.approval_id(RUN_B, "interrupt-1")
-    assert _try(
-        attacker,
-        "INSERT INTO agentrun_approvals (approval_id, run_id, interrupt_id, prompt)"
-        " VALUES (%s, 'run-a', 'i', '{}')",
-        (approval_id,),
-    ) == ""
+    _squat(attacker, "agentrun_approvals", approval_id)
     with psycopg.connect(two["dsn_b"], autocommit=True) as b:
         row = store.record_approval(
             b, run_id=RUN_B, epoch=1, approval_id=approval_id, interrupt_id="i", prompt={"q": 1}

@@ -24,6 +24,7 @@ from agentrun_core.store import connect
 from tests.chaos import worker_harness
 from tests.support import pg
 from tests.support.graphs import chain
+from tests.support.queries import one_row
 
 pytestmark = pytest.mark.postgres
 
@@ -99,6 +100,12 @@ def _refused(conn: psycopg.Connection[Any], sql: str, params: Any = None) -> str
     return ""
 
 
+STORED_SECRET = (  # a namespace's role and what Postgres stores as its password
+    "SELECT a.rolname, a.rolpassword FROM pg_authid a"
+    " JOIN agentrun_tenants t ON t.role_name = a.rolname WHERE t.namespace = %s"
+)
+
+
 def test_a_role_stored_as_a_verifier_logs_in_with_its_password_and_no_other(
     pg_dsn: str, tenant: Callable[[str], tuple[str, str]]
 ) -> None:
@@ -107,13 +114,7 @@ def test_a_role_stored_as_a_verifier_logs_in_with_its_password_and_no_other(
     the worker roles for SCRAM)."""
     namespace, dsn = tenant("team-v")
     with psycopg.connect(pg_dsn, autocommit=True) as admin:
-        row = admin.execute(
-            "SELECT a.rolname, a.rolpassword FROM pg_authid a"
-            " JOIN agentrun_tenants t ON t.role_name = a.rolname WHERE t.namespace = %s",
-            (namespace,),
-        ).fetchone()
-    assert row is not None
-    role, stored = row
+        role, stored = one_row(admin, STORED_SECRET, (namespace,))
     assert stored.startswith(f"SCRAM-SHA-256${store.RANDOM_SECRET_ITERATIONS}:")
     with psycopg.connect(dsn) as conn:
         assert conn.execute("SELECT current_user").fetchone() == (role,)

@@ -107,11 +107,7 @@ class OldOperator(OperatorHandle):
         env = {**self.env, "AGENTRUN_LEADER_IDENTITY": identity, **(extra_env or {})}
         with log.open("ab") as out:
             proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-c",
-                    "import sys; from agentrun import cli; sys.exit(cli.main(['operator']))",
-                ],
+                [sys.executable, "-c", _OPERATOR],
                 env=env,
                 stdout=out,
                 stderr=subprocess.STDOUT,

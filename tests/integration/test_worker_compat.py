@@ -6,8 +6,7 @@ the worker match again; then it runs once. Effects are counted at the real HTTP 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,13 +15,13 @@ import psycopg
 import pytest
 
 from agentrun_dev import http_provider, smtp_sink
+from tests.support import cli
 from tests.support.kube import condition, create_run, events, run_status
 from tests.support.operator_proc import OperatorHandle
 from tests.support.specs import run_spec, upgrade_env
 from tests.support.waiting import wait_for, wait_phase
 
 GRAPH = "tests.graphs.upgrade_graph:graph"
-VENV_BIN = Path(sys.executable).parent
 
 
 def spec(hp: http_provider.HttpProvider, sink: smtp_sink.SmtpSink) -> dict[str, Any]:
@@ -61,60 +60,61 @@ def finishes_once(
     assert len(sink.store.find(None)) == 1
 
 
-def test_a_worker_too_old_for_the_schema_makes_the_run_wait(
-    kube: kubernetes.client.ApiClient,
-    operator: OperatorHandle,
-    pg_dsn: str,
-    sink: smtp_sink.SmtpSink,
-    tmp_path: Path,
-) -> None:
-    """The schema's level rolled past what this worker knows (a later release's migration did it)."""
-    ns = operator.namespace
+def _level_rolled_forward(pg_dsn: str, operator: OperatorHandle) -> None:
+    """Too old a worker: the schema's level rolled past what it knows (a later release's migration did it)."""
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute("UPDATE agentrun_schema_compat SET level = level + 1")
-    with http_provider.HttpProvider(tmp_path / "h") as hp:
-        create_run(kube, ns, "old", spec(hp, sink))
-        waits_incompatible(kube, ns, "old", operator)
-        assert http_provider.stats(hp.url)["effects_performed"] == {}  # the refusing workers did nothing
-        assert sink.store.find(None) == []
-        status = run_status(kube, ns, "old")
-        why = condition(status, "WorkerIncompatible")["message"]
-        assert "exit code 15" in why and "does not run against the database's schema" in why
-        with psycopg.connect(pg_dsn, autocommit=True) as conn:
-            conn.execute("UPDATE agentrun_schema_compat SET level = level - 1")
-        finishes_once(kube, ns, "old", operator, hp, sink)
 
 
-def test_a_worker_too_new_for_the_schema_waits_for_agentrun_migrate(
-    kube: kubernetes.client.ApiClient,
-    operator: OperatorHandle,
-    pg_dsn: str,
-    sink: smtp_sink.SmtpSink,
-    tmp_path: Path,
-) -> None:
-    """The database is not migrated as far as this worker needs (migration 35 not applied): the run waits
-    until ``agentrun migrate`` applies it, then continues by itself."""
-    ns = operator.namespace
+def _level_rolled_back(pg_dsn: str) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("UPDATE agentrun_schema_compat SET level = level - 1")
+
+
+def _migration_35_undone(pg_dsn: str, operator: OperatorHandle) -> None:
+    """Too new a worker: the database is not migrated as far as it needs (migration 35 not applied)."""
     # The operator migrates at start-up (AGENTRUN_MIGRATE): only once it did may the test undo migration 35.
     started = lambda: "operator ready" in operator.logs()  # noqa: E731
     wait_for(started, 90, "the operator's start-up", on_timeout=operator.logs)
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute("DROP TABLE agentrun_schema_compat")
         conn.execute("DELETE FROM agentrun_schema_version WHERE version = 35")
+
+
+def _agentrun_migrate(pg_dsn: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "AGENTRUN_DSN"}
+    done = cli.agentrun("migrate", "--dsn", pg_dsn, timeout=300, env=env)
+    assert done.returncode == 0 and "applied 0035 worker_compat" in done.stdout, done
+
+
+# A worker and a schema that disagree (made so before the run), and what makes them agree again (while the
+# run waits): the run then continues by itself.
+MISMATCHES: dict[str, tuple[Callable[[str, OperatorHandle], None], Callable[[str], None]]] = {
+    "too-old": (_level_rolled_forward, _level_rolled_back),
+    "too-new": (_migration_35_undone, _agentrun_migrate),  # until ``agentrun migrate`` applies it
+}
+
+
+@pytest.mark.parametrize("mismatch", sorted(MISMATCHES))
+def test_a_worker_that_does_not_match_the_schema_makes_the_run_wait(
+    mismatch: str,
+    kube: kubernetes.client.ApiClient,
+    operator: OperatorHandle,
+    pg_dsn: str,
+    sink: smtp_sink.SmtpSink,
+    tmp_path: Path,
+) -> None:
+    ns, disagree, agree = operator.namespace, *MISMATCHES[mismatch]
+    disagree(pg_dsn, operator)
     with http_provider.HttpProvider(tmp_path / "h") as hp:
-        create_run(kube, ns, "new", spec(hp, sink))
-        waits_incompatible(kube, ns, "new", operator)
-        assert http_provider.stats(hp.url)["effects_performed"] == {}
-        env = {k: v for k, v in os.environ.items() if k != "AGENTRUN_DSN"}
-        done = subprocess.run(
-            [str(VENV_BIN / "agentrun"), "migrate", "--dsn", pg_dsn],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env=env,
-        )
-        assert done.returncode == 0 and "applied 0035 worker_compat" in done.stdout, done
-        finishes_once(kube, ns, "new", operator, hp, sink)
+        create_run(kube, ns, mismatch, spec(hp, sink))
+        waits_incompatible(kube, ns, mismatch, operator)
+        assert http_provider.stats(hp.url)["effects_performed"] == {}  # the refusing workers did nothing
+        assert sink.store.find(None) == []
+        why = condition(run_status(kube, ns, mismatch), "WorkerIncompatible")["message"]
+        assert "exit code 15" in why and "does not run against the database's schema" in why
+        agree(pg_dsn)
+        finishes_once(kube, ns, mismatch, operator, hp, sink)
 
 
 @pytest.fixture(autouse=True)

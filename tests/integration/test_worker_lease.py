@@ -14,15 +14,25 @@ from tests.chaos import worker_harness
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.postgres]
+Held = tuple[worker_harness.Worker, worker_harness.Blocked]
+
+
+@pytest.fixture
+def held(
+    pg_dsn: str, namespace: str, admin_kubeconfig: Path, providers: worker_harness.Providers, tmp_path: Path
+) -> Held:
+    """Run ``r`` held by its worker in pod-a (a real Lease in the test's namespace), blocked inside
+    ``prepare``; and the worker settings the next attempts run with."""
+    worker = worker_harness.Worker(pg_dsn, providers, kubeconfig=admin_kubeconfig, namespace=namespace)
+    worker_harness.admit(pg_dsn, "r")
+    return worker, worker_harness.start_blocked(worker, "r", tmp_path, pod="pod-a", timeout=30)
 
 
 def test_frozen_zombie_is_fenced_and_never_calls_the_provider(
-    pg_dsn: str, namespace: str, admin_kubeconfig: Path, providers: worker_harness.Providers, tmp_path: Path
+    pg_dsn: str, providers: worker_harness.Providers, held: Held
 ) -> None:
-    worker = worker_harness.Worker(pg_dsn, providers, kubeconfig=admin_kubeconfig, namespace=namespace)
-    worker_harness.admit(pg_dsn, "r")
-    held = worker_harness.start_blocked(worker, "r", tmp_path, pod="pod-a", timeout=30)
-    zombie, block, log = held.proc, held.block, held.log
+    worker, blocked = held
+    zombie, block, log = blocked.proc, blocked.block, blocked.log
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         wait_for(
             lambda: any(h.key == "worker" for h in store.list_heartbeats(conn, "r")), 30, interval=0.05
@@ -52,13 +62,9 @@ def test_frozen_zombie_is_fenced_and_never_calls_the_provider(
     assert mail["count"] == 1
 
 
-def test_second_worker_waits_while_the_lease_is_renewed(
-    pg_dsn: str, namespace: str, admin_kubeconfig: Path, providers: worker_harness.Providers, tmp_path: Path
-) -> None:
-    worker = worker_harness.Worker(pg_dsn, providers, kubeconfig=admin_kubeconfig, namespace=namespace)
-    worker_harness.admit(pg_dsn, "r")
-    held = worker_harness.start_blocked(worker, "r", tmp_path, pod="pod-a", timeout=30)
-    holder, block = held.proc, held.block
+def test_second_worker_waits_while_the_lease_is_renewed(held: Held) -> None:
+    worker, blocked = held
+    holder, block = blocked.proc, blocked.block
     try:
         other = worker.run("r", pod="pod-b", attempt=2, AGENTRUN_LEASE_WAIT_SECONDS="4")
         assert other.returncode == 12 and "held by" in other.stderr
