@@ -14,6 +14,12 @@
 * ``approvals`` — the approval scenes: ``scene_fixture`` (one fixture for the cluster client, the operator,
   the admin kubeconfig, the test's database and folder), the support-ticket spec, bodies created as an
   identity, the pending approval and waiting on a condition.
+* ``takeover`` — ``Attempts``: a run's next attempt waited for (its worker Pod listed, its Lease held).
+* ``kills`` — one repetition of a chaos test: a fresh run killed once at one fault point, driven to its end.
+* ``queueing`` — runs held in the operator's start queue (started together, one seen queued, all finished).
+* ``queries`` — ``one_row``: the one row a query on Postgres must return.
+* ``pod_security`` — the Pod Security labels deploy/tenant/namespace.yaml asks of a tenant namespace.
+* ``cli`` — ``agentrun()``: the venv's console script in a subprocess, as a user runs it.
 * ``deploy`` — kubectl as the admin and kustomizations rendered into a test namespace (the deploy/ tests).
 
 Worker processes for the worker, chaos and ledger tests: ``tests/chaos/worker_harness.py``.
