@@ -207,7 +207,7 @@ class Cluster:
 
 
 def _stored(c: Cluster) -> stored.Stored:
-    return stored.sample(c.api, c.namespace, c.handle.ports.etcd_metrics)
+    return stored.sample(c.api, c.namespace)
 
 
 def parked_case(report: stats.Report, section: str, n: int, window: float, settle: float) -> None:

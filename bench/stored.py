@@ -1,19 +1,18 @@
-"""What the cluster stores for the benchmark's runs: API objects by resource and etcd's bytes and keys.
+"""What the cluster stores for the benchmark's runs: API objects and their bytes, by resource.
 
-Objects are counted in the benchmark's namespace by listing each resource a run may leave there (one
-``limit=1`` list each: the API server's ``remainingItemCount`` says how many more), fresh at every sample
-(the API server's own ``apiserver_resource_objects`` is refreshed only once a minute). Bytes are etcd's
-database logically in use (``etcd_mvcc_db_total_size_in_use_in_bytes`` of the dev cluster's etcd metrics
-listener): old revisions count in it until the API server compacts them (every 5 minutes), so a difference
-per run says something only well after the runs stopped changing (P4's settled sample, 11 minutes after the
-last parked); the whole cluster's, so the benchmark runs alone on its dev cluster.
+Every resource a run, its worker or the operator may leave in the run's namespace is listed in full (pages
+of 500), fresh at every sample: the API server's own ``apiserver_resource_objects`` is refreshed only once a
+minute, and etcd's database size (``etcd_mvcc_db_total_size_in_use_in_bytes``) is the whole cluster's with
+old revisions until a compaction, so a difference of two of its readings can even be negative (measured: it
+was, when an earlier case's namespace was compacted away in between). The bytes are each object as JSON,
+``managedFields`` included, the form in which etcd holds a custom resource (built-in kinds such as the
+Lease it holds as protobuf, somewhat smaller): what the runs themselves make the cluster keep.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import urllib.request
 from typing import Any
 
 from bench import stats
@@ -30,65 +29,66 @@ RESOURCES = (
     ("/apis/agentrun.dev/v1alpha1", "agentruns"),
     ("/apis/batch/v1", "jobs"),
 )
-_ETCD = {
-    "bytes": "etcd_mvcc_db_total_size_in_use_in_bytes",
-    "keys": "etcd_debugging_mvcc_keys_total",
-}
 EXPIRING = ("events",)  # removed by the API server after its --event-ttl (1 h), whatever the runs do
 
 
 @dataclasses.dataclass(frozen=True)
 class Stored:
-    objects: dict[str, float]  # resource -> objects stored in the namespace
-    etcd_bytes: float
-    etcd_keys: float
+    objects: dict[str, int]  # resource -> objects stored in the namespace
+    size: dict[str, int]  # resource -> their bytes as JSON
 
 
-def count(api: Any, namespace: str, path: str, resource: str) -> int:
-    """Objects of ``resource`` in ``namespace``: one item and the API server's count of the rest."""
-    url = f"{path}/namespaces/{namespace}/{resource}"
-    method, url, headers, _, _ = api.param_serialize(
-        "GET", url, query_params=[("limit", 1)], auth_settings=["BearerToken"]
-    )
+def _get(api: Any, url: str, query: list[tuple[str, Any]]) -> dict[str, Any]:
+    auth = ["BearerToken"]
+    method, url, headers, _, _ = api.param_serialize("GET", url, query_params=query, auth_settings=auth)
     response = api.call_api(method, url, header_params=headers)
     response.read()
-    body = json.loads(response.data)
-    return len(body.get("items") or ()) + int((body.get("metadata") or {}).get("remainingItemCount") or 0)
+    return dict(json.loads(response.data))
 
 
-def parse_etcd(metrics: str, name: str) -> float:
-    for line in metrics.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    raise ValueError(f"{name} not in etcd's metrics")
+def listed(api: Any, namespace: str, path: str, resource: str) -> tuple[int, int]:
+    """(objects, bytes as JSON) of ``resource`` in ``namespace``."""
+    count = size = 0
+    query: list[tuple[str, Any]] = [("limit", 500)]
+    while True:
+        page = _get(api, f"{path}/namespaces/{namespace}/{resource}", query)
+        for item in page.get("items") or ():
+            count += 1
+            size += len(json.dumps(item, separators=(",", ":")))
+        token = (page.get("metadata") or {}).get("continue")
+        if not token:
+            return count, size
+        query = [("limit", 500), ("continue", token)]
 
 
-def sample(api: Any, namespace: str, etcd_metrics_port: int) -> Stored:
-    """What is stored now: ``api`` an admin ``kubernetes.client.ApiClient``, etcd's metrics on loopback."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{etcd_metrics_port}/metrics", timeout=10) as response:
-        etcd = response.read().decode()
-    objects = {resource: float(count(api, namespace, path, resource)) for path, resource in RESOURCES}
-    return Stored(objects, parse_etcd(etcd, _ETCD["bytes"]), parse_etcd(etcd, _ETCD["keys"]))
+def sample(api: Any, namespace: str) -> Stored:
+    """What the namespace holds now (``api``: an admin ``kubernetes.client.ApiClient``)."""
+    found = {resource: listed(api, namespace, path, resource) for path, resource in RESOURCES}
+    return Stored({k: v[0] for k, v in found.items()}, {k: v[1] for k, v in found.items()})
 
 
 def per_run(a: Stored, b: Stored, n: int, label: str) -> list[stats.Row]:
-    """API objects per run (``EXPIRING`` kinds apart: they go after their TTL) and etcd bytes per run, the
-    resources and keys in the notes."""
-    delta = {k: (v - a.objects.get(k, 0.0)) / n for k, v in b.objects.items()}
-    kept = {k: v for k, v in delta.items() if k not in EXPIRING and abs(v) >= 0.005}
-    expiring = ", ".join(f"{k} {delta.get(k, 0.0):.2f}" for k in EXPIRING)
+    """API objects and their bytes per run (``EXPIRING`` kinds apart: they go after their TTL), the
+    resources in the notes."""
+
+    def delta(counts: dict[str, int], before: dict[str, int]) -> dict[str, float]:
+        return {k: (v - before.get(k, 0)) / n for k, v in counts.items()}
+
+    objects, size = delta(b.objects, a.objects), delta(b.size, a.size)
+    kept = [k for k in objects if k not in EXPIRING and (objects[k] or size[k])]
+    expiring = ", ".join(f"{k} {objects.get(k, 0.0):.2f} ({size.get(k, 0.0):,.0f} B)" for k in EXPIRING)
+    by_count = sorted(kept, key=lambda k: -objects[k])
     return [
         stats.Row(
             f"{label}: API objects stored per run ({', '.join(EXPIRING)} apart)",
-            [sum(kept.values())],
+            [sum(objects[k] for k in kept)],
             unit="objects",
-            note=", ".join(f"{k} {v:.2f}" for k, v in sorted(kept.items(), key=lambda kv: -kv[1]))
-            + f"; expiring after the event TTL: {expiring}",
+            note=", ".join(f"{k} {objects[k]:.2f}" for k in by_count) + f"; expiring: {expiring}",
         ),
         stats.Row(
-            f"{label}: etcd bytes in use per run",
-            [(b.etcd_bytes - a.etcd_bytes) / n],
+            f"{label}: bytes stored per run, as JSON ({', '.join(EXPIRING)} apart)",
+            [sum(size[k] for k in kept)],
             unit="B",
-            note=f"{(b.etcd_keys - a.etcd_keys) / n:.2f} etcd keys per run",
+            note=", ".join(f"{k} {size[k]:,.0f}" for k in by_count),
         ),
     ]

@@ -99,4 +99,5 @@ def test_quick_p4_runs_an_operator_with_parked_and_active_runs(dev_cluster: Any,
     # (its finished Pod too, in quick mode: kept for its logs until the retention).
     kept = next(r for r in rows if "API objects stored per run" in r["figure"])
     assert "agentruns 1.00" in kept["note"] and "leases 1.00" in kept["note"], kept
-    assert any("etcd bytes in use per run" in r["figure"] for r in rows), figures
+    size = next(r for r in rows if "bytes stored per run, as JSON" in r["figure"])
+    assert size["median"] > 0 and "agentruns" in size["note"], size
