@@ -1,12 +1,13 @@
 """kopf handlers: wiring only. The reconcile logic is in ``reconcile`` (pure) and ``runner`` (I/O).
 
-* one **daemon per AgentRun** loops observe → decide → act, sleeping until its next deadline (poll
-  interval, backoff, approval deadline, Lease expiry, TTL) or until woken by an event of the run, one of
-  its Pods, or its Lease;
+* one **loop per AgentRun** (``run_loops``: an asyncio task started from the run's watch events, not a kopf
+  daemon) loops observe → decide → act, sleeping until its next deadline (poll interval, backoff, approval
+  deadline, Lease expiry, TTL) or until woken by an event of the run, one of its Pods, or its Lease;
 * **indexes** of the runs' Pods and Leases (in-memory, fed by kopf's watches): a reconcile costs no API
   read, only the few Postgres queries of ``observe.Observer.world``;
-* **on.delete** finishes deletion: the daemon is stopped by kopf first; the handler then stops the worker
-  and returns only when its Pod is gone, and kopf removes ``agentrun.dev/finalizer``;
+* **on.delete** finishes deletion: the run's loop is told to stop by the deletion's event; the handler stops
+  the worker, returns only when its Pod is gone and the loop has exited, and kopf removes
+  ``agentrun.dev/finalizer``;
 * **startup** serves /metrics and /healthz, waits for leadership
   (``agent_operator.serve.leader``), migrates the schema and opens the Postgres pool before kopf starts
   watching; **cleanup** releases the Lease.
@@ -35,7 +36,7 @@ from agent_operator.decide import model
 from agent_operator.observe import memory as memory_
 from agent_operator.observe import metrics, throttle
 from agent_operator.observe import world as observe
-from agent_operator.serve import kopf_config, leader, readapi, runner
+from agent_operator.serve import kopf_config, leader, readapi, run_loops, runner
 from agentrun_core import backoff, lease_math, store
 from agentrun_core.api import protocol
 from agentrun_core.store import connect
@@ -62,16 +63,15 @@ class _State:
     purger: retention.Purger | None = None
     lockwatch: lockwatch.LockWatch | None = None
     pool: connect.Pool | None = None
-    wakeups: dict[tuple[str, str], asyncio.Event]
+    indexes: tuple[Any, Any] = ({}, {})  # kopf's run_pods and run_leases indexes (set by the first run event)
     memories: dict[str, memory_.RunMemory]
     leading: threading.Event  # set once this replica leads (for good: losing the Lease exits the process)
     throttle: throttle.Starts | None = None
     read_api: Any = None  # the read API's HTTPS server (agent_operator.serve.readapi), when served
-    pod_index: Any = None  # kopf's run_pods index, once the first daemon has seen it (throttle seeding)
+    pod_index: Any = None  # kopf's run_pods index, once the first run event has passed it (throttle seeding)
 
 
 STATE = _State()
-STATE.wakeups = {}
 STATE.memories = {}
 STATE.leading = threading.Event()
 
@@ -133,6 +133,7 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
 
 @kopf.on.cleanup()
 async def cleanup(**_: Any) -> None:
+    await LOOPS.stop_all()  # each run's round ends first: nothing writes after the Lease is released
     if STATE.purger is not None:
         await asyncio.to_thread(STATE.purger.stop)
     if STATE.lockwatch is not None:
@@ -210,7 +211,7 @@ def _live_worker_runs() -> list[tuple[str, str, str]] | None:
     what a restarted operator finds running before it grants any start (``throttle`` seeding)."""
     index = STATE.pod_index
     if index is None:
-        return None  # no daemon has started yet: the throttle asks again
+        return None  # no run event has passed the index yet: the throttle asks again
     return [
         (ns, uid, "")
         for (ns, uid), infos in list(index.items())
@@ -219,9 +220,7 @@ def _live_worker_runs() -> list[tuple[str, str, str]] | None:
 
 
 def _wake(namespace: str, name: str) -> None:
-    event = STATE.wakeups.get((namespace, name))
-    if event is not None:
-        event.set()
+    LOOPS.wake((namespace, name))
 
 
 @kopf.on.event(*PODS, labels={protocol.LABEL_RUN: kopf.PRESENT})
@@ -274,8 +273,13 @@ def _release_orphan(namespace: str, labels: Mapping[str, str], body: Mapping[str
 
 
 @kopf.on.event(*RUNS)
-async def run_changed(namespace: str | None, name: str, **_: Any) -> None:
-    _wake(namespace or "", name)
+async def run_changed(
+    namespace: str | None, name: str, uid: str, type: str | None, body: kopf.Body, **kwargs: Any
+) -> None:
+    # kopf passes its indexes by name, filled before any handler runs: the loops read them from here.
+    STATE.indexes = (kwargs["run_pods"], kwargs["run_leases"])
+    STATE.pod_index = kwargs["run_pods"]
+    LOOPS.seen((namespace or "", name), uid, body, gone=type == "DELETED")
 
 
 def _inputs(
@@ -296,48 +300,35 @@ def _inputs(
 # --- the per-run loop ---------------------------------------------------------------------------------
 
 
-@kopf.daemon(*RUNS, cancellation_timeout=10.0)
-async def run_loop(
-    stopped: Any,
-    body: kopf.Body,
-    namespace: str | None,
-    name: str,
-    uid: str,
-    **kwargs: Any,
-) -> None:
-    namespace = namespace or ""
-    run_pods, run_leases = kwargs["run_pods"], kwargs["run_leases"]  # kopf passes indexes by name
-    STATE.pod_index = run_pods  # kopf fills its indexes before it starts any daemon
-    key = (namespace, name)
-    wake = STATE.wakeups.setdefault(key, asyncio.Event())
-    memory = STATE.memories.setdefault(uid, memory_.RunMemory())
-    try:
-        while not stopped:
-            wake.clear()
-            pod_list, lease = _inputs(namespace, name, uid, run_pods, run_leases)
-            try:
-                watched = observe.Watched(body, pod_list, lease)
-                plan = await asyncio.to_thread(STATE.reconciler.reconcile, watched, memory)
-                delay = plan.requeue_after
-                memory.failures = 0
-            except Exception as exc:  # the handler boundary: log, look again soon (backing off)
-                memory.failures += 1
-                delay = backoff.capped(
-                    memory.failures, initial=ERROR_RETRY_SECONDS, cap=MAX_ERROR_RETRY_SECONDS
-                )
-                logger.warning(
-                    "reconcile of %s/%s failed (%d in a row, next try in %.0fs): %s: %s",
-                    namespace,
-                    name,
-                    memory.failures,
-                    delay,
-                    type(exc).__name__,
-                    exc,
-                )
-            await _sleep(wake, stopped, _bounded(delay, memory))
-    finally:
-        if STATE.wakeups.get(key) is wake:
-            STATE.wakeups.pop(key, None)
+async def _run_rounds(key: tuple[str, str], loop: run_loops.Loop) -> None:
+    """One run's loop (``run_loops``): a round, then sleep until its next deadline or a wake-up."""
+    namespace, name = key
+    memory = STATE.memories.setdefault(loop.uid, memory_.RunMemory())
+    while not loop.stopping:
+        loop.wake.clear()
+        run_pods, run_leases = STATE.indexes
+        pod_list, lease = _inputs(namespace, name, loop.uid, run_pods, run_leases)
+        try:
+            watched = observe.Watched(loop.current(), pod_list, lease)
+            plan = await asyncio.to_thread(STATE.reconciler.reconcile, watched, memory)
+            delay = plan.requeue_after
+            memory.failures = 0
+        except Exception as exc:  # the loop's boundary: log, look again soon (backing off)
+            memory.failures += 1
+            delay = backoff.capped(memory.failures, initial=ERROR_RETRY_SECONDS, cap=MAX_ERROR_RETRY_SECONDS)
+            logger.warning(
+                "reconcile of %s/%s failed (%d in a row, next try in %.0fs): %s: %s",
+                namespace,
+                name,
+                memory.failures,
+                delay,
+                type(exc).__name__,
+                exc,
+            )
+        await run_loops.sleep(loop, _bounded(delay, memory))
+
+
+LOOPS = run_loops.Loops(_run_rounds)
 
 
 def _bounded(delay: float, memory: memory_.RunMemory) -> float:
@@ -346,19 +337,6 @@ def _bounded(delay: float, memory: memory_.RunMemory) -> float:
     if expires is not None:
         delay = min(delay, expires + 0.05)
     return max(0.0, delay)
-
-
-async def _sleep(wake: asyncio.Event, stopped: Any, seconds: float) -> None:
-    if seconds <= 0:
-        await asyncio.sleep(0)
-        return
-    waiter = asyncio.ensure_future(wake.wait())
-    stopper = asyncio.ensure_future(stopped.wait())
-    try:
-        await asyncio.wait({waiter, stopper}, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        waiter.cancel()
-        stopper.cancel()
 
 
 @kopf.on.delete(*RUNS)
@@ -381,6 +359,8 @@ async def run_deleted(
         ) from exc
     if not plan.done:
         raise kopf.TemporaryError("waiting for the worker Pod to stop", delay=max(0.5, plan.requeue_after))
+    # The run's loop ends its round before kopf removes the finalizer (as kopf waits for its daemons).
+    await LOOPS.stopped((namespace, name), uid)
     # The worker is gone: the run's rows may go once the AgentRun has gone too (the purger checks).
     await asyncio.to_thread(_mark_for_purge, body, uid)
     STATE.memories.pop(uid, None)

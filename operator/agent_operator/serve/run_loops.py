@@ -1,0 +1,145 @@
+"""The per-run loops: one asyncio task per AgentRun, started from kopf's watch events, not a kopf daemon.
+
+Why not a kopf daemon: for every object with a daemon kopf keeps the whole last-seen body as parsed JSON
+(``metadata.managedFields`` included: more than half of an AgentRun's values) and the daemon's machinery (its
+task, a stopper's asyncio and threading events, the handler call's kwargs, logger and patch): ~45 KiB of the
+~65 KiB the operator held per waiting run (docs/dev/performance.md, P4). A loop here holds its run as one
+compact JSON string (no managedFields), parsed at each reconcile (which copied the body anyway).
+
+Rules:
+* one loop per run: keyed by (namespace, name), bound to the run's uid; a new uid under the same name (the
+  run deleted and created again) stops the old loop and starts one for the new run;
+* the loop reconciles the latest body the watch delivered; every event of the run, one of its Pods or its
+  Lease wakes it (``wake``);
+* a deletion (``deletionTimestamp``) or a DELETED event stops the loop after its current round; the on.delete
+  handler finishes the run's deletion and waits for the loop to have exited (``stopped``) before kopf removes
+  the finalizer, as kopf waits for its daemons;
+* the operator's shutdown stops every loop, waits for them (bounded), then cancels what is left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+STOP_TIMEOUT_SECONDS = 10.0  # a stopping loop's time to end its round (kopf's cancellation_timeout)
+
+
+@dataclasses.dataclass(eq=False)
+class Loop:
+    """One run's loop: the run's latest body (compact JSON) and what wakes and stops it."""
+
+    uid: str
+    body: bytes
+    wake: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    stopping: bool = False
+    task: asyncio.Task[None] | None = None
+
+    def current(self) -> dict[str, Any]:
+        """The run as the watch last delivered it (a fresh copy: the round may change it freely)."""
+        return dict(json.loads(self.body))
+
+
+def compact(body: Mapping[str, Any]) -> bytes:
+    """``body`` as compact JSON without ``metadata.managedFields`` (nothing in a reconcile reads them)."""
+    doc = dict(body)
+    meta = {k: v for k, v in dict(doc.get("metadata") or {}).items() if k != "managedFields"}
+    doc["metadata"] = meta
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+class Loops:
+    """Every run's loop of this process. ``run(key, loop)`` is the loop's body (the caller's reconcile
+    loop); it returns when ``loop.stopping`` is set and it has woken."""
+
+    def __init__(self, run: Callable[[tuple[str, str], Loop], Awaitable[None]]) -> None:
+        self._run = run
+        self._loops: dict[tuple[str, str], Loop] = {}
+
+    def get(self, key: tuple[str, str]) -> Loop | None:
+        return self._loops.get(key)
+
+    def __len__(self) -> int:
+        return len(self._loops)
+
+    def seen(self, key: tuple[str, str], uid: str, body: Mapping[str, Any], *, gone: bool) -> None:
+        """An event of the run: keep its body and wake its loop; start the loop if it has none; stop it
+        when the run is being deleted or gone (``gone``: a DELETED event)."""
+        loop = self._loops.get(key)
+        if loop is not None and loop.uid != uid:
+            self._stop(loop)  # an earlier run of the same name: its loop ends, this run gets its own
+            self._loops.pop(key, None)
+            loop = None
+        deleting = gone or bool((body.get("metadata") or {}).get("deletionTimestamp"))
+        if loop is None:
+            if deleting:
+                return  # nothing to run: the delete handler finishes it
+            loop = self._loops[key] = Loop(uid, compact(body))
+            loop.task = asyncio.create_task(self._guarded(key, loop), name=f"run {key[0]}/{key[1]}")
+            return
+        loop.body = compact(body)
+        if deleting:
+            self._stop(loop)
+        loop.wake.set()
+
+    def wake(self, key: tuple[str, str]) -> None:
+        loop = self._loops.get(key)
+        if loop is not None:
+            loop.wake.set()
+
+    async def stopped(self, key: tuple[str, str], uid: str, timeout: float = STOP_TIMEOUT_SECONDS) -> None:
+        """Stop the run's loop (if it has one for ``uid``) and wait until it has exited (then cancelled)."""
+        loop = self._loops.get(key)
+        if loop is None or loop.uid != uid:
+            return
+        self._stop(loop)
+        await _finish(loop, timeout)
+        if self._loops.get(key) is loop:
+            self._loops.pop(key, None)
+
+    async def stop_all(self, timeout: float = STOP_TIMEOUT_SECONDS) -> None:
+        """The operator stops: every loop ends its round and exits; what is left after ``timeout`` is
+        cancelled (a reconcile's thread still finishes its own round: threads cannot be cancelled)."""
+        loops = list(self._loops.values())
+        self._loops.clear()
+        for loop in loops:
+            self._stop(loop)
+        await asyncio.gather(*(_finish(loop, timeout) for loop in loops))
+
+    @staticmethod
+    def _stop(loop: Loop) -> None:
+        loop.stopping = True
+        loop.wake.set()
+
+    async def _guarded(self, key: tuple[str, str], loop: Loop) -> None:
+        try:
+            await self._run(key, loop)
+        finally:
+            if self._loops.get(key) is loop and loop.stopping:
+                self._loops.pop(key, None)
+
+
+async def _finish(loop: Loop, timeout: float) -> None:
+    task = loop.task
+    if task is None or task.done():
+        return
+    done, _ = await asyncio.wait({task}, timeout=timeout)
+    if not done:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+
+
+async def sleep(loop: Loop, seconds: float) -> None:
+    """Until ``seconds`` have passed, or the loop is woken (an event) or told to stop."""
+    if loop.stopping:
+        return
+    if seconds <= 0:
+        await asyncio.sleep(0)
+        return
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(loop.wake.wait(), timeout=seconds)

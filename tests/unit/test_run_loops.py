@@ -1,0 +1,118 @@
+"""The per-run loops (agent_operator.serve.run_loops): started from a run's events, woken by them, stopped by
+its deletion, replaced for a new run of the same name, holding the run without its managedFields."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from agent_operator.serve import run_loops
+
+KEY = ("ns", "r")
+
+
+def _body(uid: str = "u1", rv: str = "1", deleting: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": "r",
+        "namespace": "ns",
+        "uid": uid,
+        "resourceVersion": rv,
+        "managedFields": [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}],
+    }
+    if deleting:
+        meta["deletionTimestamp"] = "2026-12-07T00:00:00Z"
+    return {"metadata": meta, "spec": {"graph": "g:g"}}
+
+
+class Recorder:
+    """A loop body that records the body version of each round and sleeps until woken."""
+
+    def __init__(self) -> None:
+        self.rounds: list[tuple[str, str]] = []
+        self.round_done = asyncio.Event()
+
+    async def __call__(self, key: tuple[str, str], loop: run_loops.Loop) -> None:
+        while not loop.stopping:
+            loop.wake.clear()
+            body = loop.current()
+            self.rounds.append((body["metadata"]["uid"], body["metadata"]["resourceVersion"]))
+            self.round_done.set()
+            await run_loops.sleep(loop, 60)
+
+
+async def _until(check: Any, timeout: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.01)
+
+
+def test_a_run_is_held_without_its_managed_fields() -> None:
+    held = json.loads(run_loops.compact(_body()))
+    assert "managedFields" not in held["metadata"] and held["metadata"]["uid"] == "u1"
+    assert held["spec"] == {"graph": "g:g"}
+
+
+def test_events_start_and_wake_the_loop_and_a_deletion_stops_it() -> None:
+    async def scenario() -> None:
+        rec = Recorder()
+        loops = run_loops.Loops(rec)
+        loops.seen(KEY, "u1", _body(rv="1"), gone=False)
+        await _until(lambda: rec.rounds == [("u1", "1")])
+        loops.seen(KEY, "u1", _body(rv="2"), gone=False)  # the next event: a round with the new body
+        await _until(lambda: rec.rounds[-1] == ("u1", "2"))
+        loops.seen(KEY, "u1", _body(rv="3", deleting=True), gone=False)
+        loop = loops.get(KEY)
+        assert loop is not None and loop.stopping
+        await loops.stopped(KEY, "u1")
+        assert loops.get(KEY) is None and loop.task is not None and loop.task.done()
+        assert not loop.task.cancelled()  # it ended its round and exited on its own
+        loops.seen(KEY, "u1", _body(rv="4", deleting=True), gone=True)  # DELETED: no loop again
+        assert loops.get(KEY) is None
+
+    asyncio.run(scenario())
+
+
+def test_a_new_run_under_the_same_name_gets_its_own_loop() -> None:
+    async def scenario() -> None:
+        rec = Recorder()
+        loops = run_loops.Loops(rec)
+        loops.seen(KEY, "u1", _body("u1"), gone=False)
+        await _until(lambda: ("u1", "1") in rec.rounds)
+        first = loops.get(KEY)
+        loops.seen(KEY, "u2", _body("u2", rv="7"), gone=False)
+        await _until(lambda: ("u2", "7") in rec.rounds)
+        second = loops.get(KEY)
+        assert first is not None and second is not None and second is not first and first.stopping
+        assert second.uid == "u2" and not second.stopping
+        await loops.stopped(KEY, "u1")  # the earlier run's uid: the new run's loop is left alone
+        assert loops.get(KEY) is second
+        await loops.stop_all()
+        assert len(loops) == 0 and second.task is not None and second.task.done()
+
+    asyncio.run(scenario())
+
+
+def test_a_loop_that_does_not_end_its_round_in_time_is_cancelled() -> None:
+    async def stuck(key: tuple[str, str], loop: run_loops.Loop) -> None:
+        await asyncio.sleep(3600)  # ignores stopping
+
+    async def scenario() -> None:
+        loops = run_loops.Loops(stuck)
+        loops.seen(KEY, "u1", _body(), gone=False)
+        loop = loops.get(KEY)
+        await asyncio.sleep(0)
+        await loops.stop_all(timeout=0.2)
+        assert loop is not None and loop.task is not None and loop.task.cancelled()
+
+    asyncio.run(scenario())
+
+
+def test_a_run_first_seen_being_deleted_gets_no_loop() -> None:
+    async def scenario() -> None:
+        loops = run_loops.Loops(Recorder())
+        loops.seen(KEY, "u1", _body(deleting=True), gone=False)
+        assert loops.get(KEY) is None
+
+    asyncio.run(scenario())
