@@ -7,6 +7,8 @@ import asyncio
 import json
 from typing import Any
 
+import kopf
+
 from agent_operator.serve import run_loops
 
 KEY = ("ns", "r")
@@ -49,7 +51,7 @@ async def _until(check: Any, timeout: float = 10.0) -> None:
 
 
 def test_a_run_is_held_without_its_managed_fields() -> None:
-    held = json.loads(run_loops.compact(_body()))
+    held = json.loads(run_loops.compact(kopf.Body(_body())))  # as kopf hands it to the event handler
     assert "managedFields" not in held["metadata"] and held["metadata"]["uid"] == "u1"
     assert held["spec"] == {"graph": "g:g"}
 
