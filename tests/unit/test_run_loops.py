@@ -4,6 +4,7 @@ its deletion, replaced for a new run of the same name, holding the run without i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from typing import Any
 
@@ -116,5 +117,31 @@ def test_a_run_first_seen_being_deleted_gets_no_loop() -> None:
         loops = run_loops.Loops(Recorder())
         loops.seen(KEY, "u1", _body(deleting=True), gone=False)
         assert loops.get(KEY) is None
+
+    asyncio.run(scenario())
+
+
+def test_a_loop_whose_task_died_is_started_again_by_the_next_event() -> None:
+    starts: list[str] = []
+
+    async def crashes_once(key: tuple[str, str], loop: run_loops.Loop) -> None:
+        starts.append(loop.current()["metadata"]["resourceVersion"])
+        if len(starts) == 1:
+            raise RuntimeError("escaped the round's guard")
+        while not loop.stopping:
+            loop.wake.clear()
+            await run_loops.sleep(loop, 60)
+
+    async def scenario() -> None:
+        loops = run_loops.Loops(crashes_once)
+        loops.seen(KEY, "u1", _body(rv="1"), gone=False)
+        first = loops.get(KEY)
+        assert first is not None and first.task is not None
+        with contextlib.suppress(RuntimeError):
+            await first.task
+        loops.seen(KEY, "u1", _body(rv="2"), gone=False)
+        await _until(lambda: starts == ["1", "2"])
+        assert loops.get(KEY) is first and first.task is not None and not first.task.done()
+        await loops.stop_all()
 
     asyncio.run(scenario())

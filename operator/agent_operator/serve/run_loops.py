@@ -79,11 +79,13 @@ class Loops:
             if deleting:
                 return  # nothing to run: the delete handler finishes it
             loop = self._loops[key] = Loop(uid, compact(body))
-            loop.task = asyncio.create_task(self._guarded(key, loop), name=f"run {key[0]}/{key[1]}")
-            return
         loop.body = compact(body)
         if deleting:
             self._stop(loop)
+        elif loop.task is None or loop.task.done():
+            # New, or its task ended without being told to stop (an error escaped a round's guard): the
+            # run's next event starts it again rather than leaving the run without a loop.
+            loop.task = asyncio.create_task(self._guarded(key, loop), name=f"run {key[0]}/{key[1]}")
         loop.wake.set()
 
     def wake(self, key: tuple[str, str]) -> None:
