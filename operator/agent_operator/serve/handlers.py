@@ -63,12 +63,13 @@ class _State:
     purger: retention.Purger | None = None
     lockwatch: lockwatch.LockWatch | None = None
     pool: connect.Pool | None = None
-    indexes: tuple[Any, Any] = ({}, {})  # kopf's run_pods and run_leases indexes (set by the first run event)
+    # kopf's run_pods and run_leases indexes, once the first run event has passed them (None before: the
+    # throttle's seeding asks again; no loop runs before that event)
+    indexes: tuple[Any, Any] | None = None
     memories: dict[str, memory_.RunMemory]
     leading: threading.Event  # set once this replica leads (for good: losing the Lease exits the process)
     throttle: throttle.Starts | None = None
     read_api: Any = None  # the read API's HTTPS server (agent_operator.serve.readapi), when served
-    pod_index: Any = None  # kopf's run_pods index, once the first run event has passed it (throttle seeding)
 
 
 STATE = _State()
@@ -195,7 +196,7 @@ def _drop_gone_tenants() -> None:
 def _live_worker_runs_of_key(namespace: str, key: str) -> list[tuple[str, str, str]] | None:
     """As ``_live_worker_runs``, for the runs of ``namespace`` whose live worker Pod carries ``key``'s
     concurrency label (a spec.concurrency key's seeding)."""
-    index = STATE.pod_index
+    index = STATE.indexes[0] if STATE.indexes is not None else None
     if index is None:
         return None
     label = protocol.concurrency_label(key)
@@ -209,7 +210,7 @@ def _live_worker_runs_of_key(namespace: str, key: str) -> list[tuple[str, str, s
 def _live_worker_runs() -> list[tuple[str, str, str]] | None:
     """(namespace, run uid, "") of every run with a worker Pod that has not terminated, from the Pod index:
     what a restarted operator finds running before it grants any start (``throttle`` seeding)."""
-    index = STATE.pod_index
+    index = STATE.indexes[0] if STATE.indexes is not None else None
     if index is None:
         return None  # no run event has passed the index yet: the throttle asks again
     return [
@@ -278,7 +279,6 @@ async def run_changed(
 ) -> None:
     # kopf passes its indexes by name, filled before any handler runs: the loops read them from here.
     STATE.indexes = (kwargs["run_pods"], kwargs["run_leases"])
-    STATE.pod_index = kwargs["run_pods"]
     LOOPS.seen((namespace or "", name), uid, body, gone=type == "DELETED")
 
 
@@ -306,6 +306,7 @@ async def _run_rounds(key: tuple[str, str], loop: run_loops.Loop) -> None:
     memory = STATE.memories.setdefault(loop.uid, memory_.RunMemory())
     while not loop.stopping:
         loop.wake.clear()
+        assert STATE.indexes is not None  # set by the event that started this loop
         run_pods, run_leases = STATE.indexes
         pod_list, lease = _inputs(namespace, name, loop.uid, run_pods, run_leases)
         try:

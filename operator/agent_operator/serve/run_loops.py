@@ -75,11 +75,12 @@ class Loops:
             self._loops.pop(key, None)
             loop = None
         deleting = gone or bool((body.get("metadata") or {}).get("deletionTimestamp"))
+        if loop is None and deleting:
+            return  # nothing to run: the delete handler finishes it
+        held = compact(body)
         if loop is None:
-            if deleting:
-                return  # nothing to run: the delete handler finishes it
-            loop = self._loops[key] = Loop(uid, compact(body))
-        loop.body = compact(body)
+            loop = self._loops[key] = Loop(uid, held)
+        loop.body = held
         if deleting:
             self._stop(loop)
         elif loop.task is None or loop.task.done():
