@@ -31,7 +31,7 @@ class LeaseState(enum.StrEnum):
     FREE = "free"  # no holder (released, or the Lease does not exist)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class LeaseSummary:
     """The parts of a ``coordination.k8s.io/v1`` Lease that matter for ownership, as plain data."""
 
@@ -138,6 +138,8 @@ class LeaseObserver:
     even if the Lease looks old: it cannot know, without trusting another clock, when it was last renewed.
     The operator keeps one observer per Lease; the worker one per acquisition.
     """
+
+    __slots__ = ("default_duration_seconds", "_version", "_first_seen", "_last")  # one per parked run
 
     def __init__(self, default_duration_seconds: float = DEFAULT_DURATION_SECONDS) -> None:
         self.default_duration_seconds = default_duration_seconds

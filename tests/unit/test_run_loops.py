@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import json
 from typing import Any
 
@@ -37,7 +38,7 @@ class Recorder:
 
     async def __call__(self, key: tuple[str, str], loop: run_loops.Loop) -> None:
         while not loop.stopping:
-            loop.wake.clear()
+            loop.begin_round()
             body = loop.current()
             self.rounds.append((body["metadata"]["uid"], body["metadata"]["resourceVersion"]))
             self.round_done.set()
@@ -129,7 +130,7 @@ def test_a_loop_whose_task_died_is_started_again_by_the_next_event() -> None:
         if len(starts) == 1:
             raise RuntimeError("escaped the round's guard")
         while not loop.stopping:
-            loop.wake.clear()
+            loop.begin_round()
             await run_loops.sleep(loop, 60)
 
     async def scenario() -> None:
@@ -143,5 +144,58 @@ def test_a_loop_whose_task_died_is_started_again_by_the_next_event() -> None:
         await _until(lambda: starts == ["1", "2"])
         assert loops.get(KEY) is first and first.task is not None and not first.task.done()
         await loops.stop_all()
+
+    asyncio.run(scenario())
+
+
+CAUSE: contextvars.ContextVar[str] = contextvars.ContextVar("cause", default="none")
+
+
+def test_a_loop_does_not_keep_the_context_of_the_event_that_started_it() -> None:
+    """kopf's handler context holds the event's cause (the whole raw body, its patch, its logger): a loop's
+    task copying it would keep that alive for as long as the run waits."""
+    seen: list[str] = []
+
+    async def reads_the_context(key: tuple[str, str], loop: run_loops.Loop) -> None:
+        seen.append(CAUSE.get())
+        while not loop.stopping:
+            loop.begin_round()
+            await run_loops.sleep(loop, 60)
+
+    async def scenario() -> None:
+        loops = run_loops.Loops(reads_the_context)
+        CAUSE.set("the event's cause")  # as kopf sets its context variables around a handler
+        loops.seen(KEY, "u1", _body(), gone=False)
+        await _until(lambda: seen == ["none"])
+        await loops.stop_all()
+
+    asyncio.run(scenario())
+
+
+def test_a_sleeping_loop_is_one_task_woken_by_an_event_or_its_timer() -> None:
+    woke: list[float] = []
+
+    async def sleeper(key: tuple[str, str], loop: run_loops.Loop) -> None:
+        clock = asyncio.get_running_loop().time
+        while not loop.stopping:
+            loop.begin_round()
+            start = clock()
+            await run_loops.sleep(loop, 0.2 if woke else 3600)
+            woke.append(clock() - start)
+
+    async def scenario() -> None:
+        loops = run_loops.Loops(sleeper)
+        loops.seen(KEY, "u1", _body(), gone=False)
+        loop = loops.get(KEY)
+        await _until(lambda: loop is not None and loop.waiter is not None)
+        others = {t for t in asyncio.all_tasks() if t is not asyncio.current_task()}
+        assert loop is not None and others == {loop.task}  # no helper task per sleep (wait_for made one)
+        loops.wake(KEY)  # an event: the hour-long sleep ends now
+        await _until(lambda: len(woke) == 1)
+        assert woke[0] < 60
+        await _until(lambda: len(woke) >= 2)  # then its 0.2 s timer ends the next one
+        assert 0.15 <= woke[1] < 60
+        await loops.stop_all()
+        assert loop.task is not None and loop.task.done() and not loop.task.cancelled()
 
     asyncio.run(scenario())

@@ -19,7 +19,7 @@ from agentrun_core.api import protocol
 OUTAGE_SLACK_SECONDS = 5.0  # reconcile and poll delays between a Lease looking expired and our fresh read
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)  # one per run this replica holds, parked ones included (P4)
 class RunMemory:
     observer: lease_math.LeaseObserver = dataclasses.field(default_factory=lease_math.LeaseObserver)
     last_status: dict[str, Any] | None = None
@@ -49,6 +49,21 @@ class RunMemory:
     notify_problem: tuple[str, str] | None = None  # (reason, message): the NotificationFailed condition
     notify_warned: set[str] = dataclasses.field(default_factory=set)  # notification Warnings already posted
     quiet_rounds: int = 0  # reconciles in a row that waited and changed nothing (reconcile.quiet)
+
+
+def status_base(memory: RunMemory, body: Mapping[str, Any]) -> dict[str, Any]:
+    """The status a round decides from: what this process wrote last, until the watch delivers it (the
+    watch may lag behind our own writes), else the body's.
+
+    Once the body shows the very status written last, the copy is dropped: a quiet run's status is then held
+    once, in its body (10,000 parked runs, P4). A lagging body that happens to equal it is as good a base;
+    a write decided from an older base than the API server's is refused by its resourceVersion
+    precondition (``Runner._write_status``)."""
+    seen = dict(body.get("status") or {})
+    if memory.last_status is not None and memory.last_status != seen:
+        return memory.last_status
+    memory.last_status = None
+    return seen
 
 
 def pod_deleted(memory: RunMemory, body: Mapping[str, Any]) -> None:

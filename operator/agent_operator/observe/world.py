@@ -104,7 +104,7 @@ class Observer:
         if watched.deleting is not None:
             run = dataclasses.replace(run, deleting=watched.deleting)
         spec = model.RunSpec.from_body(body.get("spec") or {})
-        status = memory.last_status if memory.last_status is not None else dict(body.get("status") or {})
+        status = memory_.status_base(memory, body)
         # The run, its approvals, effect counts and interventions, in one round trip; and the policy a future
         # approval is requested under follows spec.approval (never while one is pending: that one keeps its
         # snapshot; never for a finished run).

@@ -302,31 +302,38 @@ def _inputs(
 
 async def _run_rounds(key: tuple[str, str], loop: run_loops.Loop) -> None:
     """One run's loop (``run_loops``): a round, then sleep until its next deadline or a wake-up."""
-    namespace, name = key
     memory = STATE.memories.setdefault(loop.uid, memory_.RunMemory())
     while not loop.stopping:
-        loop.wake.clear()
-        assert STATE.indexes is not None  # set by the event that started this loop
-        run_pods, run_leases = STATE.indexes
-        pod_list, lease = _inputs(namespace, name, loop.uid, run_pods, run_leases)
-        try:
-            watched = observe.Watched(loop.current(), pod_list, lease)
-            plan = await asyncio.to_thread(STATE.reconciler.reconcile, watched, memory)
-            delay = plan.requeue_after
-            memory.failures = 0
-        except Exception as exc:  # the loop's boundary: log, look again soon (backing off)
-            memory.failures += 1
-            delay = backoff.capped(memory.failures, initial=ERROR_RETRY_SECONDS, cap=MAX_ERROR_RETRY_SECONDS)
-            logger.warning(
-                "reconcile of %s/%s failed (%d in a row, next try in %.0fs): %s: %s",
-                namespace,
-                name,
-                memory.failures,
-                delay,
-                type(exc).__name__,
-                exc,
-            )
+        delay = await _round(key, loop, memory)
         await run_loops.sleep(loop, _bounded(delay, memory))
+
+
+async def _round(key: tuple[str, str], loop: run_loops.Loop, memory: memory_.RunMemory) -> float:
+    """One reconcile of the run; the seconds until the next. A frame of its own: what a round read (the
+    parsed body, its Pods, the plan) is not kept alive while the run sleeps."""
+    namespace, name = key
+    loop.begin_round()
+    assert STATE.indexes is not None  # set by the event that started this loop
+    run_pods, run_leases = STATE.indexes
+    pod_list, lease = _inputs(namespace, name, loop.uid, run_pods, run_leases)
+    try:
+        watched = observe.Watched(loop.current(), pod_list, lease)
+        plan = await asyncio.to_thread(STATE.reconciler.reconcile, watched, memory)
+    except Exception as exc:  # the loop's boundary: log, look again soon (backing off)
+        memory.failures += 1
+        delay = backoff.capped(memory.failures, initial=ERROR_RETRY_SECONDS, cap=MAX_ERROR_RETRY_SECONDS)
+        logger.warning(
+            "reconcile of %s/%s failed (%d in a row, next try in %.0fs): %s: %s",
+            namespace,
+            name,
+            memory.failures,
+            delay,
+            type(exc).__name__,
+            exc,
+        )
+        return delay
+    memory.failures = 0
+    return plan.requeue_after
 
 
 LOOPS = run_loops.Loops(_run_rounds)

@@ -9,6 +9,7 @@ Settings come from the environment (``agent_operator.settings``); ``--namespace`
 from __future__ import annotations
 
 import argparse
+import ctypes
 import logging
 import os
 import sys
@@ -38,6 +39,27 @@ def schema_problem(dsn: str) -> str:
     )
 
 
+M_ARENA_MAX = -8  # glibc's mallopt() parameter: the most malloc arenas the process may have
+MALLOC_ARENAS = 2
+
+
+def cap_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
+    """Cap glibc's malloc arenas (as ``MALLOC_ARENA_MAX`` would); whether it was applied.
+
+    Reconciles run in asyncio's thread pool, and glibc gives each thread an arena of its own (up to 8 per
+    core) that keeps what the thread freed: after a burst of reconciles (thousands of runs admitted at once)
+    those arenas hold memory no run uses. Measured with 2,000 waiting runs: 36.7 KiB per run uncapped, 33.6
+    capped at 2 (``agentrun bench p4 --p4-waiting 2000``). ``MALLOC_ARENA_MAX`` in the environment wins;
+    a C library without ``mallopt`` (not glibc) is left as it is."""
+    if os.environ.get("MALLOC_ARENA_MAX"):
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt  # the C library this process runs on
+    except (OSError, AttributeError):
+        return False
+    return bool(mallopt(M_ARENA_MAX, arenas))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="agentrun operator", description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -52,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         "--liveness", default=None, help="kopf liveness endpoint, e.g. http://0.0.0.0:8080/healthz"
     )
     args = parser.parse_args(argv)
+    cap_malloc_arenas()  # before the first reconcile thread starts
     if args.namespace:
         os.environ["AGENTRUN_WATCH_NAMESPACES"] = ",".join(args.namespace)
     try:

@@ -6,6 +6,11 @@ task, a stopper's asyncio and threading events, the handler call's kwargs, logge
 ~65 KiB the operator held per waiting run (docs/dev/performance.md, P4). A loop here holds its run as one
 compact JSON string (no managedFields), parsed at each reconcile (which copied the body anyway).
 
+What a sleeping loop holds is what 10,000 parked runs cost (P4), so it holds little: its task runs in a
+fresh ``contextvars.Context`` (a task copies its creator's context, and kopf's handler context holds the
+event's cause: the whole raw body, managedFields and all, its patch and logger), and it sleeps on one
+future and one timer (``asyncio.wait_for`` would add a second task, an ``asyncio.Event`` a deque).
+
 Rules:
 * one loop per run: keyed by (namespace, name), bound to the run's uid; a new uid under the same name (the
   run deleted and created again) stops the old loop and starts one for the new run;
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import dataclasses
 import json
 from collections.abc import Awaitable, Callable, Mapping
@@ -29,19 +35,29 @@ from typing import Any
 STOP_TIMEOUT_SECONDS = 10.0  # a stopping loop's time to end its round (kopf's cancellation_timeout)
 
 
-@dataclasses.dataclass(eq=False)
+@dataclasses.dataclass(eq=False, slots=True)
 class Loop:
     """One run's loop: the run's latest body (compact JSON) and what wakes and stops it."""
 
     uid: str
     body: bytes
-    wake: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     stopping: bool = False
+    woken: bool = False  # an event came since the current round began: the next sleep returns at once
     task: asyncio.Task[None] | None = None
+    waiter: asyncio.Future[None] | None = None  # what the sleeping loop awaits
 
     def current(self) -> dict[str, Any]:
         """The run as the watch last delivered it (a fresh copy: the round may change it freely)."""
         return dict(json.loads(self.body))
+
+    def begin_round(self) -> None:
+        """A round starts from the latest body: wake-ups until now are answered by it."""
+        self.woken = False
+
+    def wake(self) -> None:
+        self.woken = True
+        if self.waiter is not None:
+            _resolve(self.waiter)
 
 
 def compact(body: Mapping[str, Any]) -> bytes:
@@ -86,13 +102,16 @@ class Loops:
         elif loop.task is None or loop.task.done():
             # New, or its task ended without being told to stop (an error escaped a round's guard): the
             # run's next event starts it again rather than leaving the run without a loop.
-            loop.task = asyncio.create_task(self._guarded(key, loop), name=f"run {key[0]}/{key[1]}")
-        loop.wake.set()
+            # A fresh context: not a copy of kopf's handler context (it would keep this event's cause).
+            loop.task = asyncio.create_task(
+                self._guarded(key, loop), name=f"run {key[0]}/{key[1]}", context=contextvars.Context()
+            )
+        loop.wake()
 
     def wake(self, key: tuple[str, str]) -> None:
         loop = self._loops.get(key)
         if loop is not None:
-            loop.wake.set()
+            loop.wake()
 
     async def stopped(self, key: tuple[str, str], uid: str, timeout: float = STOP_TIMEOUT_SECONDS) -> None:
         """Stop the run's loop (if it has one for ``uid``) and wait until it has exited (then cancelled)."""
@@ -116,7 +135,7 @@ class Loops:
     @staticmethod
     def _stop(loop: Loop) -> None:
         loop.stopping = True
-        loop.wake.set()
+        loop.wake()
 
     async def _guarded(self, key: tuple[str, str], loop: Loop) -> None:
         try:
@@ -139,10 +158,21 @@ async def _finish(loop: Loop, timeout: float) -> None:
 
 async def sleep(loop: Loop, seconds: float) -> None:
     """Until ``seconds`` have passed, or the loop is woken (an event) or told to stop."""
-    if loop.stopping:
+    if loop.stopping or loop.woken:
         return
     if seconds <= 0:
         await asyncio.sleep(0)
         return
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(loop.wake.wait(), timeout=seconds)
+    running = asyncio.get_running_loop()
+    waiter = loop.waiter = running.create_future()
+    timer = running.call_later(seconds, _resolve, waiter)
+    try:
+        await waiter
+    finally:
+        timer.cancel()
+        loop.waiter = None
+
+
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)

@@ -180,7 +180,9 @@ class Runner:
             self.event(run, event)
         if plan.status is not None:
             patch = phases.status_patch(world.status, plan.status)
-            if patch is not None and not (run.deleting and plan.done):
+            if patch is None:
+                return  # the status the round started from stands (``memory.status_base``): no copy kept
+            if not (run.deleting and plan.done):
                 try:
                     self._write_status(world, patch, memory)
                 except kube.NotFound:

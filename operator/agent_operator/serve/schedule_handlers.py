@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import copy
 import logging
 from typing import Any
@@ -65,7 +66,10 @@ async def schedule_changed(
     _bodies[key] = copy.deepcopy(dict(body))  # the loop reconciles the latest version it was given
     task = _tasks.get(key)
     if task is None or task.done():
-        _tasks[key] = asyncio.create_task(_loop(key), name=f"schedule {namespace}/{name}")
+        # A fresh context: a copy of kopf's handler context would keep this event's cause alive.
+        _tasks[key] = asyncio.create_task(
+            _loop(key), name=f"schedule {namespace}/{name}", context=contextvars.Context()
+        )
     else:
         _wake(*key)
 
