@@ -199,3 +199,41 @@ def test_a_sleeping_loop_is_one_task_woken_by_an_event_or_its_timer() -> None:
         assert loop.task is not None and loop.task.done() and not loop.task.cancelled()
 
     asyncio.run(scenario())
+
+
+def test_at_most_the_slots_of_rounds_read_their_run_at_once() -> None:
+    """Runs created by the thousand must not each parse their body and queue for a reconcile thread: the
+    burst's garbage would stay in the heap among what the runs keep."""
+    inside: list[int] = []
+    most = 0
+    release = asyncio.Event()
+
+    async def one_round(key: tuple[str, str], loop: run_loops.Loop) -> None:
+        nonlocal most
+        async with loops.round(loop):
+            inside.append(1)
+            most = max(most, len(inside))
+            await release.wait()
+            inside.pop()
+        while not loop.stopping:
+            await run_loops.sleep(loop, 60)
+
+    loops = run_loops.Loops(one_round, slots=2)
+
+    async def scenario() -> None:
+        for i in range(6):
+            loops.seen(("ns", f"r{i}"), f"u{i}", _body(uid=f"u{i}"), gone=False)
+        await _until(lambda: len(inside) == 2)
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert most == 2  # four rounds wait for a slot, holding nothing of their run
+        release.set()
+        await _until(lambda: not inside and all(loop.waiter is not None for loop in _all(loops)))
+        assert most == 2
+        await loops.stop_all()
+
+    asyncio.run(scenario())
+
+
+def _all(loops: run_loops.Loops) -> list[run_loops.Loop]:
+    return [loop for i in range(6) if (loop := loops.get(("ns", f"r{i}"))) is not None]

@@ -312,28 +312,32 @@ async def _round(key: tuple[str, str], loop: run_loops.Loop, memory: memory_.Run
     """One reconcile of the run; the seconds until the next. A frame of its own: what a round read (the
     parsed body, its Pods, the plan) is not kept alive while the run sleeps."""
     namespace, name = key
-    loop.begin_round()
-    assert STATE.indexes is not None  # set by the event that started this loop
-    run_pods, run_leases = STATE.indexes
-    pod_list, lease = _inputs(namespace, name, loop.uid, run_pods, run_leases)
-    try:
-        watched = observe.Watched(loop.current(), pod_list, lease)
-        plan = await asyncio.to_thread(STATE.reconciler.reconcile, watched, memory)
-    except Exception as exc:  # the loop's boundary: log, look again soon (backing off)
-        memory.failures += 1
-        delay = backoff.capped(memory.failures, initial=ERROR_RETRY_SECONDS, cap=MAX_ERROR_RETRY_SECONDS)
-        logger.warning(
-            "reconcile of %s/%s failed (%d in a row, next try in %.0fs): %s: %s",
-            namespace,
-            name,
-            memory.failures,
-            delay,
-            type(exc).__name__,
-            exc,
-        )
-        return delay
+    async with LOOPS.round(loop):
+        assert STATE.indexes is not None  # set by the event that started this loop
+        run_pods, run_leases = STATE.indexes
+        pod_list, lease = _inputs(namespace, name, loop.uid, run_pods, run_leases)
+        try:
+            watched = observe.Watched(loop.current(), pod_list, lease)
+            plan = await asyncio.to_thread(STATE.reconciler.reconcile, watched, memory)
+        except Exception as exc:  # the loop's boundary: log, look again soon (backing off)
+            return _failed(key, memory, exc)
     memory.failures = 0
     return plan.requeue_after
+
+
+def _failed(key: tuple[str, str], memory: memory_.RunMemory, exc: Exception) -> float:
+    """A failed round: logged; the next one after a backoff that grows with the failures in a row."""
+    memory.failures += 1
+    delay = backoff.capped(memory.failures, initial=ERROR_RETRY_SECONDS, cap=MAX_ERROR_RETRY_SECONDS)
+    logger.warning(
+        "reconcile of %s/%s failed (%d in a row, next try in %.0fs): %s: %s",
+        *key,
+        memory.failures,
+        delay,
+        type(exc).__name__,
+        exc,
+    )
+    return delay
 
 
 LOOPS = run_loops.Loops(_run_rounds)
