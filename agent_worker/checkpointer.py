@@ -235,38 +235,24 @@ class FencedSaver(PostgresSaver):
     # is the sync method above, run in the event loop's thread: the same fenced, timed statements and fault
     # points, one at a time. It blocks the loop for one round trip, as the sync loop waits for its thread.
 
-    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return self.get_tuple(config)
+    # The twins take the sync method's arguments as they come (the base class types them for callers).
+    async def aget_tuple(self, *args: Any, **kwargs: Any) -> CheckpointTuple | None:
+        return self.get_tuple(*args, **kwargs)
 
-    async def alist(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> AsyncIterator[CheckpointTuple]:
-        for item in self.list(config, filter=filter, before=before, limit=limit):
+    async def alist(self, *args: Any, **kwargs: Any) -> AsyncIterator[CheckpointTuple]:
+        for item in self.list(*args, **kwargs):
             yield item
 
-    async def aput(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        return self.put(config, checkpoint, metadata, new_versions)
+    async def aput(self, *args: Any, **kwargs: Any) -> RunnableConfig:
+        return self.put(*args, **kwargs)
 
-    async def aput_writes(
-        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
-    ) -> None:
-        self.put_writes(config, writes, task_id, task_path)
+    async def aput_writes(self, *args: Any, **kwargs: Any) -> None:
+        self.put_writes(*args, **kwargs)
 
     async def aget_delta_channel_history(
-        self, *, config: RunnableConfig, channels: Sequence[str]
+        self, *args: Any, **kwargs: Any
     ) -> Mapping[str, DeltaChannelHistory]:
-        return self.get_delta_channel_history(config=config, channels=channels)
+        return self.get_delta_channel_history(*args, **kwargs)
 
     # --- the fenced pipeline -------------------------------------------------------------------------
 

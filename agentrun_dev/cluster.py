@@ -32,6 +32,7 @@ from agentrun_dev import (
     postgres,
     procs,
     state,
+    waiting,
 )
 from agentrun_dev import settings as settings_mod
 
@@ -251,11 +252,12 @@ def wait_established(s: settings_mod.Settings, crd: Path, timeout: float = 60.0)
     """Until every CRD in ``crd`` says Established. Not ``kubectl wait --for=condition=Established``: on a
     CRD just created, before the API server wrote any condition, it fails at once ("accessor error: <nil>")
     instead of waiting, which broke a CI run's `dev up`."""
-    deadline = time.monotonic() + timeout
-    while not established(kubectl(s, "get", "-f", str(crd), "-o", "json", timeout=30)):
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"the CRDs of {crd} are not Established within {timeout:.0f}s")
-        time.sleep(0.2)
+
+    def ready() -> bool:
+        return established(kubectl(s, "get", "-f", str(crd), "-o", "json", timeout=30))
+
+    if not waiting.poll(ready, timeout, 0.2):
+        raise RuntimeError(f"the CRDs of {crd} are not Established within {timeout:.0f}s")
 
 
 def established(answer: str) -> bool:

@@ -18,7 +18,7 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from agentrun_dev import state  # the demo runs only beside the dev cluster
+from agentrun_dev import state, waiting  # the demo runs only beside the dev cluster
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -86,14 +86,10 @@ def _state_dir(env: Mapping[str, str]) -> pathlib.Path:
 
 
 def wait_until(what: str, check: Callable[[], Any], timeout: float, interval: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise DemoError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
+    value = waiting.poll(check, timeout, interval)
+    if not value:
+        raise DemoError(f"timed out after {timeout:.0f}s waiting for {what}")
+    return value
 
 
 # --- the operator, as a background process --------------------------------------------------------------

@@ -26,21 +26,13 @@ NODE_NAME = "agentrun-dev-node"
 
 
 @dataclasses.dataclass(frozen=True)
-class Settings:
+class StateLayout:
+    """Where each thing lives under the state directory: one place for the cluster and for the pod runtime
+    (its own process, given ``--state-dir``)."""
+
     state_dir: Path
     """Root of all mutable dev-cluster state."""
-    cache_dir: Path
-    """Root of the build cache (control-plane binaries under ``controlplane/<key>/``)."""
-    kubebuilder_assets: Path | None
-    """Directory with ``etcd`` and ``kube-apiserver`` (envtest convention); overrides the build for those."""
-    k8s_version: str = K8S_VERSION
-    staging_version: str = STAGING_VERSION
-    etcd_version: str = ETCD_VERSION
-    node_name: str = NODE_NAME
-    ready_timeout_s: float = 120.0
-    """Seconds `up` waits for each component to report healthy."""
 
-    # --- layout of the state directory -----------------------------------------------------------------
     @property
     def ports_file(self) -> Path:
         return self.state_dir / "ports.json"
@@ -74,17 +66,37 @@ class Settings:
         return self.state_dir / "pods"
 
     @property
+    def podruntime_dir(self) -> Path:
+        """The pod runtime's own files (its control channel, its process records)."""
+        return self.state_dir / "podruntime"
+
+    @property
     def smtp_dir(self) -> Path:
         return self.state_dir / "smtp"
 
     @property
+    def identities_dir(self) -> Path:
+        return self.state_dir / "identities"
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings(StateLayout):
+    cache_dir: Path
+    """Root of the build cache (control-plane binaries under ``controlplane/<key>/``)."""
+    kubebuilder_assets: Path | None
+    """Directory with ``etcd`` and ``kube-apiserver`` (envtest convention); overrides the build for those."""
+    k8s_version: str = K8S_VERSION
+    staging_version: str = STAGING_VERSION
+    etcd_version: str = ETCD_VERSION
+    node_name: str = NODE_NAME
+    ready_timeout_s: float = 120.0
+    """Seconds `up` waits for each component to report healthy."""
+
+    # Not in the layout: the pod runtime is given the kubeconfig it uses (``--kubeconfig``).
+    @property
     def kubeconfig(self) -> Path:
         """The admin kubeconfig (group ``system:masters``)."""
         return self.state_dir / "kubeconfig"
-
-    @property
-    def identities_dir(self) -> Path:
-        return self.state_dir / "identities"
 
     # --- the build cache --------------------------------------------------------------------------------
     @property

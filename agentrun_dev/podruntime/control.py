@@ -50,14 +50,12 @@ class State:
         return cls(int(d.get("generation", 0)), bool(d.get("frozen")), frozenset(d.get("frozen_pods") or ()))
 
 
-def default_state_dir() -> Path:
+def runtime_dir(state_dir: Path | str | None) -> Path:
     from agentrun_dev import settings as dev_settings
 
-    return dev_settings.from_env().state_dir
-
-
-def runtime_dir(state_dir: Path | str | None) -> Path:
-    return Path(state_dir if state_dir is not None else default_state_dir()) / "podruntime"
+    if state_dir is None:
+        return dev_settings.from_env().podruntime_dir
+    return dev_settings.StateLayout(Path(state_dir)).podruntime_dir
 
 
 def read(state_dir: Path | str | None = None) -> State:

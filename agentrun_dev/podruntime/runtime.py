@@ -55,7 +55,7 @@ class Runtime:
         self.workers: dict[str, podworker.PodWorker] = {}
         self.lock = threading.Lock()
         # pods/log through the API server reaches this endpoint (the node's kubeletEndpoint port).
-        self.logs = logserver.LogServer(s.pods_dir, s.state_dir / "pki", s.node_name, self._pod_running)
+        self.logs = logserver.LogServer(s.pods_dir, s.pki_dir, s.node_name, self._pod_running)
         s = dataclasses.replace(s, kubelet_port=self.logs.port)
         self.s = s
         self.kube = kubeapi.Kube(str(s.kubeconfig))
@@ -84,9 +84,9 @@ class Runtime:
     # --- main --------------------------------------------------------------------------------------------
     def run(self) -> int:
         self.logs.start()
-        self.s.runtime_dir.mkdir(parents=True, exist_ok=True)
+        self.s.podruntime_dir.mkdir(parents=True, exist_ok=True)
         self.s.pods_dir.mkdir(parents=True, exist_ok=True)
-        (self.s.runtime_dir / control.RUNTIME).write_text(
+        (self.s.podruntime_dir / control.RUNTIME).write_text(
             json.dumps({"pid": os.getpid(), "started": time.time()})
         )
         killed = processes.kill_orphans(self.s.procs_dir)
@@ -136,12 +136,12 @@ class Runtime:
         gen = self._control.generation
         applied = all(w.applied_generation >= gen or w.finished.is_set() for w in workers)
         if applied and control.acked_generation(self.s.state_dir) != gen:
-            control.write_ack(self.s.runtime_dir, gen)
+            control.write_ack(self.s.podruntime_dir, gen)
         if not self._control.frozen and self.pending_deletes:
             self._retry_deletes()
 
     def _read_control(self) -> None:
-        path = self.s.runtime_dir / control.CONTROL
+        path = self.s.podruntime_dir / control.CONTROL
         try:
             mtime = path.stat().st_mtime_ns
         except FileNotFoundError:

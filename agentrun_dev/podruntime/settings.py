@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from agentrun_core import envconf
+from agentrun_dev import settings as dev_settings
 from agentrun_dev.podruntime import restarts
 
 ENV_PREFIX = "AGENTRUN_PODRUNTIME_"
@@ -28,11 +29,12 @@ def default_repo() -> Path:
 
 
 @dataclasses.dataclass(frozen=True)
-class Settings:
+class Settings(dev_settings.StateLayout):
+    """``state_dir`` (the dev cluster's): pods live under ``pods_dir``, the runtime's own files under
+    ``podruntime_dir``."""
+
     kubeconfig: Path
     """Admin kubeconfig the runtime itself uses."""
-    state_dir: Path
-    """Dev-cluster state root; pods live under ``pods/``, the runtime's own files under ``podruntime/``."""
     node_name: str = "agentrun-dev-node"
     repo: Path = dataclasses.field(default_factory=default_repo)
     """Put on every container's ``PYTHONPATH``."""
@@ -61,17 +63,9 @@ class Settings:
     """After SIGKILL, seconds to wait for a process to vanish before reporting it gone anyway."""
 
     @property
-    def pods_dir(self) -> Path:
-        return self.state_dir / "pods"
-
-    @property
-    def runtime_dir(self) -> Path:
-        return self.state_dir / "podruntime"
-
-    @property
     def procs_dir(self) -> Path:
         """One JSON record per live container process, so a restarted runtime can kill what it left."""
-        return self.runtime_dir / "procs"
+        return self.podruntime_dir / "procs"
 
 
 def build(

@@ -63,7 +63,7 @@ def test_waiting_for_a_compatible_worker_never_exhausts_and_backs_off() -> None:
     now = datetime.datetime(2026, 12, 6, tzinfo=datetime.UTC)
     delays = []
     for waits in range(1, 8):
-        loss = retry.on_incompatible(policy, waits, pods.INCOMPATIBLE, "m", 0, now, waits)
+        loss = retry.on_incompatible(policy, 0, now, waits)
         assert not loss.exhausted and loss.restarts == 0
         assert loss.next_attempt_at is not None
         delays.append((loss.next_attempt_at - now).total_seconds())

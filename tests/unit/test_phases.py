@@ -51,9 +51,9 @@ def test_backoff_doubles_and_caps() -> None:
 
 def test_attempt_limit() -> None:
     policy = model.RetryPolicy(max_attempts=2, backoff_seconds=1, max_backoff_seconds=5)
-    first = retry.on_loss(policy, 1, "evicted", "m", 0, T0)
+    first = retry.on_loss(policy, 0, T0)
     assert not first.exhausted and first.next_attempt_at == T0 + datetime.timedelta(seconds=1)
-    second = retry.on_loss(policy, 2, "evicted", "m", first.restarts, T0)
+    second = retry.on_loss(policy, first.restarts, T0)
     assert second.exhausted and second.restarts == 2
 
 

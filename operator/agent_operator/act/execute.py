@@ -13,7 +13,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from agent_operator import kube
@@ -89,11 +89,8 @@ class Executor:
             case actions.SetReadOnly():
                 store.set_read_only(self.db, run.uid, True)
             case actions.RemoveDecisionAnnotations():
-                memory.handled_rvs.add(run.resource_version)
-                present = tuple(k for k in api_meta.DECISION_ANNOTATIONS if k in run.annotations)
-                present += edits.payload_annotations(run.annotations)
-                if present:
-                    kube.remove_annotations(self.api, ns, name, present)
+                payload = edits.payload_annotations(run.annotations)
+                self._remove_annotations(run, memory, (*api_meta.DECISION_ANNOTATIONS, *payload))
             case actions.PinImage(ref=ref, digest=digest, generation=generation):
                 store.pin_image(self.db, run_id=run.uid, image=ref, digest=digest, generation=generation)
             case actions.ReopenRun():
@@ -101,14 +98,19 @@ class Executor:
             case actions.ResolveEffect():
                 self._resolve(run, action)
             case actions.RemoveResolveAnnotations():
-                memory.handled_rvs.add(run.resource_version)
-                present = tuple(k for k in api_meta.RESOLVE_ANNOTATIONS if k in run.annotations)
-                if present:
-                    kube.remove_annotations(self.api, ns, name, present)
+                self._remove_annotations(run, memory, api_meta.RESOLVE_ANNOTATIONS)
             case actions.DeleteRun():
                 # TTL. Its rows are marked for purge by the finalizer (handlers.run_deleted), never here: a
                 # delete that is refused or fails leaves the run and its ledger as they are.
                 kube.delete_run(self.api, ns, name)
+
+    def _remove_annotations(self, run: model.RunRef, memory: memory_.RunMemory, keys: Sequence[str]) -> None:
+        """Remove those of ``keys`` the run carries, and remember this resourceVersion's annotations as
+        handled (the watch may still show them after the removal)."""
+        memory.handled_rvs.add(run.resource_version)
+        present = tuple(k for k in keys if k in run.annotations)
+        if present:
+            kube.remove_annotations(self.api, run.namespace, run.name, present)
 
     def _admit(self, world: model.World, admit: actions.Admit) -> None:
         run, spec = world.run, world.spec

@@ -233,16 +233,14 @@ def _lost(w: walk.Walk, attempt: int, reason: str, message: str) -> dict[str, An
         waits = int(before.get("incompatibleWaits") or 0) + 1
         record["incompatibleWaits"] = waits
         record["controlPlane"] = True
-        loss = retry.on_incompatible(
-            world.spec.retry, attempt, reason, message, st.restarts, world.now, waits
-        )
+        loss = retry.on_incompatible(world.spec.retry, st.restarts, world.now, waits)
     elif reason in pods.CONTROL_PLANE_REASONS and st.control_plane_losses < pods.CONTROL_PLANE_LOSS_LIMIT:
         # The control plane lost this attempt, not the run: maxAttempts is not consumed (own limit).
         st.control_plane_losses += 1
         record["controlPlane"] = True
-        loss = retry.on_control_plane_loss(world.spec.retry, attempt, reason, message, st.restarts, world.now)
+        loss = retry.on_control_plane_loss(world.spec.retry, st.restarts, world.now)
     else:
-        loss = retry.on_loss(world.spec.retry, attempt, reason, message, st.restarts, world.now)
+        loss = retry.on_loss(world.spec.retry, st.restarts, world.now)
     st.restarts = loss.restarts
     if loss.exhausted:
         record["exhausted"] = True

@@ -22,11 +22,8 @@ def backoff_seconds(policy: model.RetryPolicy, restarts: int) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class Loss:
-    """An attempt that ended without finishing or parking the run, as recorded in status.lastAttemptEnd."""
+    """What an attempt that ended without finishing or parking the run leaves for the next one."""
 
-    attempt: int
-    reason: str
-    message: str
     restarts: int  # lost attempts so far, this one included
     next_attempt_at: datetime.datetime | None  # None: the limit is reached, no further attempt
 
@@ -35,46 +32,28 @@ class Loss:
         return self.next_attempt_at is None
 
 
-def on_loss(
-    policy: model.RetryPolicy,
-    attempt: int,
-    reason: str,
-    message: str,
-    previous_restarts: int,
-    now: datetime.datetime,
-) -> Loss:
+def _after(policy: model.RetryPolicy, restarts: int, backoffs: int, now: datetime.datetime) -> Loss:
+    """``restarts`` counted so far; the next attempt after the ``backoffs``-th backoff."""
+    return Loss(restarts, now + datetime.timedelta(seconds=backoff_seconds(policy, backoffs)))
+
+
+def on_loss(policy: model.RetryPolicy, previous_restarts: int, now: datetime.datetime) -> Loss:
     restarts = previous_restarts + 1
     if restarts >= policy.max_attempts:
-        return Loss(attempt, reason, message, restarts, None)
-    delay = backoff_seconds(policy, restarts)
-    return Loss(attempt, reason, message, restarts, now + datetime.timedelta(seconds=delay))
+        return Loss(restarts, None)
+    return _after(policy, restarts, restarts, now)
 
 
-def on_control_plane_loss(
-    policy: model.RetryPolicy,
-    attempt: int,
-    reason: str,
-    message: str,
-    previous_restarts: int,
-    now: datetime.datetime,
-) -> Loss:
+def on_control_plane_loss(policy: model.RetryPolicy, previous_restarts: int, now: datetime.datetime) -> Loss:
     """A loss the control plane caused (API server unreachable, ...): restarts and the limit unchanged; the
     next attempt after the base backoff (the cause may still be there, so not at once)."""
-    delay = backoff_seconds(policy, 1)
-    return Loss(attempt, reason, message, previous_restarts, now + datetime.timedelta(seconds=delay))
+    return _after(policy, previous_restarts, 1, now)
 
 
 def on_incompatible(
-    policy: model.RetryPolicy,
-    attempt: int,
-    reason: str,
-    message: str,
-    previous_restarts: int,
-    now: datetime.datetime,
-    waits: int,
+    policy: model.RetryPolicy, previous_restarts: int, now: datetime.datetime, waits: int
 ) -> Loss:
     """The worker refused the schema (exit 15) for the ``waits``-th time in a row: restarts and the limit
     unchanged, never exhausted; the next try after the run's backoff, doubled per wait up to its cap (an
     upgrade in progress takes minutes, a wrong image until someone changes it)."""
-    delay = backoff_seconds(policy, waits)
-    return Loss(attempt, reason, message, previous_restarts, now + datetime.timedelta(seconds=delay))
+    return _after(policy, previous_restarts, waits, now)
