@@ -20,10 +20,9 @@ import pytest
 
 from agentrun_core import faults, store
 from agentrun_dev import http_provider
-from tests.chaos import worker_harness
 from tests.graphs import delta_chat
 from tests.integration.test_delta_channel import messages_at
-from tests.support import kills
+from tests.support import kills, worker_harness
 
 pytestmark = [pytest.mark.chaos, pytest.mark.cluster, pytest.mark.postgres, pytest.mark.slow]
 

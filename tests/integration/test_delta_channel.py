@@ -28,8 +28,8 @@ import pytest
 from agent_worker import checkpointer
 from agentrun_core import store
 from agentrun_dev import http_provider
-from tests.chaos import worker_harness
 from tests.graphs import delta_chat
+from tests.support import worker_harness
 
 pytestmark = pytest.mark.postgres
 

@@ -13,7 +13,7 @@ import pytest
 
 from agentrun_core import store
 from agentrun_dev import http_provider
-from tests.chaos import worker_harness
+from tests.support import worker_harness
 
 pytestmark = pytest.mark.postgres
 BILL = "tests.integration.retry_graphs:bill_graph"

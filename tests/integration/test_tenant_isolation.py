@@ -21,8 +21,7 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from agent_operator.act import tenants
 from agentrun_core import store
 from agentrun_core.store import connect
-from tests.chaos import worker_harness
-from tests.support import pg
+from tests.support import pg, worker_harness
 from tests.support.graphs import chain
 from tests.support.queries import one_row
 

@@ -10,8 +10,7 @@ import psycopg
 import pytest
 
 from agentrun_core import store
-from tests.chaos import worker_harness
-from tests.support import pg
+from tests.support import pg, worker_harness
 
 pytestmark = pytest.mark.postgres
 

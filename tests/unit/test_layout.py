@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -30,3 +31,25 @@ def test_test_modules_have_unique_basenames() -> None:
     for path in sorted((ROOT / "tests").rglob("test_*.py")):
         assert path.name not in seen, f"{path} and {seen[path.name]} share a basename"
         seen[path.name] = path
+
+
+def support_imports_from_test_folders(support: Path) -> list[str]:
+    """``tests.*`` imports in ``support`` that name a module outside it (``file: module``)."""
+    found = []
+    for path in sorted(support.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            else:
+                continue
+            outside = [n for n in names if n.startswith("tests.") and n.split(".")[1] != "support"]
+            found += [f"{path.name}: {n}" for n in outside]
+    return found
+
+
+def test_test_support_imports_no_test_folder() -> None:
+    """tests/support is what the test folders share: a helper there that imports from tests/integration or
+    tests/chaos makes every user of it load that folder's test modules (and their fixtures) too."""
+    assert support_imports_from_test_folders(ROOT / "tests" / "support") == []
