@@ -23,6 +23,7 @@
 * ``pod_security`` — the Pod Security labels deploy/tenant/namespace.yaml asks of a tenant namespace.
 * ``cli`` — ``agentrun()``: the venv's console script in a subprocess, as a user runs it.
 * ``deploy`` — kubectl as the admin and kustomizations rendered into a test namespace (the deploy/ tests).
+* ``source_tree`` — the project's source packages and their ``.py`` files, for the tests that read the tree.
 * ``worker_harness`` — real worker subprocesses against real providers, for the worker, chaos and ledger
   tests: ``Worker``, ``admit``, ``drive``, the providers and what each delivered.
 """
