@@ -17,7 +17,7 @@ from agentrun_dev import http_provider
 from tests.support import cli
 from tests.support.approvals import Scene, scene_fixture
 from tests.support.kube import Team, condition, create_run, events, get_run, kubectl, run_status, user_env
-from tests.support.specs import FLAKY, STEPS, run_spec
+from tests.support.specs import FLAKY, STEPS, lines, run_spec
 from tests.support.waiting import wait_for, wait_phase
 
 scene = scene_fixture()
@@ -35,10 +35,6 @@ def people(team: Team) -> dict[str, Path]:
     return team(
         {"oncall": ("sre", "agentrun-retrier", "agentrun-resolver"), "mallory": ("devs", "agentrun-editor")}
     )
-
-
-def lines(path: Path) -> list[str]:
-    return path.read_text().splitlines() if path.exists() else []
 
 
 def pending_key(dsn: str, uid: str) -> str:

@@ -29,6 +29,12 @@ TICKET = {
 }
 
 
+def lines(path: Path) -> list[str]:
+    """The lines a test graph appended to its ``input.path`` so far (one per step or performed effect); none
+    while the file does not exist yet."""
+    return path.read_text().splitlines() if path.exists() else []
+
+
 def worker_env(env: Mapping[str, str]) -> dict[str, Any]:
     """``spec.worker`` with these environment variables for the worker container."""
     return {"env": [{"name": k, "value": v} for k, v in env.items()]}
