@@ -23,6 +23,8 @@
 * ``pod_security`` — the Pod Security labels deploy/tenant/namespace.yaml asks of a tenant namespace.
 * ``cli`` — ``agentrun()``: the venv's console script in a subprocess, as a user runs it.
 * ``deploy`` — kubectl as the admin and kustomizations rendered into a test namespace (the deploy/ tests).
+* ``seeded_run`` — ``seed_run``: a run parked on an approval after one eviction, with its ledger, written
+  straight into the API server and Postgres (for the CLI's read verbs; no operator, no worker).
 * ``source_tree`` — the project's source packages and their ``.py`` files, for the tests that read the tree.
 * ``worker_harness`` — real worker subprocesses against real providers, for the worker, chaos and ledger
   tests: ``Worker``, ``admit``, ``drive``, the providers and what each delivered.
