@@ -22,6 +22,7 @@
 * ``queries`` — ``one_row``: the one row a query on Postgres must return.
 * ``pod_security`` — the Pod Security labels deploy/tenant/namespace.yaml asks of a tenant namespace.
 * ``cli`` — ``agentrun()``: the venv's console script in a subprocess, as a user runs it.
+* ``dockerfile`` — the Dockerfile as instructions and stages (its structure and its install steps).
 * ``deploy`` — kubectl as the admin and kustomizations rendered into a test namespace (the deploy/ tests).
 * ``seeded_run`` — ``seed_run``: a run parked on an approval after one eviction, with its ledger, written
   straight into the API server and Postgres (for the CLI's read verbs; no operator, no worker).
