@@ -26,6 +26,8 @@
 * ``deploy`` — kubectl as the admin and kustomizations rendered into a test namespace (the deploy/ tests).
 * ``seeded_run`` — ``seed_run``: a run parked on an approval after one eviction, with its ledger, written
   straight into the API server and Postgres (for the CLI's read verbs; no operator, no worker).
+* ``rowmaker`` — store rows (``store.Run``, approvals, interventions) with neutral values for the fields a
+  test does not name, for the operator's pure tests.
 * ``trace_rows`` — a run's trace as plain rows (``inputs``, ``step``, ``effect``), for the trace tests.
 * ``source_tree`` — the project's source packages and their ``.py`` files, for the tests that read the tree.
 * ``worker_harness`` — real worker subprocesses against real providers, for the worker, chaos and ledger
