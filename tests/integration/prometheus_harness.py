@@ -9,7 +9,6 @@ import json
 import math
 import pathlib
 import shutil
-import socket
 import subprocess
 import time
 import urllib.error
@@ -20,6 +19,8 @@ from typing import Any
 
 import yaml
 
+from tests.support.sockets import free_port
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "alerts" / "agentrun.rules.yaml"
 DASHBOARDS = sorted((ROOT / "deploy" / "dashboards").glob("*.json"))
@@ -28,13 +29,6 @@ RATE_INTERVAL = "15s"  # what Grafana's $__rate_interval becomes at a 1 s scrape
 # --- a real Prometheus -----------------------------------------------------------------------------
 
 PROMETHEUS = shutil.which("prometheus")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class Prometheus:

@@ -24,11 +24,11 @@ from tests.integration.prometheus_harness import (
     Prometheus,
     fast_rules,
     finite_values,
-    free_port,
     grafana_expr,
     panel_queries,
     running,
 )
+from tests.support.sockets import free_port
 
 pytestmark = [
     pytest.mark.slow,

@@ -29,6 +29,7 @@
 * ``rowmaker`` — store rows (``store.Run``, approvals, interventions) with neutral values for the fields a
   test does not name, for the operator's pure tests.
 * ``trace_rows`` — a run's trace as plain rows (``inputs``, ``step``, ``effect``), for the trace tests.
+* ``sockets`` — ``free_port`` (a loopback port for a server a test starts) and ``recv_until``.
 * ``source_tree`` — the project's source packages and their ``.py`` files, for the tests that read the tree.
 * ``worker_harness`` — real worker subprocesses against real providers, for the worker, chaos and ledger
   tests: ``Worker``, ``admit``, ``drive``, the providers and what each delivered.

@@ -17,8 +17,7 @@ from agent_operator.act import notifier, notify_http, outbound
 from agent_operator.decide import model, notify, notify_outcome, run_status
 from agentrun_core import store
 from agentrun_dev.webhook_receiver import Receiver
-from tests.support import rowmaker
-from tests.unit import sockets
+from tests.support import rowmaker, sockets
 
 NOW = datetime.datetime(2026, 12, 3, 12, 0, tzinfo=datetime.UTC)
 
