@@ -14,7 +14,7 @@ import json
 import re
 import shlex
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,15 +32,6 @@ from tests.support.specs import STEPS, approval_spec
 from tests.support.waiting import wait_for, wait_phase
 
 TOKEN = "s3cr3t-t0ken-for-the-receiver"
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    server = Receiver().start()
-    try:
-        yield server
-    finally:
-        server.close()
 
 
 @pytest.fixture
