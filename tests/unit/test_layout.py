@@ -53,3 +53,32 @@ def test_test_support_imports_no_test_folder() -> None:
     """tests/support is what the test folders share: a helper there that imports from tests/integration or
     tests/chaos makes every user of it load that folder's test modules (and their fixtures) too."""
     assert support_imports_from_test_folders(ROOT / "tests" / "support") == []
+
+
+def _has_tests(path: Path) -> bool:
+    tree = ast.parse(path.read_text())
+    return any(isinstance(n, ast.FunctionDef) and n.name.startswith("test_") for n in tree.body)
+
+
+def imports_of_test_modules(tests: Path) -> list[str]:
+    """Imports, anywhere under ``tests``, of a module that holds tests (``file: module``)."""
+    found = []
+    for path in sorted(tests.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                modules = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+            else:
+                continue
+            for module in modules:
+                target = tests.parent.joinpath(*module.split(".")).with_suffix(".py")
+                if module.startswith("tests.") and target.is_file() and _has_tests(target):
+                    found.append(f"{path.relative_to(tests)}: {module}")
+    return found
+
+
+def test_no_module_imports_a_test_module() -> None:
+    """A helper two test modules share lives in tests/support: imported from a test module, it drags that
+    module's tests and fixtures into the importer (and pytest may collect them twice)."""
+    assert imports_of_test_modules(ROOT / "tests") == []
