@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from tests.support.sockets import free_port
+from tests.support.waiting import wait_for
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "alerts" / "agentrun.rules.yaml"
@@ -69,12 +70,13 @@ class Prometheus:
         return out
 
     def wait_scraped(self, jobs: list[str], timeout: float = 20.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if all(self.targets_up().get(j) == "up" for j in jobs):
-                return
-            time.sleep(0.25)
-        raise AssertionError(f"targets not up: {self.targets_up()}")
+        wait_for(
+            lambda: all(self.targets_up().get(j) == "up" for j in jobs),
+            timeout,
+            f"targets {jobs} up",
+            interval=0.25,
+            on_timeout=lambda: f"targets: {self.targets_up()}",
+        )
 
 
 def finite_values(result: list[dict[str, Any]]) -> list[float]:
