@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,20 +34,24 @@ def test_test_modules_have_unique_basenames() -> None:
         seen[path.name] = path
 
 
+def imported_modules(path: Path) -> Iterator[str]:
+    """Every module the file imports, by name; ``from a import b`` names ``a`` and ``a.b`` (b may be one)."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            yield node.module
+            yield from (f"{node.module}.{alias.name}" for alias in node.names)
+
+
 def support_imports_from_test_folders(support: Path) -> list[str]:
     """``tests.*`` imports in ``support`` that name a module outside it (``file: module``)."""
-    found = []
-    for path in sorted(support.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module]
-            else:
-                continue
-            outside = [n for n in names if n.startswith("tests.") and n.split(".")[1] != "support"]
-            found += [f"{path.name}: {n}" for n in outside]
-    return found
+    return [
+        f"{path.name}: {module}"
+        for path in sorted(support.rglob("*.py"))
+        for module in imported_modules(path)
+        if module.startswith("tests.") and module.split(".")[1] != "support"
+    ]
 
 
 def test_test_support_imports_no_test_folder() -> None:
@@ -64,17 +69,10 @@ def imports_of_test_modules(tests: Path) -> list[str]:
     """Imports, anywhere under ``tests``, of a module that holds tests (``file: module``)."""
     found = []
     for path in sorted(tests.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                modules = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module:
-                modules = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
-            else:
-                continue
-            for module in modules:
-                target = tests.parent.joinpath(*module.split(".")).with_suffix(".py")
-                if module.startswith("tests.") and target.is_file() and _has_tests(target):
-                    found.append(f"{path.relative_to(tests)}: {module}")
+        for module in imported_modules(path):
+            target = tests.parent.joinpath(*module.split(".")).with_suffix(".py")
+            if module.startswith("tests.") and target.is_file() and _has_tests(target):
+                found.append(f"{path.relative_to(tests)}: {module}")
     return found
 
 
