@@ -12,6 +12,7 @@ import kubernetes
 import pytest
 from kubernetes.client import ApiClient, ApiException
 
+from tests.support.kube import gone
 from tests.support.waiting import wait_for
 
 
@@ -188,16 +189,11 @@ def test_controller_manager_garbage_collects_dependents_of_a_deleted_owner(
     core.create_namespaced_config_map(namespace, {"metadata": {"name": "bystander"}})
     core.delete_namespaced_config_map("owner", namespace, propagation_policy="Background")
 
-    def child_gone() -> bool:
-        try:
-            core.read_namespaced_config_map("child", namespace)
-            return False
-        except ApiException as exc:
-            if exc.status == 404:
-                return True
-            raise
-
-    wait_for(child_gone, 30, "garbage collection of the dependent")
+    wait_for(
+        lambda: gone(lambda: core.read_namespaced_config_map("child", namespace)),
+        30,
+        "garbage collection of the dependent",
+    )
     assert core.read_namespaced_config_map("bystander", namespace).metadata.name == "bystander"
 
 
