@@ -6,6 +6,7 @@
   other pytest sessions (other engineers, other terminals) use the same cluster at the same time.
 * ``kube`` — admin ``kubernetes.client.ApiClient``; ``namespace`` — a fresh labelled namespace per test;
   ``identity(user, groups)`` — kubeconfig path of another real identity (client certificate from the dev CA).
+* ``receiver`` — a webhook receiver on loopback (``agentrun_dev.webhook_receiver``): every request it read.
 
 Tests using ``pg_dsn`` are marked ``postgres``; tests using the cluster fixtures are marked ``cluster``.
 """
@@ -27,7 +28,7 @@ import psycopg
 import psycopg.sql
 import pytest
 
-from agentrun_dev import cluster, finalizers, identities, postgres, state
+from agentrun_dev import cluster, finalizers, identities, postgres, state, webhook_receiver
 from agentrun_dev import settings as dev_settings
 
 _PG_FIXTURES = {"pg_dsn", "dev_postgres", "pg_template"}
@@ -226,3 +227,12 @@ def identity(dev_cluster: cluster.Handle) -> Callable[..., Path]:
         return identities.kubeconfig_for(user, list(groups), dev_cluster.settings)
 
     return make
+
+
+@pytest.fixture
+def receiver() -> Iterator[webhook_receiver.Receiver]:
+    server = webhook_receiver.Receiver().start()
+    try:
+        yield server
+    finally:
+        server.close()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.chaos import worker_harness
+from tests.support import worker_harness
 
 
 @pytest.fixture(scope="module")

@@ -20,10 +20,8 @@ import pytest
 
 from agentrun_core import faults, store
 from agentrun_dev import http_provider
-from tests.chaos import worker_harness
 from tests.graphs import delta_chat
-from tests.integration.test_delta_channel import messages_at
-from tests.support import kills
+from tests.support import kills, worker_harness
 
 pytestmark = [pytest.mark.chaos, pytest.mark.cluster, pytest.mark.postgres, pytest.mark.slow]
 
@@ -82,5 +80,5 @@ def test_a_delta_chat_killed_anywhere_ends_as_an_unkilled_one(
             assert len(effects) == TURNS // CHARGE_EVERY, (rep, effects)
             for effect in effects:
                 assert performed.get(effect.idempotency_key) == 1, (rep, effect)
-            assert messages_at(pg_dsn, run_id) == expected, rep
+            assert delta_chat.messages_at(pg_dsn, run_id) == expected, rep
     print(f"\n{len(reps)} reps: " + ", ".join(f"{r['fault']}/{r['mode']}" for r in reps))

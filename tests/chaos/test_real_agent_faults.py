@@ -34,9 +34,8 @@ import pytest
 
 from agentrun_core import faults, store
 from agentrun_dev import http_provider
-from tests.chaos import worker_harness
 from tests.graphs import real_agents
-from tests.support import kills, pg
+from tests.support import kills, pg, worker_harness
 
 pytestmark = [pytest.mark.chaos, pytest.mark.postgres, pytest.mark.slow]
 

@@ -21,8 +21,7 @@ import psycopg
 import pytest
 
 from agentrun_core import store
-from tests.chaos import worker_harness
-from tests.support import kills
+from tests.support import kills, worker_harness
 
 pytestmark = [pytest.mark.chaos, pytest.mark.cluster, pytest.mark.postgres, pytest.mark.slow]
 

@@ -25,7 +25,7 @@ import psycopg
 import pytest
 
 from agentrun_core import faults, store
-from tests.chaos import worker_harness
+from tests.support import worker_harness
 
 pytestmark = [pytest.mark.chaos, pytest.mark.cluster, pytest.mark.postgres, pytest.mark.slow]
 

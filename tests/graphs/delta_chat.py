@@ -26,13 +26,14 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Annotated, Any, TypedDict
 
+import psycopg_pool
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langgraph.channels.delta import DeltaChannel
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.types import interrupt
 
-from agent_worker import effects
+from agent_worker import checkpointer, effects
 from tests.support.graphs import unless_404
 
 SNAPSHOT_FREQUENCY = int(os.environ.get("AGENTRUN_TEST_DELTA_SNAPSHOT", "7") or 7)
@@ -150,3 +151,16 @@ def expected_messages(turns: int, charge_every: int = 0, approve_at: int = 0) ->
 
 def texts(messages: Sequence[AnyMessage]) -> list[tuple[str, str]]:
     return [(str(m.id), str(m.content)) for m in messages]
+
+
+def messages_at(dsn: str, run_id: str, checkpoint_id: str | None = None) -> list[tuple[str, str]]:
+    """A run's messages as LangGraph rebuilds them at ``checkpoint_id`` (default: the run's head, with the
+    writes of tasks done there applied, as LangGraph shows the latest state), through the worker's saver."""
+    with psycopg_pool.ConnectionPool(dsn, min_size=1, max_size=2, kwargs={"autocommit": True}) as pool:
+        saver = checkpointer.FencedSaver(pool, run_id=run_id, epoch=0)
+        graph = builder.compile(checkpointer=saver)
+        conf: dict[str, Any] = {"thread_id": run_id}
+        if checkpoint_id is not None:
+            conf["checkpoint_id"] = checkpoint_id
+        state = graph.get_state({"configurable": conf})
+    return texts(state.values.get("messages", []))

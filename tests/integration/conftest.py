@@ -27,8 +27,8 @@ import psycopg_pool
 import pytest
 
 from agentrun_dev import http_provider, smtp_sink
-from tests.chaos import worker_harness
 from tests.support import kube as kube_support
+from tests.support import worker_harness
 from tests.support.kube import create_worker_account
 from tests.support.operator_proc import OperatorHandle, Operators, closing, operator_env
 

@@ -9,7 +9,6 @@ import json
 import math
 import pathlib
 import shutil
-import socket
 import subprocess
 import time
 import urllib.error
@@ -20,6 +19,9 @@ from typing import Any
 
 import yaml
 
+from tests.support.sockets import free_port
+from tests.support.waiting import wait_for
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "alerts" / "agentrun.rules.yaml"
 DASHBOARDS = sorted((ROOT / "deploy" / "dashboards").glob("*.json"))
@@ -28,13 +30,6 @@ RATE_INTERVAL = "15s"  # what Grafana's $__rate_interval becomes at a 1 s scrape
 # --- a real Prometheus -----------------------------------------------------------------------------
 
 PROMETHEUS = shutil.which("prometheus")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class Prometheus:
@@ -75,12 +70,13 @@ class Prometheus:
         return out
 
     def wait_scraped(self, jobs: list[str], timeout: float = 20.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if all(self.targets_up().get(j) == "up" for j in jobs):
-                return
-            time.sleep(0.25)
-        raise AssertionError(f"targets not up: {self.targets_up()}")
+        wait_for(
+            lambda: all(self.targets_up().get(j) == "up" for j in jobs),
+            timeout,
+            f"targets {jobs} up",
+            interval=0.25,
+            on_timeout=lambda: f"targets: {self.targets_up()}",
+        )
 
 
 def finite_values(result: list[dict[str, Any]]) -> list[float]:

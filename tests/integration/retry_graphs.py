@@ -1,6 +1,6 @@
 """Graphs for the "never re-key what may have happened" tests, run by real workers against the real HTTP
 provider (``agentrun_dev.http_provider``, URL in BILLING_URL — a worker Pod's spec.worker.env — or
-AGENTRUN_TEST_HTTP_URL, set by tests.chaos.worker_harness). No tests in this module.
+AGENTRUN_TEST_HTTP_URL, set by tests.support.worker_harness). No tests in this module.
 
 ``tests.integration.retry_graphs:bill`` — one node, ``bill``, as the input's ``shape`` says:
 

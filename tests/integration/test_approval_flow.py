@@ -15,7 +15,7 @@ from agentrun_core import store
 from tests.support.approvals import Scene, scene_fixture
 from tests.support.kube import APPROVAL_PEOPLE, Team, condition, create_run, events, kubectl, pods, run_status
 from tests.support.operator_proc import OperatorHandle
-from tests.support.specs import approval_spec
+from tests.support.specs import approval_spec, lines
 from tests.support.waiting import wait_for, wait_phase
 
 scene = scene_fixture()
@@ -33,10 +33,6 @@ def people(team: Team) -> dict[str, Path]:
 def annotate(kubeconfig: Path, ns: str, name: str, *pairs: str) -> tuple[int, str]:
     proc = kubectl(kubeconfig, "annotate", "-n", ns, "--overwrite", f"ar/{name}", *pairs)
     return proc.returncode, proc.stdout + proc.stderr
-
-
-def lines(path: Path) -> list[str]:
-    return path.read_text().splitlines() if path.exists() else []
 
 
 def waiting(kube: kubernetes.client.ApiClient, op: OperatorHandle, name: str) -> str:

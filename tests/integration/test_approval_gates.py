@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from agentrun_core import store
-from tests.chaos import worker_harness
+from tests.support import worker_harness
 
 pytestmark = pytest.mark.postgres
 

@@ -10,9 +10,7 @@ no call started once the spent count had reached a limit nobody raised.
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,14 +23,13 @@ from agentrun import trace, trace_cli
 from agentrun_core import store
 from agentrun_core.store import metrics_sql
 from tests.graphs import budget_graphs
-from tests.support.kube import bind, condition, create_run, get_run, run_status
+from tests.support.kube import bind, condition, create_run, get_run, kubectl, run_status
 from tests.support.operator_proc import OperatorHandle
 from tests.support.specs import run_spec
 from tests.support.waiting import wait_for, wait_phase
 
 GRAPH = "tests.graphs.budget_graphs:graph"
 PER_CALL = budget_graphs.INPUT_TOKENS + budget_graphs.OUTPUT_TOKENS  # 150 total tokens per call
-VENV_BIN = Path(sys.executable).parent
 
 
 def spec(log: Path, *, steps: int, limit: int, faults: dict[str, str] | None = None) -> dict[str, Any]:
@@ -71,11 +68,7 @@ def model_metrics(dsn: str, ns: str) -> tuple[int, int, int, int]:
 
 
 def agentrun(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
-    env["KUBECONFIG"] = str(kubeconfig)
-    return subprocess.run(
-        ["kubectl", "agentrun", *args], capture_output=True, text=True, timeout=120, env=env
-    )
+    return kubectl(kubeconfig, "agentrun", *args, timeout=120)
 
 
 @pytest.fixture

@@ -26,8 +26,8 @@ from agentrun import render, trace
 from agentrun_core import store
 from agentrun_dev import http_provider
 from agentrun_dev import settings as dev_settings
-from tests.chaos import worker_harness
 from tests.integration import pg_chaos
+from tests.support import worker_harness
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.postgres]

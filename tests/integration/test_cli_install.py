@@ -19,7 +19,7 @@ from pathlib import Path
 import kubernetes
 import pytest
 
-from tests.integration.test_kubectl_plugin import seed_run
+from tests.support.seeded_run import seed_run
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent

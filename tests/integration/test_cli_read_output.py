@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from agentrun import output
-from tests.integration.test_kubectl_plugin import seed_run
 from tests.support.kube import GROUP, PLURAL, VERSION, kubectl
+from tests.support.seeded_run import seed_run
 
 READ = ("get", "list", "trace", "ledger")
 

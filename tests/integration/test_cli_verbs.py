@@ -5,7 +5,6 @@ so in status, recorded in Postgres)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import threading
 from collections.abc import Callable
@@ -16,11 +15,10 @@ import psycopg
 
 from agent_operator.decide import imagepin
 from agentrun_core import store
-from tests.integration.test_steer_flow import FLAKY, VENV_BIN, as_user, spec
 from tests.support.approvals import Scene, scene_fixture
-from tests.support.kube import bind, create_run, pods, run_status
+from tests.support.kube import bind, create_run, kubectl, pods, run_status, user_env
 from tests.support.operator_proc import OperatorHandle
-from tests.support.specs import APPROVAL
+from tests.support.specs import APPROVAL, FLAKY, run_spec
 from tests.support.waiting import wait_for, wait_phase
 
 scene = scene_fixture()
@@ -30,13 +28,12 @@ def follow_logs(
     kubeconfig: Path, ns: str, name: str
 ) -> tuple[subprocess.Popen[str], list[str], threading.Thread]:
     """``kubectl agentrun logs NAME -f`` running, with the lines it printed so far (filled by a reader)."""
-    env = {**os.environ, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}", "KUBECONFIG": str(kubeconfig)}
     follow = subprocess.Popen(
         ["kubectl", "agentrun", "logs", name, "-n", ns, "-f"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=env,
+        env=user_env(kubeconfig),
     )
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(iter(follow.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
@@ -47,7 +44,9 @@ def follow_logs(
 def test_suspend_resume_logs_and_the_image_pin(scene: Scene) -> None:
     kube, operator, ns = scene.kube, scene.operator, scene.ns
     out = scene.tmp_path / "effects.txt"
-    uid = create_run(kube, ns, "sus", spec(FLAKY, path=str(out), pause={"prepare": 600}))["metadata"]["uid"]
+    uid = create_run(kube, ns, "sus", run_spec(FLAKY, {"path": str(out), "pause": {"prepare": 600}}))[
+        "metadata"
+    ]["uid"]
     wait_for(
         lambda: (
             (s := run_status(kube, ns, "sus")).get("phase") == "Running" and s.get("lease", {}).get("holder")
@@ -61,13 +60,13 @@ def test_suspend_resume_logs_and_the_image_pin(scene: Scene) -> None:
     follow, lines, reader = follow_logs(scene.admin, ns, "sus")
     # the stream is open once the worker's first line (its Lease) arrived through it
     wait_for(lambda: any("acquired by sus-1" in line for line in lines), 120, "the log stream of attempt 1")
-    suspended = as_user(scene.admin, "agentrun", "suspend", "sus", "-n", ns)
+    suspended = kubectl(scene.admin, "agentrun", "suspend", "sus", "-n", ns)
     assert suspended.returncode == 0 and "suspend requested" in suspended.stdout, suspended.stderr
     status = wait_phase(kube, ns, "sus", "Suspended", 120, operator)
     assert follow.wait(timeout=120) == 0, follow.stderr.read()  # type: ignore[union-attr]
     reader.join(timeout=30)
     assert any("SIGTERM: draining at the next step boundary" in line for line in lines), lines
-    again = as_user(scene.admin, "agentrun", "suspend", "sus", "-n", ns)
+    again = kubectl(scene.admin, "agentrun", "suspend", "sus", "-n", ns)
     assert again.returncode == 0 and "already suspended" in again.stdout
 
     # the pin: the admitted reference, and explicitly no digest (the local runtime reports imageID "")
@@ -81,7 +80,7 @@ def test_suspend_resume_logs_and_the_image_pin(scene: Scene) -> None:
     assert row == (pin["ref"], None)
 
     # resume: a second attempt, from the checkpoint, runs the pinned image
-    resumed = as_user(scene.admin, "agentrun", "resume", "sus", "-n", ns)
+    resumed = kubectl(scene.admin, "agentrun", "resume", "sus", "-n", ns)
     assert resumed.returncode == 0 and "resumed" in resumed.stdout, resumed.stderr
     wait_for(
         lambda: len(pods(kube, ns, "sus")) >= 1 and pods(kube, ns, "sus")[-1].metadata.name == "sus-2",
@@ -93,20 +92,20 @@ def test_suspend_resume_logs_and_the_image_pin(scene: Scene) -> None:
     assert run_status(kube, ns, "sus")["image"]["ref"] == pin["ref"]
 
     # logs of an attempt whose Pod is gone (suspend deleted it) say which attempts have Pods
-    gone = as_user(scene.admin, "agentrun", "logs", "sus", "-n", ns, "--attempt", "1")
+    gone = kubectl(scene.admin, "agentrun", "logs", "sus", "-n", ns, "--attempt", "1")
     assert gone.returncode == 1
     assert "AgentRun sus has no Pod for attempt 1 (Pods exist for: 2)" in gone.stderr, gone.stderr
-    missing = as_user(scene.admin, "agentrun", "logs", "nope", "-n", ns)
+    missing = kubectl(scene.admin, "agentrun", "logs", "nope", "-n", ns)
     assert missing.returncode == 1 and 'AgentRun "nope" not found' in missing.stderr
     wait_for(
         lambda: run_status(kube, ns, "sus").get("lease", {}).get("holder") == "sus-2", 180, "attempt 2 runs"
     )
-    latest = as_user(scene.admin, "agentrun", "logs", "sus", "-n", ns, "--tail", "5")
+    latest = kubectl(scene.admin, "agentrun", "logs", "sus", "-n", ns, "--tail", "5")
     assert latest.returncode == 0, latest.stderr
     # a finished run has nothing to suspend
-    assert as_user(scene.admin, "agentrun", "cancel", "sus", "-n", ns).returncode == 0
+    assert kubectl(scene.admin, "agentrun", "cancel", "sus", "-n", ns).returncode == 0
     wait_phase(kube, ns, "sus", "Cancelled", 120, operator)
-    late = as_user(scene.admin, "agentrun", "suspend", "sus", "-n", ns)
+    late = kubectl(scene.admin, "agentrun", "suspend", "sus", "-n", ns)
     assert late.returncode == 1 and "AgentRun sus is Cancelled: there is nothing to suspend" in late.stderr
     assert not out.exists()  # prepare never finished: no effect was performed
 
@@ -114,9 +113,9 @@ def test_suspend_resume_logs_and_the_image_pin(scene: Scene) -> None:
 def test_a_retry_with_a_new_image_repins_the_run(scene: Scene) -> None:
     kube, operator, ns = scene.kube, scene.operator, scene.ns
     out, flag = scene.tmp_path / "effects.txt", scene.tmp_path / "fixed"
-    uid = create_run(kube, ns, "img", spec(FLAKY, path=str(out), flag=str(flag), fail_with="bug"))[
-        "metadata"
-    ]["uid"]
+    uid = create_run(
+        kube, ns, "img", run_spec(FLAKY, {"path": str(out), "flag": str(flag), "fail_with": "bug"})
+    )["metadata"]["uid"]
     failed = wait_phase(kube, ns, "img", "Failed", 180, operator)
     first = failed["image"]["ref"]
     assert first != "reg.example/worker:fixed" and failed["image"]["retryGeneration"] == 0
@@ -125,7 +124,7 @@ def test_a_retry_with_a_new_image_repins_the_run(scene: Scene) -> None:
     (pod_1,) = pods(kube, ns, "img")
     assert (pod_1.metadata.name, pod_1.spec.containers[0].image) == ("img-1", first)
     flag.write_text("")  # the fix, in the (local runtime's) code; the new image names it
-    retried = as_user(
+    retried = kubectl(
         scene.admin, "agentrun", "retry", "img", "-n", ns, "--image", "reg.example/worker:fixed"
     )
     assert retried.returncode == 0, retried.stderr
@@ -143,7 +142,12 @@ def test_a_retry_with_a_new_image_repins_the_run(scene: Scene) -> None:
 
 def test_logs_follow_goes_on_into_the_next_attempt_and_stops_when_no_attempt_will_come(scene: Scene) -> None:
     kube, operator, ns = scene.kube, scene.operator, scene.ns
-    create_run(kube, ns, "hop", spec(FLAKY, path=str(scene.tmp_path / "effects.txt"), pause={"prepare": 600}))
+    create_run(
+        kube,
+        ns,
+        "hop",
+        run_spec(FLAKY, {"path": str(scene.tmp_path / "effects.txt"), "pause": {"prepare": 600}}),
+    )
     wait_for(
         lambda: run_status(kube, ns, "hop").get("lease", {}).get("holder") == "hop-1",
         180,
@@ -166,7 +170,7 @@ def test_logs_follow_goes_on_into_the_next_attempt_and_stops_when_no_attempt_wil
         ),
     )
     assert follow.poll() is None  # still following attempt 2
-    assert as_user(scene.admin, "agentrun", "cancel", "hop", "-n", ns).returncode == 0
+    assert kubectl(scene.admin, "agentrun", "cancel", "hop", "-n", ns).returncode == 0
     wait_phase(kube, ns, "hop", "Cancelled", 120, operator)
     assert follow.wait(timeout=120) == 0
     reader.join(timeout=30)
@@ -199,19 +203,19 @@ def test_as_impersonates_like_kubectl(
     aid = str(status["pendingApproval"]["id"])
     approve = ("agentrun", "approve", "imp", "-n", ns, "--id", aid)
 
-    as_mallory = as_user(admin_kubeconfig, *approve, "--as", "mallory", "--as-group", "devs")
+    as_mallory = kubectl(admin_kubeconfig, *approve, "--as", "mallory", "--as-group", "devs")
     assert as_mallory.returncode != 0, as_mallory.stdout
     assert "may not approve or reject" in as_mallory.stderr, as_mallory.stderr
     # the manager may not impersonate anyone: the API server refuses before anything else
     manager = identity("manager", ["managers"])
-    hijack = as_user(manager, *approve, "--as=mallory")
+    hijack = kubectl(manager, *approve, "--as=mallory")
     assert hijack.returncode != 0 and "cannot impersonate" in hijack.stderr, hijack.stderr
     assert run_status(kube, ns, "imp")["phase"] == "WaitingApproval"
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         assert [a.status for a in store.list_approvals(conn, uid)] == ["pending"]
 
     # --as before the verb, as a global option: the manager's own RBAC allows it
-    as_manager = as_user(
+    as_manager = kubectl(
         admin_kubeconfig, "agentrun", "--as", "manager", "--as-group", "managers", *approve[1:]
     )
     assert as_manager.returncode == 0, as_manager.stderr
@@ -223,5 +227,5 @@ def test_as_impersonates_like_kubectl(
     assert len(out.read_text().splitlines()) == 1  # the approved effect, once, at its provider
 
     # usage errors are the CLI's, before any request
-    lonely = as_user(admin_kubeconfig, *approve, "--as-group", "managers")
+    lonely = kubectl(admin_kubeconfig, *approve, "--as-group", "managers")
     assert lonely.returncode == 2 and "--as-group needs --as" in lonely.stderr, lonely.stderr

@@ -4,7 +4,6 @@ garbage collection and service-account tokens all behave as in a real cluster.""
 from __future__ import annotations
 
 import secrets
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,17 +12,12 @@ import kubernetes
 import pytest
 from kubernetes.client import ApiClient, ApiException
 
+from tests.support.kube import gone
+from tests.support.waiting import wait_for
+
 
 def _client(kubeconfig: Path) -> ApiClient:
     return kubernetes.config.new_client_from_config(config_file=str(kubeconfig))
-
-
-def _eventually(check: Callable[[], bool], timeout_s: float = 30.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(0.2)
 
 
 def test_versions_and_admission_policy_apis_are_served(kube: ApiClient) -> None:
@@ -66,7 +60,7 @@ def test_crd_installs_and_its_schema_rejects_a_bad_object(kube: ApiClient, names
             conds = ext.read_custom_resource_definition(f"{plural}.{group}").status.conditions or []
             return any(c.type == "Established" and c.status == "True" for c in conds)
 
-        _eventually(established, what="CRD Established")
+        wait_for(established, 30, "CRD Established")
 
         def obj(name: str, spec: dict[str, Any]) -> dict[str, Any]:
             return {
@@ -88,7 +82,7 @@ def test_crd_installs_and_its_schema_rejects_a_bad_object(kube: ApiClient, names
                     return False
                 raise
 
-        _eventually(create_good, what="custom resource endpoint")
+        wait_for(create_good, 30, "custom resource endpoint")
         for bad in ({"size": 0}, {"size": "big"}, {}):
             with pytest.raises(ApiException) as err:
                 custom.create_namespaced_custom_object(group, "v1", namespace, plural, obj("bad", bad))
@@ -147,7 +141,7 @@ def test_identity_is_a_real_user_refused_without_rbac_and_allowed_with_a_role(
                     return False  # the RBAC authorizer's cache catches up within moments
                 raise
 
-        _eventually(allowed, 10, "RoleBinding to take effect")
+        wait_for(allowed, 10, "RoleBinding to take effect")
         # The Role grants reading only.
         with pytest.raises(ApiException) as err:
             alice_core.create_namespaced_config_map(namespace, {"metadata": {"name": "x"}})
@@ -195,16 +189,11 @@ def test_controller_manager_garbage_collects_dependents_of_a_deleted_owner(
     core.create_namespaced_config_map(namespace, {"metadata": {"name": "bystander"}})
     core.delete_namespaced_config_map("owner", namespace, propagation_policy="Background")
 
-    def child_gone() -> bool:
-        try:
-            core.read_namespaced_config_map("child", namespace)
-            return False
-        except ApiException as exc:
-            if exc.status == 404:
-                return True
-            raise
-
-    _eventually(child_gone, 30, "garbage collection of the dependent")
+    wait_for(
+        lambda: gone(lambda: core.read_namespaced_config_map("child", namespace)),
+        30,
+        "garbage collection of the dependent",
+    )
     assert core.read_namespaced_config_map("bystander", namespace).metadata.name == "bystander"
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import kubernetes
@@ -13,6 +12,7 @@ import psycopg
 from kubernetes.client import ApiClient
 
 from agentrun_dev import cluster
+from tests.support.waiting import wait_for
 
 AGENTRUN = str(Path(sys.executable).parent / "agentrun")
 
@@ -46,10 +46,9 @@ def test_dev_logs_prints_a_pods_container_log(
         "spec": {"restartPolicy": "Never", "containers": [
             {"name": "main", "image": "python", "command": ["python", "-c", f"print({word!r})"]}]},
     })  # fmt: skip
-    deadline = time.monotonic() + 60
-    while core.read_namespaced_pod("say", namespace).status.phase != "Succeeded":
-        assert time.monotonic() < deadline, "pod did not succeed"
-        time.sleep(0.2)
+    wait_for(
+        lambda: core.read_namespaced_pod("say", namespace).status.phase == "Succeeded", 60, "pod Succeeded"
+    )
     out = _cli(dev_cluster, "logs", "say", "-n", namespace)
     assert out.returncode == 0, out.stderr
     assert word in out.stdout

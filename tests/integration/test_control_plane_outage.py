@@ -22,7 +22,7 @@ from agentrun_core.store import metrics_sql
 from agentrun_dev import cluster
 from tests.support.kube import create_run, get_run, pods
 from tests.support.operator_proc import OperatorHandle
-from tests.support.specs import steps_spec
+from tests.support.specs import lines, steps_spec
 from tests.support.waiting import wait_for, wait_phase
 
 # serial: it stops the dev cluster's shared API server and Postgres, which every test running beside it would
@@ -35,10 +35,6 @@ LEASE = 3
 
 def spec(path: Path) -> dict[str, Any]:
     return steps_spec(path, max_attempts=1, lease=LEASE, pause={"prepare": 8})
-
-
-def lines(path: Path) -> list[str]:
-    return path.read_text().splitlines() if path.exists() else []
 
 
 @pytest.fixture

@@ -24,11 +24,12 @@ from tests.integration.prometheus_harness import (
     Prometheus,
     fast_rules,
     finite_values,
-    free_port,
     grafana_expr,
     panel_queries,
     running,
 )
+from tests.support.sockets import free_port
+from tests.support.waiting import wait_for
 
 pytestmark = [
     pytest.mark.slow,
@@ -240,13 +241,14 @@ def assert_alerts_fire_when_staged(
     assert set(firing) <= {"AgentRunCollectorDown"}, firing
     stage_alerts(Ledger(conn, staged))
     alerts = {r["alert"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]}
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        firing = prom.firing()
-        if alerts <= set(firing):
-            break
-        time.sleep(0.5)
-    assert alerts <= set(firing), f"not firing: {sorted(alerts - set(firing))}"
+
+    def all_firing() -> dict[str, list[dict[str, str]]] | None:
+        now = prom.firing()
+        return now if alerts <= set(now) else None
+
+    firing = wait_for(
+        all_firing, 30, f"alerts {sorted(alerts)} firing", interval=0.5, on_timeout=lambda: str(prom.firing())
+    )
     for name, labels in firing.items():
         if name == "AgentRunCollectorDown":
             assert [lb["job"] for lb in labels] == [broken_job]

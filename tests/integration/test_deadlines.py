@@ -17,7 +17,7 @@ import pytest
 from agentrun_core import store
 from tests.support.kube import bind, condition, create_run, events, kubectl, patch_spec, pods, run_status
 from tests.support.operator_proc import OperatorHandle
-from tests.support.specs import APPROVAL
+from tests.support.specs import APPROVAL, lines
 from tests.support.waiting import wait_for, wait_phase
 
 LOOP = "tests.graphs.deadline_graphs:loop"
@@ -32,10 +32,6 @@ def db(pg_dsn: str) -> psycopg.Connection[Any]:
 def deadline_spec(graph: str, input_: dict[str, Any], **deadlines: int) -> dict[str, Any]:
     """A run of ``graph`` with these deadline fields, retried at once (the default Lease)."""
     return {"graph": graph, "input": input_, "retry": {"backoffSeconds": 0}, **deadlines}
-
-
-def lines(path: Path) -> list[str]:
-    return path.read_text().splitlines() if path.exists() else []
 
 
 def no_live_worker(kube: kubernetes.client.ApiClient, ns: str, name: str) -> bool:

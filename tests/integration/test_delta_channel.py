@@ -28,8 +28,8 @@ import pytest
 from agent_worker import checkpointer
 from agentrun_core import store
 from agentrun_dev import http_provider
-from tests.chaos import worker_harness
 from tests.graphs import delta_chat
+from tests.support import worker_harness
 
 pytestmark = pytest.mark.postgres
 
@@ -43,19 +43,6 @@ def worker(pg_dsn: str, providers: worker_harness.Providers) -> worker_harness.W
     return worker_harness.Worker(pg_dsn, providers)
 
 
-def messages_at(dsn: str, run_id: str, checkpoint_id: str | None = None) -> list[tuple[str, str]]:
-    """The run's messages as LangGraph rebuilds them at ``checkpoint_id`` (default: the run's head, with the
-    writes of tasks done there applied, as LangGraph shows the latest state), through the worker's saver."""
-    with psycopg_pool.ConnectionPool(dsn, min_size=1, max_size=2, kwargs={"autocommit": True}) as pool:
-        saver = checkpointer.FencedSaver(pool, run_id=run_id, epoch=0)
-        graph = delta_chat.builder.compile(checkpointer=saver)
-        conf: dict[str, Any] = {"thread_id": run_id}
-        if checkpoint_id is not None:
-            conf["checkpoint_id"] = checkpoint_id
-        state = graph.get_state({"configurable": conf})
-    return delta_chat.texts(state.values.get("messages", []))
-
-
 def writes_replayed(dsn: str, run_id: str) -> tuple[int, int]:
     """(messages LangGraph rebuilds at the head as stored, messages in the snapshot + the writes it replays
     for them): equal unless a write is replayed twice (``add_messages`` would hide it: same message id)."""
@@ -65,7 +52,7 @@ def writes_replayed(dsn: str, run_id: str) -> tuple[int, int]:
         assert head is not None
         stored = head.checkpoint["channel_values"].get("messages")
         history = saver.get_delta_channel_history(config=head.config, channels=["messages"])["messages"]
-    at_head = len(messages_at(dsn, run_id, head.config["configurable"]["checkpoint_id"]))
+    at_head = len(delta_chat.messages_at(dsn, run_id, head.config["configurable"]["checkpoint_id"]))
     if stored is not None:  # a snapshot at the head itself: nothing replayed
         return at_head, len(stored.value)
     seed = history.get("seed")
@@ -104,7 +91,7 @@ def test_a_delta_chat_runs_to_the_same_messages(
 ) -> None:
     admit(worker.dsn, "r", durability, charge_every=4)
     finish(worker, "r", attempt=1)
-    assert messages_at(worker.dsn, "r") == delta_chat.expected_messages(TURNS, charge_every=4)
+    assert delta_chat.messages_at(worker.dsn, "r") == delta_chat.expected_messages(TURNS, charge_every=4)
     assert charges(providers) == [1, 1, 1]
     with psycopg.connect(worker.dsn, autocommit=True) as conn:
         stored = conn.execute(
@@ -144,7 +131,7 @@ def test_a_killed_delta_chat_resumes_to_the_same_messages(
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     finish(worker, "r")
     expected = delta_chat.expected_messages(TURNS, charge_every=3, approve_at=approve_at)
-    assert messages_at(worker.dsn, "r") == expected
+    assert delta_chat.messages_at(worker.dsn, "r") == expected
     at_head, replayed = writes_replayed(worker.dsn, "r")
     assert at_head == replayed, (at_head, replayed)
     assert charges(providers) == [1, 1, 1, 1]
@@ -168,7 +155,7 @@ def test_an_exit_save_killed_after_a_park_replays_no_write_twice(
     killed = worker.run("r", pod="p2", attempt=2, faults=f"after_task_writes@{hit}")
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     finish(worker, "r", attempt=3)
-    assert messages_at(worker.dsn, "r") == delta_chat.expected_messages(3, approve_at=2)
+    assert delta_chat.messages_at(worker.dsn, "r") == delta_chat.expected_messages(3, approve_at=2)
     at_head, replayed = writes_replayed(worker.dsn, "r")
     assert at_head == replayed, (at_head, replayed)
 
@@ -196,9 +183,9 @@ def test_an_attempt_whose_clock_is_behind_rebuilds_the_history(worker: worker_ha
         ).fetchone() or (None,)
     assert head is not None and parent is not None and head < parent  # the skew is real
     # the head is step 11: turn 6 asked, not yet answered
-    assert messages_at(worker.dsn, "r") == delta_chat.expected_messages(6)[:11]
+    assert delta_chat.messages_at(worker.dsn, "r") == delta_chat.expected_messages(6)[:11]
     finish(worker, "r", attempt=3)
-    assert messages_at(worker.dsn, "r") == delta_chat.expected_messages(TURNS)
+    assert delta_chat.messages_at(worker.dsn, "r") == delta_chat.expected_messages(TURNS)
 
 
 def test_a_failed_delta_chat_retried_resumes_from_its_head(
@@ -214,7 +201,7 @@ def test_a_failed_delta_chat_retried_resumes_from_its_head(
         flag.unlink()
         assert store.reopen_run(conn, run_id="r", generation=1, by="alice", reason="retry") is not None
     finish(worker, "r", AGENTRUN_TEST_FAIL_FILE=str(flag))
-    assert messages_at(worker.dsn, "r") == delta_chat.expected_messages(TURNS)
+    assert delta_chat.messages_at(worker.dsn, "r") == delta_chat.expected_messages(TURNS)
 
 
 def _fork_at_turn(dsn: str, source: str, fork: str, turn: int, **edits: Any) -> str:
@@ -255,10 +242,10 @@ def test_a_fork_at_a_mid_chat_step_holds_the_history_to_that_step(
     admit(worker.dsn, "src")
     finish(worker, "src", attempt=1)
     at = _fork_at_turn(worker.dsn, "src", "fork", turn)
-    assert messages_at(worker.dsn, "src", at) == delta_chat.expected_messages(turn)
-    assert messages_at(worker.dsn, "fork", at) == delta_chat.expected_messages(turn)
+    assert delta_chat.messages_at(worker.dsn, "src", at) == delta_chat.expected_messages(turn)
+    assert delta_chat.messages_at(worker.dsn, "fork", at) == delta_chat.expected_messages(turn)
     finish(worker, "fork", attempt=1)
-    assert messages_at(worker.dsn, "fork") == delta_chat.expected_messages(TURNS)
+    assert delta_chat.messages_at(worker.dsn, "fork") == delta_chat.expected_messages(TURNS)
 
 
 def test_a_fork_outlives_its_source_purged_by_retention(worker: worker_harness.Worker) -> None:
@@ -270,9 +257,9 @@ def test_a_fork_outlives_its_source_purged_by_retention(worker: worker_harness.W
         assert store.purge_due(conn) == ["src"]
         left = conn.execute("SELECT count(*) FROM checkpoints WHERE thread_id = 'src'").fetchone()
     assert left == (0,)
-    assert messages_at(worker.dsn, "fork", at) == delta_chat.expected_messages(9)
+    assert delta_chat.messages_at(worker.dsn, "fork", at) == delta_chat.expected_messages(9)
     finish(worker, "fork", attempt=1)
-    assert messages_at(worker.dsn, "fork") == delta_chat.expected_messages(TURNS)
+    assert delta_chat.messages_at(worker.dsn, "fork") == delta_chat.expected_messages(TURNS)
 
 
 def test_a_fork_with_an_edit_continues_from_the_rebuilt_history(worker: worker_harness.Worker) -> None:
@@ -280,4 +267,4 @@ def test_a_fork_with_an_edit_continues_from_the_rebuilt_history(worker: worker_h
     finish(worker, "src", attempt=1)
     _fork_at_turn(worker.dsn, "src", "fork", 4, turns=6)  # the human shortens the chat to 6 turns
     finish(worker, "fork", attempt=1)
-    assert messages_at(worker.dsn, "fork") == delta_chat.expected_messages(6)
+    assert delta_chat.messages_at(worker.dsn, "fork") == delta_chat.expected_messages(6)

@@ -16,9 +16,9 @@ import venv
 
 import pytest
 
-from tests.unit import test_dockerfile
+from tests.support import dockerfile
 
-ROOT = test_dockerfile.ROOT
+ROOT = dockerfile.ROOT
 pytestmark = pytest.mark.slow
 
 
@@ -30,7 +30,7 @@ def _sh(command: str, cwd: pathlib.Path, env: dict[str, str]) -> None:
 
 
 def test_image_install_steps_in_a_clean_virtualenv(tmp_path: pathlib.Path) -> None:
-    stages = test_dockerfile.stages()
+    stages = dockerfile.stages()
     src, dist, env_dir = tmp_path / "src", tmp_path / "dist", tmp_path / "image"
     src.mkdir()
     # The builder stage's COPY lines, relative to the checkout (the build context).

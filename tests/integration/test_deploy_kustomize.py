@@ -13,15 +13,13 @@ import pytest
 import yaml
 
 from tests.support import deploy as ds
+from tests.support import pod_security
 
 pytestmark = pytest.mark.cluster
 
-RESTRICTED = {
-    "pod-security.kubernetes.io/enforce": "restricted",
-    "pod-security.kubernetes.io/enforce-version": "latest",
-    "pod-security.kubernetes.io/warn": "restricted",
-    "pod-security.kubernetes.io/warn-version": "latest",
-}
+# The tenant namespace's labels: enforce and warn "restricted" (warn-version defaults to latest, as the
+# dev cluster's PodSecurity admission has no configuration of its own).
+RESTRICTED = pod_security.tenant_labels()
 
 
 @pytest.fixture

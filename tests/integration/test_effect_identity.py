@@ -22,9 +22,8 @@ from langgraph.graph import END, START, StateGraph
 from agent_worker import context, effects
 from agentrun_core import errors, keys, store
 from agentrun_dev import http_provider
-from tests.chaos import worker_harness
 from tests.graphs import real_agents
-from tests.support import pg
+from tests.support import pg, worker_harness
 
 pytestmark = pytest.mark.postgres
 

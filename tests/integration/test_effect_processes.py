@@ -22,8 +22,8 @@ from langgraph.checkpoint.postgres import PostgresSaver
 
 from agentrun_core import store
 from agentrun_dev import http_provider
-from tests.chaos import worker_harness
 from tests.graphs import special_graphs
+from tests.support import worker_harness
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.postgres

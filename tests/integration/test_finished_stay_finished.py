@@ -23,7 +23,7 @@ import psycopg
 from agentrun_core import store
 from tests.support.kube import GROUP, PLURAL, VERSION, condition, create_run, custom, events, pods, run_status
 from tests.support.operator_proc import OperatorHandle
-from tests.support.specs import STEPS, run_spec
+from tests.support.specs import STEPS, lines, run_spec
 from tests.support.waiting import wait_for, wait_phase
 
 HOLD = "test.agentrun.dev/hold"
@@ -32,10 +32,6 @@ REFUSE = "test.agentrun.dev/refuse-delete"
 
 def spec(path: Path, **extra: Any) -> dict[str, Any]:
     return run_spec(STEPS, {"path": str(path)}, retry={"backoffSeconds": 0, "maxAttempts": 4}, **extra)
-
-
-def lines(path: Path) -> list[str]:
-    return path.read_text().splitlines() if path.exists() else []
 
 
 def db_run(dsn: str, uid: str) -> store.Run | None:

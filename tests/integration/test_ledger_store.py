@@ -10,6 +10,7 @@ import pytest
 
 from agentrun_core import errors, store
 from tests.support import pg
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.postgres
 
@@ -227,7 +228,6 @@ def test_approvals_decided_exactly_once(conn: psycopg.Connection[object]) -> Non
 
 
 def test_expiry_read_only(conn: psycopg.Connection[object]) -> None:
-    import time
 
     store.admit_run(
         conn,
@@ -250,10 +250,7 @@ def test_expiry_read_only(conn: psycopg.Connection[object]) -> None:
     # Postgres's clock decides: not before the deadline Postgres computed ...
     early = store.decide_approval_detail(conn, **expire)  # type: ignore[arg-type]
     assert not early.won and early.status == "pending" and not early.past_deadline
-    deadline = time.monotonic() + 30
-    while not store.decide_approval(conn, **expire):  # type: ignore[arg-type]
-        assert time.monotonic() < deadline, "the expiry never applied"
-        time.sleep(0.1)
+    wait_for(lambda: store.decide_approval(conn, **expire), 30, "the expiry applied", interval=0.1)  # type: ignore[arg-type]
     run = store.get_run(conn, "r1")
     assert run is not None and run.read_only
     approval = store.get_approval(conn, run_id="r1", approval_id="a-1")

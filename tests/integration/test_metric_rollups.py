@@ -9,7 +9,6 @@ from __future__ import annotations
 import random
 import secrets
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,6 +20,7 @@ from agent_operator.act import tenants
 from agent_operator.observe import metric_families
 from agentrun_core import store
 from agentrun_core.store import metrics_sql
+from tests.support.waiting import wait_for
 
 Figures = dict[tuple[Any, ...], tuple[float, ...]]
 
@@ -236,13 +236,11 @@ def test_a_tenant_worker_write_unfolds_with_definer_rights(
 
 
 def _waiting_on_a_lock(conn: psycopg.Connection[Any], pid: int) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    def waiting() -> bool:
         row = conn.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
-        if row is not None and row[0] == "Lock":
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"backend {pid} never waited on a lock")
+        return row is not None and row[0] == "Lock"
+
+    wait_for(waiting, 60, f"backend {pid} waiting on a lock", interval=0.02)
 
 
 def _opposite_orders(conn: psycopg.Connection[Any]) -> tuple[list[str], list[str], tuple[str, ...]]:

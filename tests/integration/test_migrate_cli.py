@@ -6,25 +6,16 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
-from pathlib import Path
 
 import psycopg
 
 from agentrun_core import store
-
-VENV_BIN = Path(sys.executable).parent
+from tests.support import cli
 
 
 def migrate(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if k != "AGENTRUN_DSN"}
-    return subprocess.run(
-        [str(VENV_BIN / "agentrun"), "migrate", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**base, **(env or {})},
-    )
+    return cli.agentrun("migrate", *args, timeout=300, env={**base, **(env or {})})
 
 
 def has_table(dsn: str, table: str) -> bool:
@@ -89,12 +80,8 @@ def test_an_operator_that_may_not_migrate_refuses_a_schema_not_migrated_for_it(e
     """AGENTRUN_MIGRATE=false: the operator does not start on a database the migrate Job has not migrated
     (exit 2, saying so); once `agentrun migrate` ran, the same check passes."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTRUN_")}
-    done = subprocess.run(
-        [str(VENV_BIN / "agentrun"), "operator"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**env, "AGENTRUN_DSN": empty_dsn, "AGENTRUN_MIGRATE": "false"},
+    done = cli.agentrun(
+        "operator", timeout=300, env={**env, "AGENTRUN_DSN": empty_dsn, "AGENTRUN_MIGRATE": "false"}
     )
     assert done.returncode == 2, done
     assert "AGENTRUN_MIGRATE is false" in done.stderr and "run `agentrun migrate`" in done.stderr

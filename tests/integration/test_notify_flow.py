@@ -11,12 +11,10 @@ from __future__ import annotations
 import base64
 import functools
 import json
-import os
 import re
 import shlex
 import subprocess
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,17 +31,7 @@ from tests.support.operator_proc import OperatorHandle
 from tests.support.specs import STEPS, approval_spec
 from tests.support.waiting import wait_for, wait_phase
 
-VENV_BIN = Path(sys.executable).parent
 TOKEN = "s3cr3t-t0ken-for-the-receiver"
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    server = Receiver().start()
-    try:
-        yield server
-    finally:
-        server.close()
 
 
 @pytest.fixture
@@ -93,13 +81,9 @@ def delivered(receiver: Receiver, key: str, op: OperatorHandle, timeout: float =
 
 def as_user(kubeconfig: Path, command: str) -> subprocess.CompletedProcess[str]:
     """Run a command line as printed in a notification (``kubectl agentrun …``) as that identity."""
-    env = {
-        **os.environ,
-        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-        "KUBECONFIG": str(kubeconfig),
-    }
-    args = shlex.split(command)
-    return subprocess.run([*args, "--yes"], capture_output=True, text=True, timeout=120, env=env)
+    program, *args = shlex.split(command)
+    assert program == "kubectl", command
+    return kubectl(kubeconfig, *args, "--yes", timeout=120)
 
 
 def test_requested_notification_carries_prompt_deadline_and_commands_that_work(

@@ -12,8 +12,8 @@ import kubernetes
 import pytest
 
 from agentrun_dev.podruntime import control
-from tests.integration.lease_holder import holder_spec
 from tests.support.kube import create_run, events, pods
+from tests.support.lease_holder import holder_spec
 from tests.support.operator_proc import OperatorHandle
 from tests.support.takeover import Attempts, start_holder
 from tests.support.waiting import wait_phase

@@ -18,17 +18,13 @@ from agentrun_core import store
 from agentrun_dev.podruntime import control
 from tests.support.kube import condition, create_run, events, kubectl, pods, run_gone
 from tests.support.operator_proc import OperatorHandle
-from tests.support.specs import steps_spec
+from tests.support.specs import lines, steps_spec
 from tests.support.takeover import Attempts
 from tests.support.waiting import wait_for, wait_phase
 
 
 def spec(path: Path, lease: int = 8, **input_: Any) -> dict[str, Any]:
     return steps_spec(path, max_attempts=4, lease=lease, **input_)
-
-
-def lines(path: Path) -> list[str]:
-    return path.read_text().splitlines() if path.exists() else []
 
 
 def attempts(dsn: str, uid: str) -> list[store.Attempt]:

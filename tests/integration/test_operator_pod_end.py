@@ -24,9 +24,9 @@ from agent_operator.observe import memory as memory_
 from agent_operator.serve import runner
 from agentrun_core.api import meta as api_meta
 from agentrun_core.api import protocol
+from tests.support import rowmaker
 from tests.support.kube import gone
 from tests.support.waiting import wait_for
-from tests.unit import rowmaker
 
 RUN = "gone"
 UID = "3c9a2f0e-0000-4000-8000-000000000001"

@@ -17,8 +17,8 @@ import yaml
 
 from agentrun_dev import tcpproxy
 from agentrun_dev.podruntime import control
-from tests.integration.lease_holder import lease_spec
 from tests.support.kube import events, pods, run_status
+from tests.support.lease_holder import lease_spec
 from tests.support.operator_proc import OperatorHandle, operator_env
 from tests.support.takeover import start_holder
 from tests.support.waiting import wait_for

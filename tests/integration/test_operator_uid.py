@@ -12,17 +12,13 @@ import kubernetes
 
 from tests.support.kube import create_run, kubectl, pods, run_gone
 from tests.support.operator_proc import OperatorHandle
-from tests.support.specs import STEPS, run_spec
+from tests.support.specs import STEPS, lines, run_spec
 from tests.support.waiting import wait_for, wait_phase
 
 
 def spec(path: Path, **extra: Any) -> dict[str, Any]:
     input_ = {"path": str(path), **extra.pop("input", {})}
     return run_spec(STEPS, input_, retry={"backoffSeconds": 0, "maxAttempts": 1}, **extra)
-
-
-def lines(path: Path) -> list[str]:
-    return path.read_text().splitlines() if path.exists() else []
 
 
 def _lease(kube: kubernetes.client.ApiClient, ns: str, name: str) -> Any:

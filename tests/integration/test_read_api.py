@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import ssl
 import subprocess
 import sys
@@ -31,17 +30,11 @@ from agentrun_core import store
 from agentrun_dev import read_api
 from tests.support.kube import bind, create_run
 from tests.support.operator_proc import OperatorHandle, Operators
+from tests.support.sockets import free_port
 from tests.support.specs import STEPS
 from tests.support.waiting import wait_phase
 
 VENV_BIN = Path(sys.executable).parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ charges are counted in cents AT the provider (no Kubernetes: AGENTRUN_LEASE_MODE
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,8 @@ import pytest
 
 from agentrun_core import store
 from agentrun_dev import http_provider
-from tests.chaos import worker_harness
+from tests.support import worker_harness
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.postgres
 BILL = "tests.integration.retry_graphs:bill_graph"
@@ -40,10 +40,13 @@ def _cents(p: http_provider.HttpProvider) -> dict[str, int]:
 
 def _wait_performed(p: http_provider.HttpProvider, total: int, timeout: float = 60) -> None:
     """The provider's late commit (it outlives the client's timeout) has happened."""
-    deadline = time.monotonic() + timeout
-    while http_provider.stats(p.url)["effects_performed_total"] < total:
-        assert time.monotonic() < deadline, http_provider.stats(p.url)
-        time.sleep(0.05)
+    wait_for(
+        lambda: http_provider.stats(p.url)["effects_performed_total"] >= total,
+        timeout,
+        f"{total} effect(s) performed at the provider",
+        interval=0.05,
+        on_timeout=lambda: str(http_provider.stats(p.url)),
+    )
 
 
 def _effects(dsn: str, run_id: str) -> dict[str, store.Effect]:

@@ -5,11 +5,8 @@ performed call), never inferred from our own tables."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import kubernetes
 import psycopg
@@ -17,33 +14,19 @@ import pytest
 
 from agentrun_core import store
 from agentrun_dev import http_provider
+from tests.support import cli
 from tests.support.approvals import Scene, scene_fixture
-from tests.support.kube import Team, condition, create_run, events, get_run, run_status
-from tests.support.specs import STEPS, run_spec
+from tests.support.kube import Team, condition, create_run, events, get_run, kubectl, run_status, user_env
+from tests.support.specs import FLAKY, STEPS, lines, run_spec
 from tests.support.waiting import wait_for, wait_phase
 
-FLAKY = "tests.integration.steer_graphs:flaky"
-VENV_BIN = Path(sys.executable).parent
 scene = scene_fixture()
-
-
-def as_user(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """``kubectl ARGS`` as that identity; ``kubectl agentrun`` finds the project's plugin on PATH."""
-    env = {
-        **os.environ,
-        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-        "KUBECONFIG": str(kubeconfig),
-    }
-    return subprocess.run(["kubectl", *args], capture_output=True, text=True, timeout=120, env=env)
 
 
 def agentrun(
     kubeconfig: Path, *args: str, timeout: float = 300, dsn: str = ""
 ) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "AGENTRUN_DSN": dsn}
-    return subprocess.run(
-        [str(VENV_BIN / "agentrun"), *args], capture_output=True, text=True, timeout=timeout, env=env
-    )
+    return cli.agentrun(*args, timeout=timeout, env=user_env(kubeconfig, dsn))
 
 
 @pytest.fixture
@@ -54,14 +37,6 @@ def people(team: Team) -> dict[str, Path]:
     )
 
 
-def lines(path: Path) -> list[str]:
-    return path.read_text().splitlines() if path.exists() else []
-
-
-def spec(graph: str, **input_: Any) -> dict[str, Any]:
-    return run_spec(graph, input_)
-
-
 def pending_key(dsn: str, uid: str) -> str:
     with psycopg.connect(dsn, autocommit=True) as conn:
         (row,) = [e for e in store.list_effects(conn, uid) if e.status == "pending"]
@@ -70,21 +45,29 @@ def pending_key(dsn: str, uid: str) -> str:
 
 def test_finished_condition_and_wait_exit_codes(scene: Scene) -> None:
     kube, operator, ns = scene.kube, scene.operator, scene.ns
-    create_run(kube, ns, "ok", spec(STEPS, path=str(scene.tmp_path / "ok.txt")))
+    create_run(kube, ns, "ok", run_spec(STEPS, {"path": str(scene.tmp_path / "ok.txt")}))
     create_run(
         kube,
         ns,
         "bug",
-        spec(FLAKY, path=str(scene.tmp_path / "bug.txt"), flag=str(scene.tmp_path / "no"), fail_with="bug"),
+        run_spec(
+            FLAKY,
+            {"path": str(scene.tmp_path / "bug.txt"), "flag": str(scene.tmp_path / "no"), "fail_with": "bug"},
+        ),
     )
-    create_run(kube, ns, "stop", spec(STEPS, path=str(scene.tmp_path / "stop.txt"), pause={"prepare": 120}))
+    create_run(
+        kube,
+        ns,
+        "stop",
+        run_spec(STEPS, {"path": str(scene.tmp_path / "stop.txt"), "pause": {"prepare": 120}}),
+    )
     wait_phase(kube, ns, "stop", "Running", 120, operator)
     timed_out = agentrun(scene.admin, "wait", "stop", "-n", ns, "--timeout", "1")
     assert timed_out.returncode == 4 and "timed out after 1s; still Running" in timed_out.stderr
-    cancel = as_user(scene.admin, "agentrun", "cancel", "stop", "-n", ns)
+    cancel = kubectl(scene.admin, "agentrun", "cancel", "stop", "-n", ns)
     assert cancel.returncode == 0, cancel.stderr
     for name in ("ok", "bug", "stop"):
-        waited = as_user(
+        waited = kubectl(
             scene.admin, "wait", "-n", ns, "--for=condition=Finished", f"ar/{name}", "--timeout=180s"
         )
         assert waited.returncode == 0, (name, waited.stderr, operator.logs()[-4000:])
@@ -102,14 +85,14 @@ def test_finished_condition_and_wait_exit_codes(scene: Scene) -> None:
 def test_retry_after_fixing_the_graph_does_not_repeat_the_sent_effect(scene: Scene) -> None:
     kube, operator, people, ns = scene.kube, scene.operator, scene.people, scene.ns
     out, flag = scene.tmp_path / "effects.txt", scene.tmp_path / "fixed"
-    uid = create_run(kube, ns, "fix", spec(FLAKY, path=str(out), flag=str(flag), fail_with="bug"))[
-        "metadata"
-    ]["uid"]
+    uid = create_run(
+        kube, ns, "fix", run_spec(FLAKY, {"path": str(out), "flag": str(flag), "fail_with": "bug"})
+    )["metadata"]["uid"]
     status = wait_phase(kube, ns, "fix", "Failed", 120, operator)
     assert condition(status, "Failed")["reason"] == "GraphFailed" and len(lines(out)) == 1
-    refused = as_user(people["mallory"], "agentrun", "retry", "fix", "-n", ns)
+    refused = kubectl(people["mallory"], "agentrun", "retry", "fix", "-n", ns)
     assert refused.returncode != 0 and "may not retry AgentRun" in refused.stderr, refused.stderr
-    forged = as_user(
+    forged = kubectl(
         people["mallory"],
         "patch",
         "ar",
@@ -122,7 +105,7 @@ def test_retry_after_fixing_the_graph_does_not_repeat_the_sent_effect(scene: Sce
     )
     assert forged.returncode != 0 and 'the RBAC verb "retry"' in forged.stderr, forged.stderr
     flag.touch()  # the fix: the node no longer raises
-    retried = as_user(people["oncall"], "agentrun", "retry", "fix", "-n", ns)
+    retried = kubectl(people["oncall"], "agentrun", "retry", "fix", "-n", ns)
     assert retried.returncode == 0, retried.stderr
     assert "retry generation 1 requested" in retried.stdout
     done = agentrun(scene.admin, "wait", "fix", "-n", ns, "--timeout", "180")
@@ -139,14 +122,14 @@ def test_retry_after_fixing_the_graph_does_not_repeat_the_sent_effect(scene: Sce
     assert [a.start_reason for a in attempts][-1] == "retry"
     trace = agentrun(scene.admin, "trace", "fix", "-n", ns, timeout=60, dsn=scene.pg_dsn)
     assert "retry" in trace.stdout and "oncall" in trace.stdout, trace.stdout + trace.stderr
-    again = as_user(people["oncall"], "agentrun", "retry", "fix", "-n", ns)
+    again = kubectl(people["oncall"], "agentrun", "retry", "fix", "-n", ns)
     assert again.returncode != 0 and "is Succeeded" in again.stderr
 
 
 def test_cancelled_run_with_a_pending_effect_retried_then_resolved_not_sent(scene: Scene) -> None:
     kube, operator, people, ns = scene.kube, scene.operator, scene.people, scene.ns
     out = scene.tmp_path / "effects.txt"
-    body = spec(STEPS, path=str(out))
+    body = run_spec(STEPS, {"path": str(out)})
     body["retry"] = {"backoffSeconds": 120, "maxBackoffSeconds": 120}  # attempt 2 would wait: we cancel first
     body["worker"] = {"env": [{"name": "AGENTRUN_FAULT_POINTS_ATTEMPT_1", "value": "after_reserve"}]}
     uid = create_run(kube, ns, "c", body)["metadata"]["uid"]
@@ -156,13 +139,13 @@ def test_cancelled_run_with_a_pending_effect_retried_then_resolved_not_sent(scen
         "attempt 1 killed after reserve",
         on_timeout=operator.logs,
     )
-    assert as_user(scene.admin, "agentrun", "cancel", "c", "-n", ns).returncode == 0
+    assert kubectl(scene.admin, "agentrun", "cancel", "c", "-n", ns).returncode == 0
     status = wait_phase(kube, ns, "c", "Cancelled", 120, operator)
     assert "1 effect(s) left pending" in status["message"] and status["effects"]["pending"] == 1
     assert lines(out) == []  # reserved, never performed
     # Retried: the pending row of the killed attempt is reconciled, not guessed: this tool has no lookup
     # hook and its provider does not dedupe, so a human must say.
-    assert as_user(people["oncall"], "agentrun", "retry", "c", "-n", ns).returncode == 0
+    assert kubectl(people["oncall"], "agentrun", "retry", "c", "-n", ns).returncode == 0
     status = wait_for(
         lambda: (s := run_status(kube, ns, "c")) and s.get("reopened") == 1 and s["phase"] == "Failed" and s,
         180,
@@ -171,9 +154,9 @@ def test_cancelled_run_with_a_pending_effect_retried_then_resolved_not_sent(scen
     )
     assert condition(status, "Failed")["reason"] == "NeedsHuman" and lines(out) == []
     key = pending_key(scene.pg_dsn, uid)
-    refused = as_user(people["mallory"], "agentrun", "resolve", "c", key, "--not-sent", "-n", ns)
+    refused = kubectl(people["mallory"], "agentrun", "resolve", "c", key, "--not-sent", "-n", ns)
     assert refused.returncode != 0 and "may not resolve effects" in refused.stderr, refused.stderr
-    resolved = as_user(people["oncall"], "agentrun", "resolve", "c", key, "--not-sent", "-n", ns)
+    resolved = kubectl(people["oncall"], "agentrun", "resolve", "c", key, "--not-sent", "-n", ns)
     assert resolved.returncode == 0, resolved.stderr
     done = agentrun(scene.admin, "wait", "c", "-n", ns, "--timeout", "180")
     assert done.returncode == 0, (done.stderr, operator.logs()[-6000:])
@@ -185,13 +168,13 @@ def test_cancelled_run_with_a_pending_effect_retried_then_resolved_not_sent(scen
 def test_needs_human_retried_then_resolved_sent(scene: Scene) -> None:
     kube, operator, people, ns = scene.kube, scene.operator, scene.people, scene.ns
     out = scene.tmp_path / "effects.txt"
-    body = spec(STEPS, path=str(out))
+    body = run_spec(STEPS, {"path": str(out)})
     body["worker"] = {"env": [{"name": "AGENTRUN_FAULT_POINTS_ATTEMPT_1", "value": "after_call"}]}
     uid = create_run(kube, ns, "s", body)["metadata"]["uid"]
     status = wait_phase(kube, ns, "s", "Failed", 180, operator)
     assert condition(status, "Failed")["reason"] == "NeedsHuman" and len(lines(out)) == 1
     # A retry alone does not guess either: the run stops for the human again, nothing is called.
-    assert as_user(people["oncall"], "agentrun", "retry", "s", "-n", ns).returncode == 0
+    assert kubectl(people["oncall"], "agentrun", "retry", "s", "-n", ns).returncode == 0
     wait_for(
         lambda: (s := run_status(kube, ns, "s")) and s.get("reopened") == 1 and s["phase"] == "Failed",
         180,
@@ -199,10 +182,10 @@ def test_needs_human_retried_then_resolved_sent(scene: Scene) -> None:
         on_timeout=operator.logs,
     )
     key = pending_key(scene.pg_dsn, uid)
-    bad = as_user(people["oncall"], "agentrun", "resolve", "s", key, "--sent", "--result", "{nope", "-n", ns)
+    bad = kubectl(people["oncall"], "agentrun", "resolve", "s", key, "--sent", "--result", "{nope", "-n", ns)
     assert bad.returncode != 0 and "--result is not JSON" in bad.stderr
     result = '{"path": "recorded-by-a-human", "line": "hello"}'
-    ok = as_user(people["oncall"], "agentrun", "resolve", "s", key, "--sent", "--result", result, "-n", ns)
+    ok = kubectl(people["oncall"], "agentrun", "resolve", "s", key, "--sent", "--result", result, "-n", ns)
     assert ok.returncode == 0, ok.stderr
     done = agentrun(scene.admin, "wait", "s", "-n", ns, "--timeout", "180")
     assert done.returncode == 0, (done.stderr, operator.logs()[-6000:])
@@ -221,11 +204,11 @@ def test_admission_rules_of_retry_and_resolve(
     kube: kubernetes.client.ApiClient, namespace: str, admin_kubeconfig: Path, people: dict[str, Path]
 ) -> None:
     """API server only (no operator): the CRD's CEL and the steering policies, with their messages."""
-    create_run(kube, namespace, "adm", spec(STEPS, path="/nonexistent"))
+    create_run(kube, namespace, "adm", run_spec(STEPS, {"path": "/nonexistent"}))
     ns = ["-n", namespace]
 
     def patch(who: Path, body: str) -> subprocess.CompletedProcess[str]:
-        return as_user(who, "patch", "ar", "adm", *ns, "--type=merge", "-p", body)
+        return kubectl(who, "patch", "ar", "adm", *ns, "--type=merge", "-p", body)
 
     early = patch(admin_kubeconfig, '{"spec": {"retryGeneration": 1}}')
     assert early.returncode != 0 and "only a Failed (including needs-human) or Cancelled run" in early.stderr
@@ -242,9 +225,9 @@ def test_admission_rules_of_retry_and_resolve(
     assert down.returncode != 0 and "can only increase" in down.stderr, down.stderr
     forged = patch(people["oncall"], '{"metadata": {"annotations": {"agentrun.dev/retried-by": "someone"}}}')
     assert forged.returncode != 0 and "cannot be forged" in forged.stderr, forged.stderr
-    bad = as_user(people["oncall"], "annotate", "ar", "adm", *ns, "agentrun.dev/resolve=ak-1=maybe")
+    bad = kubectl(people["oncall"], "annotate", "ar", "adm", *ns, "agentrun.dev/resolve=ak-1=maybe")
     assert bad.returncode != 0 and "<effect key>=sent or <effect key>=not-sent" in bad.stderr, bad.stderr
-    good = as_user(people["oncall"], "annotate", "ar", "adm", *ns, "agentrun.dev/resolve=ak-1=sent")
+    good = kubectl(people["oncall"], "annotate", "ar", "adm", *ns, "agentrun.dev/resolve=ak-1=sent")
     assert good.returncode == 0, good.stderr
     annotations = get_run(kube, namespace, "adm")["metadata"]["annotations"]
     assert annotations["agentrun.dev/resolved-by"] == "oncall"
@@ -262,7 +245,7 @@ def test_retry_rekeys_only_the_failed_effect_proven_not_performed_and_says_which
             {"mode": "503", "retry_after": 0},  # charge_twice call 2, its last: refused
         ):
             assert http_provider.request(f"{provider.url}/control/faults", "POST", fault)[0] == 200
-        body = spec("tests.integration.retry_graphs:bill_graph", shape="two")
+        body = run_spec("tests.integration.retry_graphs:bill_graph", {"shape": "two"})
         body["worker"] = {"env": [{"name": "BILLING_URL", "value": provider.url}]}
         uid = create_run(kube, ns, "two", body)["metadata"]["uid"]
         wait_phase(kube, ns, "two", "Failed", 180, operator)
@@ -275,7 +258,7 @@ def test_retry_rekeys_only_the_failed_effect_proven_not_performed_and_says_which
             failed = {e.tool: e for e in store.list_effects(conn, uid)}
         gift, charge = failed["gift_card"].idempotency_key, failed["charge_twice"].idempotency_key
         assert [failed[t].status for t in ("gift_card", "charge_twice")] == ["failed", "failed"]
-        retried = as_user(people["oncall"], "agentrun", "retry", "two", "-n", ns, "--wait", "120")
+        retried = kubectl(people["oncall"], "agentrun", "retry", "two", "-n", ns, "--wait", "120")
         assert retried.returncode == 0, retried.stderr
         out = retried.stdout
         assert "retry generation 1 applied:" in out, (out, retried.stderr)

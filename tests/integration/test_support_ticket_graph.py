@@ -15,7 +15,7 @@ import pytest
 
 from agentrun_core import store
 from agentrun_dev import smtp_sink
-from tests.chaos import worker_harness as wh
+from tests.support import worker_harness as wh
 from tests.support.specs import TICKET, TICKET_GRAPH
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]

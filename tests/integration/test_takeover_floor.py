@@ -20,8 +20,7 @@ import pytest
 
 from agentrun_core import store
 from agentrun_dev import http_provider
-from tests.chaos import worker_harness
-from tests.support import pg
+from tests.support import pg, worker_harness
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.postgres

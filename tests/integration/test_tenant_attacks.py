@@ -10,7 +10,6 @@ need, squatting B's identifiers, reaching server files.
 from __future__ import annotations
 
 import concurrent.futures
-import datetime
 import secrets
 from collections.abc import Iterator
 from typing import Any
@@ -18,42 +17,15 @@ from typing import Any
 import psycopg
 import psycopg.sql
 import pytest
-from langgraph.checkpoint.postgres import PostgresSaver
 
 from agent_operator.act import lockwatch, tenants
 from agentrun_core import keys, store
 from tests.support import pg
-from tests.support.graphs import chain
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.postgres
 
 RUN_A, RUN_B = "run-a", "run-b"
-
-
-def _graph() -> Any:
-    return chain(dict, one=lambda s: {"x": 1})
-
-
-def _seed(admin: psycopg.Connection[Any], namespace: str, run_id: str, dsn: str) -> None:
-    """A run of ``namespace`` with a row in every table (input holding a secret), written by the admin."""
-    pg.admit(
-        admin,
-        run_id=run_id,
-        namespace=namespace,
-        input={"secret": f"secret-of-{run_id}"},
-        approval_policy={"timeoutSeconds": 3600},
-    )
-    store.claim_run(admin, run_id=run_id, epoch=1, holder="p")
-    store.record_attempt_start(admin, run_id=run_id, attempt=1, pod="p", epoch=1)
-    pg.reserve(admin, key=f"k-{run_id}", run_id=run_id, step="s:1")
-    store.heartbeat(admin, run_id=run_id, key="worker", details={})
-    store.record_step_event(
-        admin, run_id=run_id, attempt=1, step="s:1", checkpoint_id=None,
-        started_at=datetime.datetime.now(datetime.UTC), duration_seconds=0.1,
-    )
-    with psycopg.connect(dsn, autocommit=True) as conn:  # LangGraph's own tables, one thread per run
-        _graph().compile(checkpointer=PostgresSaver(conn)).invoke({}, {"configurable": {"thread_id": run_id}})
 
 
 @pytest.fixture
@@ -67,7 +39,9 @@ def two(pg_dsn: str) -> dict[str, Any]:
             out[label] = namespace
             out[f"dsn_{label}"] = tenants.worker_dsn(pg_dsn, role, password)
             out[f"role_{label}"] = role
-            _seed(admin, namespace, run_id, pg_dsn)
+            pg.seed_run_rows(
+                admin, pg_dsn, namespace=namespace, run_id=run_id, input={"secret": f"secret-of-{run_id}"}
+            )
     return out
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import os
 import secrets
-import time
 from typing import Any
 
 import kubernetes
@@ -21,24 +20,14 @@ from agent_operator import kube, settings
 from agent_operator.act import tenants
 from agent_operator.decide import pods
 from agentrun_core import store
+from tests.support.kube import gone
+from tests.support.waiting import wait_for
 
 
 @pytest.fixture
 def kube_api(kube: kubernetes.client.ApiClient) -> kubernetes.client.ApiClient:
     return kube  # (the fixture's name is the operator's module's)
 
-
-def _wait_gone(core: kubernetes.client.CoreV1Api, name: str, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            core.read_namespace(name)
-        except kubernetes.client.ApiException as exc:
-            if exc.status == 404:
-                return
-            raise
-        assert time.monotonic() < deadline, f"namespace {name} still there after {timeout}s"
-        time.sleep(0.5)
 
 
 def _role_exists(conn: psycopg.Connection[Any], role: str) -> bool:
@@ -63,7 +52,7 @@ def test_the_role_of_a_gone_namespace_is_dropped_after_its_runs_are_purged(
         sweeper = tenants.Tenants(cfg, api, conn)
         assert cfg.worker.dsn_secret == ""  # the operator manages the roles
         core.delete_namespace(gone_ns)
-        _wait_gone(core, gone_ns)
+        wait_for(lambda: gone(lambda: core.read_namespace(gone_ns)), 90, f"namespace {gone_ns} gone")
         assert not kube.namespace_exists(api, gone_ns) and kube.namespace_exists(api, namespace)
 
         assert sweeper.drop_gone() == []  # a run of it is left: nothing dropped yet

@@ -16,14 +16,11 @@ from typing import Any
 import psycopg
 import psycopg.conninfo
 import pytest
-from langgraph.checkpoint.postgres import PostgresSaver
 
 from agent_operator.act import tenants
 from agentrun_core import store
 from agentrun_core.store import connect
-from tests.chaos import worker_harness
-from tests.support import pg
-from tests.support.graphs import chain
+from tests.support import pg, worker_harness
 from tests.support.queries import one_row
 
 pytestmark = pytest.mark.postgres
@@ -39,33 +36,12 @@ RUN_TABLES = (
 CHECKPOINT_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
 
 
-def _graph() -> Any:
-    return chain(dict, one=lambda s: {"x": 1})
-
-
 def _seed(admin: psycopg.Connection[Any], namespace: str, run_id: str, dsn: str) -> None:
-    """A run of ``namespace`` with a row in every table, written by the operator/admin."""
-    pg.admit(admin, run_id=run_id, namespace=namespace, approval_policy={"timeoutSeconds": 3600})
-    store.claim_run(admin, run_id=run_id, epoch=1, holder="p")
-    store.record_attempt_start(admin, run_id=run_id, attempt=1, pod="p", epoch=1)
-    pg.reserve(admin, key=f"k-{run_id}", run_id=run_id, step="s:1")
-    store.heartbeat(admin, run_id=run_id, key="worker", details={})
-    import datetime
-
-    store.record_step_event(
-        admin,
-        run_id=run_id,
-        attempt=1,
-        step="s:1",
-        checkpoint_id=None,
-        started_at=datetime.datetime.now(datetime.UTC),
-        duration_seconds=0.1,
-    )
+    """A run of ``namespace`` with a row in every table (an approval too), written by the operator/admin."""
+    pg.seed_run_rows(admin, dsn, namespace=namespace, run_id=run_id)
     store.record_approval(
         admin, run_id=run_id, epoch=1, approval_id=f"a-{run_id}", interrupt_id="i", prompt={"q": 1}
     )
-    with psycopg.connect(dsn, autocommit=True) as conn:  # LangGraph's own tables, one thread per run
-        _graph().compile(checkpointer=PostgresSaver(conn)).invoke({}, {"configurable": {"thread_id": run_id}})
 
 
 @pytest.fixture

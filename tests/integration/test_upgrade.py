@@ -33,6 +33,7 @@ import pytest
 
 from agentrun_core import store
 from agentrun_dev import http_provider, smtp_sink
+from tests.support.cli import agentrun
 from tests.support.kube import bind, create_run, run_status
 from tests.support.operator_proc import REPO, OperatorHandle, operator_env
 from tests.support.specs import run_spec, upgrade_env
@@ -44,7 +45,6 @@ TAG = "v0.1.0"
 # The release's commit, which every full clone of main has: CI clones main's history without its tags.
 RELEASE_COMMIT = "551d3053d81e70969eb475456feb98e96970ee8c"
 GRAPH = "tests.graphs.upgrade_graph:graph"
-VENV_BIN = Path(sys.executable).parent
 PARKED = ("parked-1", "parked-2")  # at their approval before the upgrade
 HELD = ("held-1", "held-2")  # inside their first step, live v0.1.0 workers, across the upgrade
 
@@ -140,12 +140,6 @@ def holder(dsn: str, run_id: str) -> str | None:
     return str(row[0]) if row and row[0] else None
 
 
-def agentrun(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(VENV_BIN / "agentrun"), *args], capture_output=True, text=True, timeout=300, env=env
-    )
-
-
 def test_upgrade_from_v0_1_0_with_runs_in_flight(
     dev_cluster: Any,
     kube: kubernetes.client.ApiClient,
@@ -200,11 +194,11 @@ def test_upgrade_from_v0_1_0_with_runs_in_flight(
             # --- the upgrade: operator stopped, migrate, new operator -------------------------------------
             old.stop()
             cli_env = {k: v for k, v in os.environ.items() if k != "AGENTRUN_DSN"}
-            dry = agentrun("migrate", "--dsn", empty_dsn, "--dry-run", env=cli_env)
+            dry = agentrun("migrate", "--dsn", empty_dsn, "--dry-run", timeout=300, env=cli_env)
             assert dry.returncode == 0, dry
             pending = [line.split()[0] for line in dry.stdout.splitlines() if line.startswith("  ")]
             assert pending[0] == "0023" and "0035" in pending, dry.stdout
-            done = agentrun("migrate", env={**cli_env, "AGENTRUN_DSN": empty_dsn})
+            done = agentrun("migrate", timeout=300, env={**cli_env, "AGENTRUN_DSN": empty_dsn})
             assert done.returncode == 0, done
             assert [ln.split()[1] for ln in done.stdout.splitlines() if ln.startswith("applied")] == pending
             new.start()
@@ -221,7 +215,7 @@ def test_upgrade_from_v0_1_0_with_runs_in_flight(
                 )
                 approved = agentrun(
                     "approve", name, "-n", namespace, "--id", pending_approval["id"], "--yes",
-                    env={**cli_env, "KUBECONFIG": str(manager)},
+                    timeout=300, env={**cli_env, "KUBECONFIG": str(manager)},
                 )  # fmt: skip
                 assert approved.returncode == 0, approved
             for name in (*PARKED, *HELD):

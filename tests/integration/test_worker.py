@@ -10,8 +10,8 @@ import psycopg
 import pytest
 
 from agentrun_core import store
-from tests.chaos import worker_harness
-from tests.support import pg
+from tests.support import pg, worker_harness
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.postgres
 
@@ -127,9 +127,7 @@ def test_sigterm_inside_a_long_step_exits_by_the_drain_deadline(pg_dsn: str, tmp
         AGENTRUN_TEST_NODE_LOG=str(log),
         AGENTRUN_DRAIN_SECONDS="1",
     )
-    deadline = time.monotonic() + 30
-    while not (log.exists() and "prepare" in log.read_text()) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(lambda: log.exists() and "prepare" in log.read_text(), 30, "node prepare running", interval=0.05)
     sent = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=30)

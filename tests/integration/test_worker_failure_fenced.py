@@ -12,8 +12,8 @@ from pathlib import Path
 import psycopg
 
 from agentrun_core import store
-from tests.chaos.worker_harness import Worker
 from tests.support.waiting import wait_for
+from tests.support.worker_harness import Worker
 
 GRAPH = "tests.graphs.unreachable_import:graph"
 EXIT_FENCED = 12

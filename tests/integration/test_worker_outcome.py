@@ -23,7 +23,7 @@ from agent_worker import drive, runner, steps
 from agent_worker import settings as settings_mod
 from agentrun_core import errors, results, store
 from agentrun_core.api import protocol
-from tests.chaos import worker_harness
+from tests.support import worker_harness
 from tests.support.graphs import chain
 
 pytestmark = pytest.mark.postgres

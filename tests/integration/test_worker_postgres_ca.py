@@ -9,16 +9,14 @@ from typing import Any
 import kubernetes
 import pytest
 
+from tests.support import pod_security
 from tests.support.kube import create_run, pods
 from tests.support.operator_proc import OperatorHandle
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 
-RESTRICTED = {
-    "pod-security.kubernetes.io/enforce": "restricted",
-    "pod-security.kubernetes.io/enforce-version": "latest",
-}
+RESTRICTED = pod_security.tenant_labels()
 
 
 def _worker_pod(kube: kubernetes.client.ApiClient, ns: str, run: str, operator: OperatorHandle) -> Any:

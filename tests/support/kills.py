@@ -11,7 +11,7 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from tests.chaos import worker_harness
+from tests.support import worker_harness
 
 
 def durability_for(rng: random.Random, point: str) -> str:

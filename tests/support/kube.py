@@ -126,6 +126,18 @@ def sampling_live_pods(
     assert samples[0] > 0, "the live-Pod sampler never got a listing of the namespace's Pods"
 
 
+def user_env(kubeconfig: Path | str, dsn: str = "") -> dict[str, str]:
+    """The environment of a command run as the identity of ``kubeconfig``: the venv first on PATH (for
+    ``kubectl agentrun``), ``dsn`` as the plugin's ``AGENTRUN_DSN`` ("" for none, whatever the test's own
+    environment says)."""
+    return {
+        **os.environ,
+        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "KUBECONFIG": str(kubeconfig),
+        "AGENTRUN_DSN": dsn,
+    }
+
+
 def kubectl(
     kubeconfig: Path | str,
     *args: str,
@@ -134,18 +146,17 @@ def kubectl(
     check: bool = False,
     timeout: float = 300,
 ) -> subprocess.CompletedProcess[str]:
-    """``kubectl ARGS`` as the identity of ``kubeconfig``, the venv first on PATH (for ``kubectl agentrun``).
+    """``kubectl ARGS`` as the identity of ``kubeconfig`` (in ``user_env``).
 
-    ``dsn`` is the plugin's ``AGENTRUN_DSN`` ("" for none, whatever the test's own environment says);
     ``check`` fails the test, with kubectl's stderr, when it exits non-zero."""
-    env = {
-        **os.environ,
-        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-        "KUBECONFIG": str(kubeconfig),
-        "AGENTRUN_DSN": dsn,
-    }
     result = subprocess.run(
-        ["kubectl", *args], input=stdin, env=env, capture_output=True, text=True, timeout=timeout, check=False
+        ["kubectl", *args],
+        input=stdin,
+        env=user_env(kubeconfig, dsn),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
     )
     if check and result.returncode != 0:
         raise AssertionError(

@@ -16,6 +16,9 @@ from agentrun_dev import http_provider, smtp_sink
 # then appends input.line).
 STEPS = "tests.integration.test_operator_graphs:steps"
 APPROVAL = "tests.integration.test_operator_graphs:approval"
+# tests/integration/steer_graphs.py: prepare -> act (appends a line to input.path) -> check (fails while
+# input.flag does not exist, as input.fail_with says) -> finish.
+FLAKY = "tests.integration.steer_graphs:flaky"
 # agentrun_examples/support_ticket: drafts a reply to a ticket, asks for approval, sends it by email.
 TICKET_GRAPH = "agentrun_examples.support_ticket:graph"
 TICKET = {
@@ -24,6 +27,12 @@ TICKET = {
     "subject": "Charged twice",
     "body": "My card was charged twice for the Team plan; please refund the duplicate charge.",
 }
+
+
+def lines(path: Path) -> list[str]:
+    """The lines a test graph appended to its ``input.path`` so far (one per step or performed effect); none
+    while the file does not exist yet."""
+    return path.read_text().splitlines() if path.exists() else []
 
 
 def worker_env(env: Mapping[str, str]) -> dict[str, Any]:

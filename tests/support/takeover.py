@@ -11,8 +11,8 @@ from typing import Any
 
 import kubernetes
 
-from tests.integration.lease_holder import holder_spec, lease_spec
 from tests.support.kube import create_run, pods
+from tests.support.lease_holder import holder_spec, lease_spec
 from tests.support.operator_proc import OperatorHandle
 from tests.support.waiting import wait_for, wait_phase
 

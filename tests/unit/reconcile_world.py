@@ -9,7 +9,7 @@ from agent_operator import settings
 from agent_operator.decide import actions, model
 from agentrun_core import store
 from agentrun_core.api import meta, protocol
-from tests.unit import rowmaker
+from tests.support import rowmaker
 
 NOW = datetime.datetime(2026, 1, 1, 12, 0, 0, tzinfo=datetime.UTC)
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support import source_tree
+
 SOURCES = ("agentrun_core", "agent_worker", "operator/agent_operator", "agentrun", "agentrun_dev", "bench")
 
 
@@ -34,12 +34,8 @@ def shadowed(source: str) -> Iterator[tuple[int, str]]:
 
 
 def test_no_function_shadows_an_api_module_it_imports() -> None:
-    found = [
-        f"{path.relative_to(ROOT)}:{line}: {name}"
-        for package in SOURCES
-        for path in sorted((ROOT / package).rglob("*.py"))
-        for line, name in shadowed(path.read_text())
-    ]
+    sources = source_tree.python_sources(SOURCES)
+    found = [f"{path}:{line}: {name}" for path, text in sources for line, name in shadowed(text)]
     assert not found, "a local hides an agentrun_core.api module (rename the local):\n" + "\n".join(found)
 
 

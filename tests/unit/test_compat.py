@@ -11,7 +11,7 @@ import pytest
 from agent_operator.decide import actions, model, pods, reconcile, retry
 from agentrun_core import compat
 from agentrun_core.api import protocol
-from tests.unit import rowmaker
+from tests.support import rowmaker
 from tests.unit.reconcile_world import NOW, effective, pod, world
 
 

@@ -6,37 +6,11 @@ install steps in a clean virtualenv instead.
 
 from __future__ import annotations
 
-import pathlib
 import re
 import shutil
 import subprocess
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-DOCKERFILE = ROOT / "Dockerfile"
-
-
-def instructions() -> list[tuple[str, str]]:
-    """(INSTRUCTION, arguments) with line continuations joined and comments dropped."""
-    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
-    result = []
-    for line in text.splitlines():
-        line = line.strip()
-        if line and not line.startswith("#"):
-            word, _, rest = line.partition(" ")
-            result.append((word.upper(), " ".join(rest.split())))
-    return result
-
-
-def stages() -> dict[str, list[tuple[str, str]]]:
-    result: dict[str, list[tuple[str, str]]] = {}
-    current: list[tuple[str, str]] | None = None
-    for word, args in instructions():
-        if word == "FROM":
-            name = args.split(" AS ")[-1].strip() if " AS " in args else str(len(result))
-            current = result.setdefault(name, [])
-        if current is not None:
-            current.append((word, args))
-    return result
+from tests.support.dockerfile import DOCKERFILE, ROOT, instructions, stages
 
 
 def test_two_stages_from_one_pinned_base() -> None:

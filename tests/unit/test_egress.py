@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from agentrun_dev import egress
-from tests.unit import sockets
+from tests.support import sockets
 
 NODE_IP = "10.213.0.1"
 

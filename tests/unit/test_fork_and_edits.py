@@ -16,7 +16,7 @@ from agentrun import cluster, fork_cli, respond_cli
 from agentrun_core.api import meta
 from agentrun_core.api import status as api_status
 from agentrun_core.store import rows
-from tests.unit import rowmaker
+from tests.support import rowmaker
 
 NOW = datetime.datetime(2026, 1, 1, 12, 0, 0, tzinfo=datetime.UTC)
 FORK = {"run": "src", "runUid": "src-uid", "step": "draft", "set": {"draft.body": "new"}}

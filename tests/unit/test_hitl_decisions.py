@@ -14,9 +14,9 @@ from agent_operator.decide import actions, model, reconcile
 from agentrun import batch_cli, cluster, render, trace
 from agentrun_core import hitl, store
 from agentrun_core.api import meta
-from tests.unit import rowmaker
+from tests.support import rowmaker
+from tests.support.trace_rows import inputs
 from tests.unit.reconcile_world import NOW, parked, world
-from tests.unit.test_trace import inputs
 
 
 def request(name: str, to: str) -> dict[str, Any]:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,3 +32,51 @@ def test_test_modules_have_unique_basenames() -> None:
     for path in sorted((ROOT / "tests").rglob("test_*.py")):
         assert path.name not in seen, f"{path} and {seen[path.name]} share a basename"
         seen[path.name] = path
+
+
+def imported_modules(path: Path) -> Iterator[str]:
+    """Every module the file imports, by name; ``from a import b`` names ``a`` and ``a.b`` (b may be one)."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            yield node.module
+            yield from (f"{node.module}.{alias.name}" for alias in node.names)
+
+
+def support_imports_from_test_folders(support: Path) -> list[str]:
+    """``tests.*`` imports in ``support`` that name a module outside it (``file: module``)."""
+    return [
+        f"{path.name}: {module}"
+        for path in sorted(support.rglob("*.py"))
+        for module in imported_modules(path)
+        if module.startswith("tests.") and module.split(".")[1] != "support"
+    ]
+
+
+def test_test_support_imports_no_test_folder() -> None:
+    """tests/support is what the test folders share: a helper there that imports from tests/integration or
+    tests/chaos makes every user of it load that folder's test modules (and their fixtures) too."""
+    assert support_imports_from_test_folders(ROOT / "tests" / "support") == []
+
+
+def _has_tests(path: Path) -> bool:
+    tree = ast.parse(path.read_text())
+    return any(isinstance(n, ast.FunctionDef) and n.name.startswith("test_") for n in tree.body)
+
+
+def imports_of_test_modules(tests: Path) -> list[str]:
+    """Imports, anywhere under ``tests``, of a module that holds tests (``file: module``)."""
+    found = []
+    for path in sorted(tests.rglob("*.py")):
+        for module in imported_modules(path):
+            target = tests.parent.joinpath(*module.split(".")).with_suffix(".py")
+            if module.startswith("tests.") and target.is_file() and _has_tests(target):
+                found.append(f"{path.relative_to(tests)}: {module}")
+    return found
+
+
+def test_no_module_imports_a_test_module() -> None:
+    """A helper two test modules share lives in tests/support: imported from a test module, it drags that
+    module's tests and fixtures into the importer (and pytest may collect them twice)."""
+    assert imports_of_test_modules(ROOT / "tests") == []

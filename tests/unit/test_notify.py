@@ -7,7 +7,6 @@ import dataclasses
 import datetime
 import socket
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,7 +16,7 @@ from agent_operator.act import notifier, notify_http, outbound
 from agent_operator.decide import model, notify, notify_outcome, run_status
 from agentrun_core import store
 from agentrun_dev.webhook_receiver import Receiver
-from tests.unit import rowmaker, sockets
+from tests.support import rowmaker, sockets
 
 NOW = datetime.datetime(2026, 12, 3, 12, 0, tzinfo=datetime.UTC)
 
@@ -116,13 +115,6 @@ def test_backoff_grows_is_capped_and_honours_retry_after() -> None:
     assert [notifier.retry_delay(limits, n) for n in (1, 2, 3, 4, 5)] == [1.0, 2.0, 4.0, 8.0, 10.0]
     assert notifier.retry_delay(limits, 1, retry_after=5) == 5.0
     assert notifier.retry_delay(limits, 1, retry_after=99) == 10.0
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    server = Receiver().start()
-    yield server
-    server.close()
 
 
 LOOPBACK = outbound.Policy.from_settings(settings.NotifySettings(allowed_networks=("127.0.0.1/32",)))

@@ -95,13 +95,6 @@ def hidden() -> Iterator[Receiver]:
     server.close()
 
 
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    server = Receiver().start()
-    yield server
-    server.close()
-
-
 def post(url: str, policy: outbound.Policy = LOOPBACK) -> notify_http.Outcome:
     return notify_http.post(url, {"a": 1}, {"Idempotency-Key": "ak-x"}, 5.0, policy)
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from agent_operator.decide import actions, model, reconcile
 from agentrun_core.api import meta, schedules
-from tests.unit import rowmaker
+from tests.support import rowmaker
 from tests.unit.reconcile_world import NOW, parked
 
 PENDING = rowmaker.approval(

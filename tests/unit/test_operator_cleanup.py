@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from agent_operator.decide import actions, cleanup, model
 from agentrun_core import store
-from tests.unit import rowmaker
+from tests.support import rowmaker
 from tests.unit.reconcile_world import parked, pod, world
 
 

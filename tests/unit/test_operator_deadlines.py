@@ -10,7 +10,7 @@ import pytest
 from agent_operator import settings
 from agent_operator.decide import actions, model, reconcile
 from agentrun_core import deadline_math
-from tests.unit import rowmaker
+from tests.support import rowmaker
 from tests.unit.reconcile_world import NOW, effective, parked, pod, world
 
 IDLE = settings.ReconcileSettings(poll_seconds=30.0, idle_poll_seconds=300.0)

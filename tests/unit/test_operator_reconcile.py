@@ -8,7 +8,7 @@ import datetime
 import pytest
 
 from agent_operator.decide import actions, model, reconcile, run_status
-from tests.unit import rowmaker
+from tests.support import rowmaker
 from tests.unit.reconcile_world import NOW, drained, effective, kinds, pod, tuned, world
 
 

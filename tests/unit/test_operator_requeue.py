@@ -15,7 +15,7 @@ from agent_operator import settings
 from agent_operator.decide import actions, cleanup, model, reconcile
 from agentrun_core import store
 from agentrun_core.api import protocol
-from tests.unit import rowmaker
+from tests.support import rowmaker
 from tests.unit.reconcile_world import NOW, parked, pod, world
 
 ACTIVE, IDLE = 2.0, 30.0

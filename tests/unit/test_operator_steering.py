@@ -14,7 +14,8 @@ from agentrun import cluster, steer_cli
 from agentrun_core import store
 from agentrun_core.api import meta
 from agentrun_core.api import status as api_status
-from tests.unit import reconcile_world, rowmaker
+from tests.support import rowmaker
+from tests.unit import reconcile_world
 from tests.unit.reconcile_world import NOW
 
 

@@ -7,7 +7,7 @@ import dataclasses
 import datetime
 
 from agent_operator.decide import actions, reconcile
-from tests.unit import rowmaker
+from tests.support import rowmaker
 from tests.unit.reconcile_world import NOW, effective, pod, tuned, world
 
 

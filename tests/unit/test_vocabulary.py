@@ -22,6 +22,7 @@ from pathlib import Path
 
 from agentrun_core.api import limits, meta, protocol, schedules
 from agentrun_core.api import status as api_status
+from tests.support import source_tree
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("agentrun_core", "agent_worker", "operator/agent_operator", "agentrun", "agentrun_dev")
@@ -145,12 +146,6 @@ def _policy_yaml() -> Iterator[Path]:
         yield from (p for p in sorted((ROOT / where).glob("*.yaml")) if p not in GENERATED_YAML)
 
 
-def _sources() -> Iterator[tuple[str, str]]:
-    for package in PACKAGES:
-        for file in sorted((ROOT / package).rglob("*.py")):
-            yield file.relative_to(ROOT).as_posix(), file.read_text()
-
-
 def test_the_vocabulary_is_known() -> None:
     # The scan looks for something: a rename that emptied a set would make every test below pass.
     assert {"agentrun.dev/approve", "edit.agentrun.dev/", "agentrun.dev/run"} <= ANNOTATIONS
@@ -159,7 +154,8 @@ def test_the_vocabulary_is_known() -> None:
 
 
 def test_no_stray_annotation_name_limit_or_phase_in_source() -> None:
-    found = [f"{path}:{line}: {value!r}" for path, text in _sources() for line, value in strays(text, path)]
+    sources = source_tree.python_sources(PACKAGES)
+    found = [f"{path}:{line}: {value!r}" for path, text in sources for line, value in strays(text, path)]
     assert not found, (
         "vocabulary written outside agentrun_core.api (import it from there: meta, limits, status):\n"
         + "\n".join(found)
