@@ -139,7 +139,7 @@ class LeaseObserver:
     The operator keeps one observer per Lease; the worker one per acquisition.
     """
 
-    __slots__ = ("default_duration_seconds", "_version", "_first_seen", "_last")  # one per parked run
+    __slots__ = ("_first_seen", "_last", "_version", "default_duration_seconds")  # one per parked run
 
     def __init__(self, default_duration_seconds: float = DEFAULT_DURATION_SECONDS) -> None:
         self.default_duration_seconds = default_duration_seconds

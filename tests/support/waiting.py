@@ -6,12 +6,12 @@ The deadline only bounds a hang; every wait returns as soon as its condition hol
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import kubernetes
 
+from agentrun_dev import waiting as dev_waiting
 from tests.support import kube
 
 if TYPE_CHECKING:
@@ -29,14 +29,9 @@ def wait_for(
 ) -> T:
     """The first truthy value of ``predicate()``, polled every ``interval`` s; fails the test after
     ``timeout`` s, saying what it waited for, the last value seen and ``on_timeout()``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            break
-        time.sleep(interval)
+    value = dev_waiting.poll(predicate, timeout, interval)
+    if value:
+        return value
     detail = on_timeout() if on_timeout else ""
     raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {value!r})\n{detail}")
 
