@@ -344,21 +344,27 @@ def _counts(text: str | None, default: list[int]) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip() and int(x) > 0]  # 0: none of that case
 
 
-def waiting_case(report: stats.Report, section: str, n: int) -> None:
+def waiting_case(report: stats.Report, section: str, n: int, window: float, settle: float) -> None:
     """The operator's memory per waiting run, at sizes parking cannot reach in a sitting (a parked run's
     worker is a process start each: ~1 CPU-s): ``n`` runs created suspended are admitted and wait with no
-    Pod, held by the operator as a parked run is (its AgentRun watched, its loop asleep)."""
+    Pod, held by the operator as a parked run is (its AgentRun watched, its loop asleep). Its CPU is read
+    ``settle`` s after the last was admitted (the idle polls at their longest)."""
     with db.fresh_database(f"p4w{n}") as dsn, Cluster(f"waiting{n}") as c:
         pid = c.start_operator(dsn)
         time.sleep(5)  # the operator's own start settles (imports, first lists)
-        before = _rss_mb(pid)
-        t0 = time.monotonic()
-        with concurrent.futures.ThreadPoolExecutor(8) as pool:
-            spec = {"graph": "bench.graphs:park", "input": {}, "suspend": True}
-            list(pool.map(lambda i: c.create_run(f"r{i:05d}", spec), range(n)))
-        c.wait_all(api_status.SUSPENDED, n, timeout=120 + 2.0 * n)
-        admitted = time.monotonic() - t0  # before the namespace's teardown, which takes minutes at 10,000
-        after = _rss_mb(pid)
+        with load.meter(dsn, pid, c.api) as meter:
+            idle, idle_tx = meter.cpu_slices(window)
+            before = _rss_mb(pid)
+            t0 = time.monotonic()
+            with concurrent.futures.ThreadPoolExecutor(8) as pool:
+                spec = {"graph": "bench.graphs:park", "input": {}, "suspend": True}
+                list(pool.map(lambda i: c.create_run(f"r{i:05d}", spec), range(n)))
+            c.wait_all(api_status.SUSPENDED, n, timeout=120 + 2.0 * n)
+            admitted = time.monotonic() - t0  # before the namespace's teardown: minutes at 10,000
+            after = _rss_mb(pid)
+            time.sleep(settle)
+            cpu, tx = meter.cpu_slices(window)
+            settled = _rss_mb(pid)
     label = f"{n} runs waiting suspended (admitted, no Pod)"
     rows = [
         stats.Row(f"{label}: time to all admitted and waiting", [admitted], unit="s"),
@@ -367,6 +373,9 @@ def waiting_case(report: stats.Report, section: str, n: int) -> None:
     ]
     for row in rows:
         report.add(section, row)
+    when = f"{settle / 60:.1f} min after the last admitted"
+    report.add(section, stats.Row(f"{label}: operator RSS {when}", [settled], unit="MB"))
+    _idle_rows(report, section, label, when, cpu, tx, idle, idle_tx)
 
 
 def run(
@@ -391,5 +400,7 @@ def run(
         parked_case(report, section, n, window, settle)
     for n in _counts(active, [2] if quick else [10, 25, 50, 100]):
         active_case(report, section, n, 10)
+    # A waiting run's idle poll reaches its longest (300 s) 450 s after its last change.
+    waiting_settle = 0.0 if quick else 60.0 + 1.5 * reconcile_defaults.idle_poll_max_seconds
     for n in _counts(waiting, [3] if quick else []):
-        waiting_case(report, section, n)
+        waiting_case(report, section, n, window, waiting_settle)
