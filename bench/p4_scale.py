@@ -356,7 +356,7 @@ def waiting_case(
         pid = c.start_operator(dsn)
         time.sleep(5)  # the operator's own start settles (imports, first lists)
         with load.meter(dsn, pid, c.api) as meter:
-            idle, idle_tx = meter.cpu_slices(baseline_window)
+            idle, idle_tx = meter.cpu_slices(baseline_window, slices=1)
             before = _rss_mb(pid)
             t0 = time.monotonic()
             with concurrent.futures.ThreadPoolExecutor(8) as pool:
@@ -366,7 +366,7 @@ def waiting_case(
             admitted = time.monotonic() - t0  # before the namespace's teardown: minutes at 10,000
             after = _rss_mb(pid)
             time.sleep(settle)
-            cpu, tx = meter.cpu_slices(window)
+            cpu, tx = meter.cpu_slices(window, slices=1)  # the mean: the polls come in bursts
             settled = _rss_mb(pid)
     label = f"{n} runs waiting suspended (admitted, no Pod)"
     rows = [
@@ -379,6 +379,12 @@ def waiting_case(
     when = f"over {window / 60:.0f} min from {settle / 60:.1f} min after the last admitted"
     report.add(section, stats.Row(f"{label}: operator RSS {when}", [settled], unit="MB"))
     _idle_rows(report, section, label, when, cpu, tx, idle, idle_tx)
+    # Each quiet waiting run's fallback poll is one round and one Postgres transaction: what one costs the
+    # operator, so the idle CPU at any number of runs is (runs / 300 s) x this.
+    rounds = tx - idle_tx
+    if rounds > 0:
+        per_round = (cpu["operator"][0] - idle["operator"][0]) * 10.0 / rounds  # % of a core -> ms per s
+        report.add(section, stats.Row(f"{label}: operator CPU per idle round {when}", [per_round], unit="ms"))
 
 
 def run(
@@ -394,18 +400,18 @@ def run(
     report.section(section)
     window = 5.0 if quick else 30.0
     # Measured once more when the parked runs cost only what waiting costs: the operator's idle poll of a
-    # quiet waiting run has doubled from 30 s to its longest (AGENTRUN_IDLE_POLL_MAX_SECONDS, 300 s: 450 s
-    # after its last change), and the finished Pods its parking left are gone (kept for their logs: until
-    # then their deletions, and the wake-ups they bring, are what the operator mostly does).
+    # quiet waiting run has doubled from 30 s towards its longest (AGENTRUN_IDLE_POLL_MAX_SECONDS), and
+    # the finished Pods its parking left are gone (kept for their logs: until then their deletions, and the
+    # wake-ups they bring, are what the operator mostly does).
     reconcile_defaults = operator_settings.ReconcileSettings
     settle = 0.0 if quick else 60.0 + reconcile_defaults.finished_pod_retention_seconds
     for n in _counts(parked, [3] if quick else [50, 200, 1000]):
         parked_case(report, section, n, window, settle)
     for n in _counts(active, [2] if quick else [10, 25, 50, 100]):
         active_case(report, section, n, 10)
-    # A waiting run's idle poll reaches its longest (300 s) 450 s after its last change; its CPU is then
-    # read over one whole poll period.
+    # A waiting run's idle poll doubles up to its longest, which it reaches less than twice that after its
+    # last change (30 + 60 + ... + 480 < 2 x 600 s); its CPU is then read over one whole poll period.
     longest = reconcile_defaults.idle_poll_max_seconds
-    waiting_settle, waiting_window = (0.0, window) if quick else (1.5 * longest, longest)
+    waiting_settle, waiting_window = (0.0, window) if quick else (2.0 * longest, longest)
     for n in _counts(waiting, [3] if quick else []):
         waiting_case(report, section, n, waiting_window, waiting_settle, window)

@@ -19,7 +19,7 @@ from tests.support import rowmaker
 from tests.unit.reconcile_world import NOW, parked, pod, world
 
 ACTIVE, IDLE = 2.0, 30.0
-POLLS = settings.ReconcileSettings(poll_seconds=ACTIVE, idle_poll_seconds=IDLE)
+POLLS = settings.ReconcileSettings(poll_seconds=ACTIVE, idle_poll_seconds=IDLE, idle_poll_max_seconds=300.0)
 
 
 def pending(seconds: float) -> store.Approval:
@@ -93,7 +93,7 @@ def test_a_running_run_keeps_the_active_poll() -> None:
 
 # --- a waiting run that stays quiet is looked at less and less often ----------------------------------------
 
-CAP = 300.0
+CAP = 300.0  # AGENTRUN_IDLE_POLL_MAX_SECONDS as these tests set it
 
 
 def _settled(w: model.World, rounds: int) -> tuple[actions.Plan, int]:
