@@ -377,10 +377,11 @@ def waiting_case(
     for row in rows:
         report.add(section, row)
     when = f"over {window / 60:.0f} min from {settle / 60:.1f} min after the last admitted"
-    report.add(section, stats.Row(f"{label}: operator RSS {when}", [settled], unit="MB"))
+    later = f"{(settle + window) / 60:.1f} min after the last admitted"
+    report.add(section, stats.Row(f"{label}: operator RSS {later}", [settled], unit="MB"))
     _idle_rows(report, section, label, when, cpu, tx, idle, idle_tx)
     # Each quiet waiting run's fallback poll is one round and one Postgres transaction: what one costs the
-    # operator, so the idle CPU at any number of runs is (runs / 300 s) x this.
+    # operator, so the idle CPU at any number of runs is (runs / AGENTRUN_IDLE_POLL_MAX_SECONDS) x this.
     rounds = tx - idle_tx
     if rounds > 0:
         per_round = (cpu["operator"][0] - idle["operator"][0]) * 10.0 / rounds  # % of a core -> ms per s
