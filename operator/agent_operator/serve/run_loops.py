@@ -34,7 +34,7 @@ import contextvars
 import dataclasses
 import json
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 
 STOP_TIMEOUT_SECONDS = 10.0  # a stopping loop's time to end its round (kopf's cancellation_timeout)
@@ -64,6 +64,12 @@ class Loop:
         self.woken = True
         if self.waiter is not None:
             _resolve(self.waiter)
+
+
+def start(coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+    """A long-lived task started from a kopf handler, in a fresh context: ``create_task`` would copy the
+    handler's, which holds the event's cause (its raw body, patch and logger) while the task lives."""
+    return asyncio.create_task(coro, name=name, context=contextvars.Context())
 
 
 def compact(body: Mapping[str, Any]) -> bytes:
@@ -118,10 +124,7 @@ class Loops:
         elif loop.task is None or loop.task.done():
             # New, or its task ended without being told to stop (an error escaped a round's guard): the
             # run's next event starts it again rather than leaving the run without a loop.
-            # A fresh context: not a copy of kopf's handler context (it would keep this event's cause).
-            loop.task = asyncio.create_task(
-                self._guarded(key, loop), name=f"run {key[0]}/{key[1]}", context=contextvars.Context()
-            )
+            loop.task = start(self._guarded(key, loop), f"run {key[0]}/{key[1]}")
         loop.wake()
 
     def wake(self, key: tuple[str, str]) -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import copy
 import logging
 from typing import Any
@@ -25,6 +24,7 @@ import kopf
 from agent_operator import kube
 from agent_operator import settings as settings_
 from agent_operator.act import scheduler
+from agent_operator.serve import run_loops
 from agentrun_core import backoff
 from agentrun_core.api import schedules as names
 
@@ -66,10 +66,7 @@ async def schedule_changed(
     _bodies[key] = copy.deepcopy(dict(body))  # the loop reconciles the latest version it was given
     task = _tasks.get(key)
     if task is None or task.done():
-        # A fresh context: a copy of kopf's handler context would keep this event's cause alive.
-        _tasks[key] = asyncio.create_task(
-            _loop(key), name=f"schedule {namespace}/{name}", context=contextvars.Context()
-        )
+        _tasks[key] = run_loops.start(_loop(key), f"schedule {namespace}/{name}")
     else:
         _wake(*key)
 
