@@ -6,8 +6,9 @@ AgentRuns created at once (8 creators in parallel). Reported: time until all are
 left, runs/min, the operator's RSS, the load on each part (``bench.load``) — for parked runs over 5 slices
 after they are all parked, against the same slices before any run existed, and once more 11 minutes after
 the last one parked (full mode: idle polls stretched to their longest, the parking's finished Pods deleted),
-with what the cluster stores per parked run (``bench.stored``); for active runs as the mean over the run.
-Both also give what a run cost in all: CPU-seconds per run, each part, transactions per run.
+with what the cluster stores per parked run (``bench.stored``); then up to 1,000 of them approved through
+the API server as a person would, timed until all have succeeded; for active runs as the mean over the run.
+Each also gives what a run cost in all: CPU-seconds per run, each part, transactions per run.
 """
 
 from __future__ import annotations
@@ -136,6 +137,23 @@ class Cluster:
             time.sleep(0.2)
         raise RuntimeError(f"the operator did not lead within 120 s; log: {self.log}")
 
+    def approver(self) -> str:
+        """A kubeconfig of user ``bench-approver`` bound to the ``agentrun-approver`` ClusterRole here: the
+        bench's approvals go through the API server and its admission policies as a person's do."""
+        from agentrun_dev import identities
+
+        rbac: Any = kubernetes.client.RbacAuthorizationV1Api(self.api)
+        user, role = "bench-approver", "agentrun-approver"
+        rbac.create_namespaced_role_binding(
+            self.namespace,
+            {
+                "metadata": {"name": user},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+            },
+        )
+        return str(identities.kubeconfig_for(user, ["bench-approvers"], self.handle.settings))
+
     def create_run(self, name: str, spec: dict[str, Any]) -> str:
         """Create AgentRun ``name`` with ``spec``; its uid (the run's id in Postgres)."""
         body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "AgentRun", "metadata": {"name": name}}
@@ -210,6 +228,10 @@ def _stored(c: Cluster) -> stored.Stored:
     return stored.sample(c.api, c.namespace)
 
 
+# How many of the parked runs are approved and resumed (the issue's figure: 1,000 of 10,000).
+RESUME_AT_MOST = 1000
+
+
 def parked_case(report: stats.Report, section: str, n: int, window: float, settle: float) -> None:
     with db.fresh_database(f"p4p{n}") as dsn, Cluster(f"parked{n}") as c:
         pid = c.start_operator(dsn)
@@ -228,8 +250,10 @@ def parked_case(report: stats.Report, section: str, n: int, window: float, settl
                 time.sleep(max(0.0, parked_at + settle - time.monotonic()))
                 settled = (*meter.cpu_slices(window), c.pods()[1])
             kept = _stored(c)
-        live, objects = c.pods()
-        label = f"{n} runs parked on approval"
+            live, objects = c.pods()
+            rss = _rss_mb(pid)
+            label = f"{n} runs parked on approval"
+            resumed = _resume(label, c, meter, min(n, RESUME_AT_MOST))
         report.add(section, stats.Row(f"{label}: time to all parked", [reached], unit="s"))
         _idle_rows(report, section, label, "while all idle", busy, busy_tx, idle, idle_tx)
         if settled is not None:
@@ -239,7 +263,7 @@ def parked_case(report: stats.Report, section: str, n: int, window: float, settl
             report.add(section, stats.Row(f"{label}: Pod objects left {when}", [float(pods)], unit="pods"))
         for row in (load.cpu_per_run(before, parked, n), load.requests_per_run(before, parked, n)):
             report.add(section, dataclasses.replace(row, figure=f"{label}: until parked, {row.figure}"))
-        report.add(section, stats.Row(f"{label}: operator RSS", [_rss_mb(pid)], unit="MB"))
+        report.add(section, stats.Row(f"{label}: operator RSS", [rss], unit="MB"))
         for row in stored.per_run(kept_before, kept, n, f"{label}: {'settled' if settle > 0 else 'parked'}"):
             report.add(section, row)
         report.add(
@@ -251,6 +275,36 @@ def parked_case(report: stats.Report, section: str, n: int, window: float, settl
                 note=f"{objects} Pod objects",
             ),
         )
+        for row in resumed:
+            report.add(section, row)
+
+
+def _resume(label: str, c: Cluster, meter: load.Meter, m: int) -> list[stats.Row]:
+    """Approve ``m`` of the parked runs as a person would (``agentrun approve``'s client: read the run, then
+    annotate it; 8 approvers at once) and time them until they have all succeeded (the graph ends after its
+    approval: each resume is a new worker Pod, its attempt, and the operator's bookkeeping)."""
+    from agentrun.client import Client
+
+    client = Client(kubeconfig=c.approver(), namespace=c.namespace)
+    names = [f"r{i:04d}" for i in range(m)]
+    before, t0 = meter.sample(), time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        list(pool.map(client.approve, names))
+    sent = time.monotonic() - t0
+    done = time.monotonic() - t0 + c.wait_all(api_status.SUCCEEDED, m, timeout=120 + 6.0 * m)
+    after = meter.sample()
+    client.api.close()  # type: ignore[no-untyped-call]
+    what = f"{label}: {m} of them approved"
+    rows = [
+        stats.Row(
+            f"{what}: approvals through the API server", [m / sent], unit="/s", note=f"{sent:.2f} s for all"
+        ),
+        stats.Row(f"{what}: from the first approval to all succeeded", [done], unit="s"),
+        stats.Row(f"{what}: resumed and finished", [60.0 * m / done], unit="runs/min"),
+    ]
+    for row in (load.cpu_per_run(before, after, m), load.requests_per_run(before, after, m)):
+        rows.append(dataclasses.replace(row, figure=f"{what}: approved to succeeded, {row.figure}"))
+    return rows
 
 
 def _idle_rows(

@@ -101,3 +101,9 @@ def test_quick_p4_runs_an_operator_with_parked_and_active_runs(dev_cluster: Any,
     assert "agentruns 1.00" in kept["note"] and "leases 1.00" in kept["note"], kept
     size = next(r for r in rows if "bytes stored per run, as JSON" in r["figure"])
     assert size["median"] > 0 and "agentruns" in size["note"], size
+    # The parked runs, approved through the API server as a person would, all resumed and succeeded (the
+    # bench waits for every one, else fails): the approvals' rate and the resumes' cost are reported.
+    approvals = next(r for r in rows if "approvals through the API server" in r["figure"])
+    assert approvals["median"] > 0, approvals
+    resumed = next(r for r in rows if "approved to succeeded, CPU-seconds per run" in r["figure"])
+    assert "pods" in resumed["note"], resumed  # a new attempt's worker Pod did the resuming
