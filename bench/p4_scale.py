@@ -36,6 +36,10 @@ REPO = Path(__file__).resolve().parents[1]
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
+def run_name(i: int) -> str:
+    return f"r{i:04d}"
+
+
 def _rss_mb(pid: int) -> float:
     return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * _PAGE / 2**20
 
@@ -168,8 +172,9 @@ class Cluster:
         self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name)
 
     def create_runs(self, n: int, graph: str) -> None:
+        """Runs ``run_name(0)`` … ``run_name(n - 1)`` of ``graph``."""
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
-            list(pool.map(lambda i: self.create_run(f"r{i:04d}", {"graph": graph, "input": {}}), range(n)))
+            list(pool.map(lambda i: self.create_run(run_name(i), {"graph": graph, "input": {}}), range(n)))
 
     def phases(self) -> dict[str, int]:
         runs = self.custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL)["items"]
@@ -286,7 +291,7 @@ def _resume(label: str, c: Cluster, meter: load.Meter, m: int) -> list[stats.Row
     from agentrun.client import Client
 
     client = Client(kubeconfig=c.approver(), namespace=c.namespace)
-    names = [f"r{i:04d}" for i in range(m)]
+    names = [run_name(i) for i in range(m)]  # the first m create_runs made
     before, t0 = meter.sample(), time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         list(pool.map(client.approve, names))
