@@ -17,7 +17,7 @@ from typing import Any
 
 from agentrun_core.api import protocol
 from agentrun_dev.demo_support import wait_until
-from bench import db, p4_scale, resume, stats
+from bench import cluster, db, resume, stats
 from bench import p6_lost_node as p6
 
 FLOOR_IMPORTS = "import langgraph.graph, langgraph.types, langgraph.checkpoint.postgres, psycopg_pool"
@@ -25,7 +25,7 @@ FLOOR_IMPORTS = "import langgraph.graph, langgraph.types, langgraph.checkpoint.p
 TARGET_SECONDS = 3.0  # evicted → the next attempt's first step, with the image present
 
 
-def evicted_case(c: p4_scale.Cluster, dsn: str, *, timeout: float = 300.0) -> dict[str, float]:
+def evicted_case(c: cluster.Cluster, dsn: str, *, timeout: float = 300.0) -> dict[str, float]:
     from agentrun_dev import settings as dev_settings
     from agentrun_dev import state
     from agentrun_dev.node import config
@@ -53,7 +53,7 @@ def evicted_case(c: p4_scale.Cluster, dsn: str, *, timeout: float = 300.0) -> di
     return {k: times[k] - t0 for k in ("ended", "created", "first_step") if k in times}
 
 
-def floor_case(c: p4_scale.Cluster, timeout: float = 300.0) -> float:
+def floor_case(c: cluster.Cluster, timeout: float = 300.0) -> float:
     """The floor beside it: a bare Pod on the same node and image, created → LangGraph's own imports done
     (sandbox, container start, interpreter, ``FLOOR_IMPORTS``), as any LangGraph worker's Pod pays."""
     from agentrun_dev.node import config
@@ -102,7 +102,7 @@ def run(report: stats.Report, *, quick: bool, reps: int) -> list[dict[str, float
         report.note(f"skipped: {why}")
         return []
     cases: list[dict[str, float]] = []
-    with db.fresh_database("p3real") as dsn, p4_scale.Cluster("p3real") as c:
+    with db.fresh_database("p3real") as dsn, cluster.Cluster("p3real") as c:
         others = p6.in_cluster_operators(c)
         if others:
             report.note(f"skipped: in-cluster operators would act on the run too: {', '.join(others)}")

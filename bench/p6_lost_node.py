@@ -35,7 +35,7 @@ from psycopg import conninfo
 
 from agentrun_core.api import protocol
 from agentrun_dev.demo_support import DemoError, wait_until
-from bench import db, p4_scale, resume, stats
+from bench import cluster, db, resume, stats
 
 GRAPH = "agentrun_dev.mail_steps:graph"
 IMAGE = "agentrun:0.1.0"  # what `make image` tags and deploy/ runs
@@ -88,7 +88,7 @@ def unavailable() -> str | None:
     return None
 
 
-def in_cluster_operators(c: p4_scale.Cluster) -> list[str]:
+def in_cluster_operators(c: cluster.Cluster) -> list[str]:
     """Operator Deployments with replicas (deploy/ watches every namespace: it would act on our run too)."""
     apps: Any = kubernetes.client.AppsV1Api(c.api)
     found = apps.list_deployment_for_all_namespaces(label_selector="app.kubernetes.io/component=operator")
@@ -127,14 +127,14 @@ def _sink_counts(api_url: str, run: str) -> dict[int, int]:
     return counts
 
 
-def _node_of(c: p4_scale.Cluster, pod: str) -> str:
+def _node_of(c: cluster.Cluster, pod: str) -> str:
     try:
         return str(c.core.read_namespaced_pod(pod, c.namespace).spec.node_name or "")
     except kubernetes.client.ApiException:
         return ""
 
 
-def _cordon(c: p4_scale.Cluster, node: str, on: bool) -> None:
+def _cordon(c: cluster.Cluster, node: str, on: bool) -> None:
     c.core.patch_node(node, {"spec": {"unschedulable": on}})
 
 
@@ -173,7 +173,7 @@ def mail_run_spec(s: Any, emails: int, pause: float, node_selector: dict[str, st
 
 
 def lost_node_case(
-    c: p4_scale.Cluster, dsn: str, *, emails: int = 12, pause: float = 1.0, timeout: float = 300.0
+    c: cluster.Cluster, dsn: str, *, emails: int = 12, pause: float = 1.0, timeout: float = 300.0
 ) -> Outcome:
     from agentrun_dev import settings as dev_settings
     from agentrun_dev import state
@@ -228,7 +228,7 @@ def lost_node_case(
     )
 
 
-def _phase(c: p4_scale.Cluster, name: str) -> str:
+def _phase(c: cluster.Cluster, name: str) -> str:
     obj = c.run_object(name)
     return str((obj.get("status") or {}).get("phase") or "")
 
@@ -248,7 +248,7 @@ def run(report: stats.Report, *, quick: bool, reps: int) -> list[Outcome]:
         report.note(f"skipped: {why}")
         return []
     cases: list[Outcome] = []
-    with db.fresh_database("p6") as dsn, p4_scale.Cluster("p6") as c:
+    with db.fresh_database("p6") as dsn, cluster.Cluster("p6") as c:
         others = in_cluster_operators(c)
         if others:
             report.note(f"skipped: in-cluster operators would act on the run too: {', '.join(others)}")

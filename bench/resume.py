@@ -8,7 +8,7 @@ import time
 
 import psycopg
 
-from bench import db, p4_scale, stats
+from bench import cluster, db, stats
 
 
 def attempt_times(dsn: str, run_id: str) -> dict[str, float]:
@@ -33,7 +33,7 @@ def resume_case(report: stats.Report, section: str, reps: int, force: bool) -> N
     """Delete the worker Pod mid-run (gracefully: it drains and releases; force: SIGKILL, the Lease stays)
     and time the next attempt's phases from Postgres (same machine, same clock)."""
     kind = "killed (grace 0)" if force else "evicted (graceful)"
-    with db.fresh_database("p3r") as dsn, p4_scale.Cluster("kill" if force else "evict") as c:
+    with db.fresh_database("p3r") as dsn, cluster.Cluster("kill" if force else "evict") as c:
         c.start_operator(dsn)
         phases: dict[str, list[float]] = {"ended": [], "created": [], "first_step": []}
         for rep in range(reps):

@@ -183,7 +183,7 @@ def _delete_orphan_namespaces(api: kubernetes.client.ApiClient) -> None:
             if ns.status.phase != "Terminating":
                 with contextlib.suppress(kubernetes.client.ApiException):
                     core.delete_namespace(ns.metadata.name, propagation_policy="Background")
-    # A benchmark's namespace is deleted at its end (bench/p4_scale.py): one still Terminating is over.
+    # A benchmark's namespace is deleted at its end (bench/cluster.py): one still Terminating is over.
     for ns in core.list_namespace(label_selector="agentrun.dev/bench=true").items:
         if ns.status.phase == "Terminating":
             finalizers.release_namespace(api, ns.metadata.name)
